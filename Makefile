@@ -1,0 +1,36 @@
+# difflet — thin wrapper over CMake. `make demo` and `make test` are the two
+# commands of the README.
+BUILD      ?= build
+BUILD_ASAN ?= build-asan
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+
+.PHONY: all build deps test test-asan bench demo clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) > /dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure -j 1
+
+test-asan: deps
+	@cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDIFFLET_SANITIZE=ON > /dev/null
+	@cmake --build $(BUILD_ASAN) -j $(JOBS)
+	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+	  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 1
+
+bench: deps build
+	$(BUILD)/difflet bench kernels --json $(BUILD)/bench-kernels.json
+
+# Until the embedded model lands, the main job is the kernel self-check.
+demo: deps build
+	$(BUILD)/difflet selfcheck
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN)

@@ -1,0 +1,178 @@
+/* difflet CPU kernels.
+ *
+ * Element-wise and row ops work on f32, bf16 or f16 activations (`dl_dtype`), always
+ * computing in f32. Small parameter vectors (norm weights, biases, modulation scale /
+ * shift / gate, RoPE tables) are f32: they are converted once at compile time.
+ *
+ * Every op (suffix _t) takes (ith, nth) and does thread ith's share of the rows;
+ * run it on the pool from inside a dl_parallel task. Each op has a plain C reference (forced with DIFFLET_KERNELS=ref) and AVX-512 and
+ * AVX2 paths chosen at run time. In-place use (y == x) is allowed where noted. */
+#ifndef DIFFLET_KERNELS_H
+#define DIFFLET_KERNELS_H
+
+#include "difflet/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DL_F32 = 0, DL_BF16 = 1, DL_F16 = 2 } dl_dtype;
+
+size_t dl_dtype_size(dl_dtype dt);
+const char *dl_dtype_name(dl_dtype dt);
+
+/* Scalar conversions (round to nearest even; NaN stays NaN). */
+uint16_t dl_f32_to_bf16(float f);
+float dl_bf16_to_f32(uint16_t h);
+uint16_t dl_f32_to_f16(float f);
+float dl_f16_to_f32(uint16_t h);
+
+/* ---- element-wise and row ops (all: rows x cols row-major, contiguous) -------- */
+
+/* dst[i] = src[i] converted; n elements. */
+void dl_convert_t(dl_dtype dst_dt, void *dst, dl_dtype src_dt, const void *src, int64_t n,
+                  int ith, int nth);
+/* y = LayerNorm(x) over cols; w, b may be NULL (no affine). y may alias x. */
+void dl_layernorm_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
+                    const float *w, const float *b, float eps, int ith, int nth);
+/* y = x / sqrt(mean(x^2) + eps) * w; w may be NULL. y may alias x. */
+void dl_rmsnorm_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
+                  const float *w, float eps, int ith, int nth);
+/* adaLN: y = x * (1 + scale) + shift, scale/shift: [cols]. y may alias x. */
+void dl_modulate_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
+                   const float *scale, const float *shift, int ith, int nth);
+/* Fused LayerNorm (no affine) then modulation, as in adaLN-zero blocks. */
+void dl_layernorm_modulate_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
+                             const float *scale, const float *shift, float eps, int ith, int nth);
+/* Gated residual: x += gate * y, gate: [cols] (NULL means 1). */
+void dl_gated_residual_t(dl_dtype dt, void *x, const void *y, int64_t rows, int64_t cols,
+                         const float *gate, int ith, int nth);
+
+typedef enum { DL_ACT_NONE = 0, DL_ACT_GELU_TANH, DL_ACT_GELU_ERF, DL_ACT_SILU } dl_act;
+const char *dl_act_name(dl_act a);
+/* y = act(x) on n elements. y may alias x. */
+void dl_activation_t(dl_act act, dl_dtype dt, void *y, const void *x, int64_t n, int ith, int nth);
+/* Row softmax, y may alias x. */
+void dl_softmax_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols, int ith,
+                  int nth);
+
+/* Group norm over x: [C, S] (channels-first, S = spatial size), `groups` dividing C,
+ * w/b: [C] (may be NULL), optionally followed by SiLU (VAE resnets). y may alias x. */
+void dl_groupnorm_t(dl_dtype dt, void *y, const void *x, int64_t C, int64_t S, int64_t groups,
+                    const float *w, const float *b, float eps, int fuse_silu, int ith, int nth);
+/* Nearest 2x upsample: x: [C, H, W] -> y: [C, 2H, 2W]. */
+void dl_upsample2x_t(dl_dtype dt, void *y, const void *x, int64_t C, int64_t H, int64_t W,
+                     int ith, int nth);
+
+/* ---- rotary embeddings --------------------------------------------------------- */
+
+typedef enum {
+    DL_ROPE_PAIRS = 0, /* adjacent pairs (2i, 2i+1) rotate: FLUX, HunyuanVideo, and Wan's
+                          complex multiplication (view_as_complex over adjacent pairs) */
+    DL_ROPE_HALVES,    /* (i, i + D/2) rotate: rotate_half / NeoX form */
+} dl_rope_form;
+
+/* In place over x: [seq, heads, head_dim] with `stride` elements between tokens
+ * (so Q/K can sit inside a fused QKV buffer). cos/sin: [seq, head_dim/2]. */
+void dl_rope_t(dl_rope_form form, dl_dtype dt, void *x, int64_t seq, int64_t heads,
+               int64_t head_dim, int64_t stride, const float *cos_t, const float *sin_t, int ith,
+               int nth);
+/* FLUX tables: ids: [seq, n_axes] positions, axes_dim[a] (even, sum = head_dim),
+ * theta (10000). Frequencies per axis as diffusers' get_1d_rotary_pos_embed, in f64. */
+void dl_rope_table_axes(const float *ids, int64_t seq, int n_axes, const int *axes_dim,
+                        double theta, float *cos_t, float *sin_t);
+/* Wan 2.1 tables for a (frames, height, width) token grid: head_dim split as
+ * [d - 4*(d/6), 2*(d/6), 2*(d/6)] over (f, h, w). */
+void dl_rope_table_wan(int64_t frames, int64_t height, int64_t width, int64_t head_dim,
+                       double theta, float *cos_t, float *sin_t);
+
+/* ---- fused attention ------------------------------------------------------------ */
+
+/* Flash-style attention, never materialising the score matrix.
+ * q: [Sq, H, D] with q_stride elements between tokens; k, v: [Sk, H, D] with their
+ * strides; dtype `dt` (f32 or bf16) for q, k, v and out.
+ * Only keys in [kv_begin, kv_end) are read: keys outside contribute exactly nothing,
+ * whatever they hold. Output out: [Sq, H, D] (stride out_stride), normalised.
+ * Partial mode (for merging results over disjoint key sets, Difflet §4.3): when
+ * `o_part` is set, the unnormalised output (f32, [Sq, H, D] contiguous) and per-row
+ * max `m` and sum of exponentials `l` (f32, [H, Sq]) are written instead of `out`. */
+typedef struct {
+    dl_dtype dt;
+    int64_t sq, sk, heads, head_dim;
+    const void *q, *k, *v;
+    int64_t q_stride, k_stride, v_stride; /* elements between tokens (0: heads*head_dim) */
+    void *out;
+    int64_t out_stride;
+    int64_t kv_begin, kv_end; /* valid keys [kv_begin, kv_end) */
+    float scale;              /* softmax scale, e.g. 1/sqrt(head_dim) */
+    float *o_part, *m, *l;    /* partial outputs; all three or none */
+} dl_attn_args;
+
+/* Bytes of scratch the attention needs for `nth` threads (packed K/V tiles). */
+size_t dl_attn_scratch_bytes(const dl_attn_args *a, int nth);
+/* Checks the arguments (shapes, strides, interval); DL_ERR_INVALID with a message. */
+dl_status dl_attn_check(const dl_attn_args *a);
+/* Thread ith's share. `scratch` is dl_attn_scratch_bytes(a, nth) bytes, 64-aligned. */
+void dl_attn_t(const dl_attn_args *a, void *scratch, int ith, int nth);
+/* Whole op on the pool; allocates scratch if `scratch` is NULL (not for hot loops). */
+dl_status dl_attn(const dl_attn_args *a, void *scratch);
+
+/* Merge n partial results over disjoint key sets into the exact joint softmax:
+ * parts[i] = {o_part, m, l} as written by dl_attn in partial mode, all [Sq, H, D] /
+ * [H, Sq]. Writes normalised `out` (dtype dt, [Sq, H, D], stride out_stride), or, if
+ * `o_merged` is set, the merged partial triple (for merging in several rounds). */
+typedef struct {
+    const float *o, *m, *l;
+} dl_attn_partial;
+void dl_attn_merge_t(const dl_attn_partial *parts, int n, int64_t sq, int64_t heads,
+                     int64_t head_dim, dl_dtype dt, void *out, int64_t out_stride,
+                     float *o_merged, float *m_merged, float *l_merged, int ith, int nth);
+
+/* ---- oneDNN matmul and convolution --------------------------------------------- */
+
+/* y[M, N] = act(x[M, K] * W^T + bias). W is given as [N, K] row-major (PyTorch
+ * nn.Linear layout) and reordered once into the layout oneDNN picks. Compute dtype
+ * f32 or bf16 (x and W in it; accumulation in f32); y in `dst_dt`. */
+typedef struct {
+    int64_t m, k, n;
+    dl_dtype dt;     /* x and weights */
+    dl_dtype dst_dt; /* y */
+    dl_act act;      /* fused post-op */
+    int64_t ldx, ldy; /* leading dimensions of x and y (0: k and n) */
+} dl_matmul_desc;
+
+typedef struct dl_matmul dl_matmul;
+/* w: [N, K] in w_dt (any dtype; converted), bias: [N] f32 or NULL. */
+dl_status dl_matmul_new(dl_matmul **out, const dl_matmul_desc *d, const void *w, dl_dtype w_dt,
+                        const float *bias);
+/* Runs on the OpenMP pool. Allocates nothing. */
+dl_status dl_matmul_run(dl_matmul *mm, const void *x, void *y);
+void dl_matmul_free(dl_matmul *mm);
+/* Bytes held by the packed weights (for planning and reports). */
+size_t dl_matmul_weight_bytes(const dl_matmul *mm);
+
+/* 2-D or 3-D convolution, batch 1, channels-first activations ([C, H, W] or
+ * [C, D, H, W]), weights [Cout, Cin, (kd,) kh, kw] as in PyTorch, bias [Cout] f32. */
+typedef struct {
+    int ndim;                     /* 2 or 3 */
+    int64_t cin, cout;
+    int64_t in[3];                /* (H, W) or (D, H, W) */
+    int64_t kernel[3], stride[3], pad[3];
+    dl_dtype dt;
+} dl_conv_desc;
+
+typedef struct dl_conv dl_conv;
+dl_status dl_conv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt,
+                      const float *bias);
+/* Output spatial size along axis i (of ndim). */
+int64_t dl_conv_out_dim(const dl_conv_desc *d, int i);
+dl_status dl_conv_run(dl_conv *c, const void *x, void *y);
+void dl_conv_free(dl_conv *c);
+
+/* oneDNN version string ("2.6.3"), part of program keys. */
+const char *dl_onednn_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages difflet needs, skipping what is already installed.
+# Idempotent; needs root (or sudo) only when something is missing.
+set -euo pipefail
+pkgs=(cmake make gcc pkg-config libdnnl-dev libxxhash-dev libcjson-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "deps: all ${#pkgs[@]} packages present"
+    exit 0
+fi
+echo "deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

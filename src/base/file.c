@@ -1,0 +1,144 @@
+/* File helpers: bounded whole-file reads, atomic writes (temp + fsync + rename),
+ * read-only shared mappings, and the monotonic clock. */
+#include "difflet/base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+dl_status dl_file_read(const char *path, size_t max_bytes, char **data, size_t *len) {
+    *data = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dl_fail(DL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return dl_fail(DL_ERR_IO, "%s is not a regular file", path);
+    }
+    if ((size_t)st.st_size > max_bytes) {
+        close(fd);
+        return dl_fail(DL_ERR_INVALID, "%s is %lld bytes, more than the %zu allowed", path,
+                       (long long)st.st_size, max_bytes);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        return dl_fail(DL_ERR_NOMEM, "cannot allocate %zu bytes for %s", n, path);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return dl_fail(DL_ERR_IO, "read %s: %s", path, r < 0 ? strerror(e) : "file shrank");
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[n] = 0;
+    *data = buf;
+    *len = n;
+    return DL_OK;
+}
+
+static int write_all(int fd, const void *data, size_t len) {
+    const uint8_t *p = data;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+dl_status dl_file_write_atomic(const char *path, const void *data, size_t len) {
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    if (!tmp) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        dl_status s = dl_fail(DL_ERR_IO, "cannot create a temporary file beside %s: %s", path,
+                              strerror(errno));
+        free(tmp);
+        return s;
+    }
+    if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+        dl_status s = dl_fail(DL_ERR_IO, "write %s: %s", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return s;
+    }
+    close(fd);
+    if (rename(tmp, path) != 0) {
+        dl_status s = dl_fail(DL_ERR_IO, "rename %s to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return s;
+    }
+    /* fsync the directory so the rename itself survives a power loss. */
+    char *dcopy = strdup(path);
+    if (dcopy) {
+        int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+        free(dcopy);
+    }
+    free(tmp);
+    return DL_OK;
+}
+
+int dl_file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+dl_status dl_mmap_open(dl_mmap *m, const char *path) {
+    m->data = NULL;
+    m->len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dl_fail(DL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return dl_fail(DL_ERR_IO, "%s is not a regular file", path);
+    }
+    if (st.st_size == 0) { /* mmap of length 0 fails; an empty file is a valid empty map */
+        close(fd);
+        return DL_OK;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return dl_fail(DL_ERR_IO, "mmap %s: %s", path, strerror(errno));
+    m->data = p;
+    m->len = (size_t)st.st_size;
+    return DL_OK;
+}
+
+void dl_mmap_close(dl_mmap *m) {
+    if (m->data) munmap((void *)m->data, m->len);
+    m->data = NULL;
+    m->len = 0;
+}
+
+double dl_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

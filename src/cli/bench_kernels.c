@@ -1,0 +1,235 @@
+/* `difflet bench kernels`: throughput of the kernels every model runs, each as a
+ * ratio to a reference measured in the same run (absolute times on shared machines
+ * are noise):
+ *   - oneDNN matmul at FLUX projection shapes, f32 and bf16 (the peak);
+ *   - fused attention, bf16, H=24, D=128: GFLOP/s (4 S^2 D H) / best bf16 matmul;
+ *   - element-wise kernels on bf16 activations: GB/s / parallel memcpy GB/s. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "difflet/check.h"
+#include "difflet/kernels.h"
+
+/* Best wall time of `reps` runs after one warm-up. */
+#define TIME_BEST(reps, best, stmt)            \
+    do {                                       \
+        stmt;                                  \
+        best = INFINITY;                       \
+        for (int r_ = 0; r_ < (reps); r_++) {  \
+            double t0_ = dl_now();             \
+            stmt;                              \
+            double dt_ = dl_now() - t0_;       \
+            if (dt_ < best) best = dt_;        \
+        }                                      \
+    } while (0)
+
+typedef struct {
+    const void *src;
+    void *dst;
+    size_t n;
+} copy_task;
+
+static void copy_fn(void *ctx, int ith, int nth) {
+    copy_task *t = ctx;
+    int64_t b, e;
+    dl_split((int64_t)t->n, ith, nth, &b, &e);
+    memcpy((char *)t->dst + b, (const char *)t->src + b, (size_t)(e - b));
+}
+
+/* One element-wise op over a [rows, cols] bf16 activation, run on the pool. */
+typedef struct {
+    int op;
+    int64_t rows, cols;
+    void *x, *y;
+    const float *v1, *v2, *cs, *sn;
+} elem_task;
+
+enum { E_LN_MOD, E_RMS, E_GELU, E_SILU, E_GATED, E_ROPE, E_SOFTMAX, E_CVT, E_COUNT };
+static const char *elem_names[E_COUNT] = {"layernorm_modulate", "rmsnorm", "gelu_tanh", "silu",
+                                          "gated_residual", "rope_pairs", "softmax", "convert_bf16_f32"};
+/* bytes moved per element (bf16 = 2): read + write, plus an extra read where the op
+ * reads two activations; convert writes f32 */
+static const double elem_bytes[E_COUNT] = {4, 4, 4, 4, 6, 4, 4, 6};
+
+static void elem_fn(void *ctx, int ith, int nth) {
+    elem_task *t = ctx;
+    int64_t n = t->rows * t->cols;
+    switch (t->op) {
+    case E_LN_MOD: dl_layernorm_modulate_t(DL_BF16, t->y, t->x, t->rows, t->cols, t->v1, t->v2, 1e-6f, ith, nth); break;
+    case E_RMS: dl_rmsnorm_t(DL_BF16, t->y, t->x, t->rows, t->cols, t->v1, 1e-6f, ith, nth); break;
+    case E_GELU: dl_activation_t(DL_ACT_GELU_TANH, DL_BF16, t->y, t->x, n, ith, nth); break;
+    case E_SILU: dl_activation_t(DL_ACT_SILU, DL_BF16, t->y, t->x, n, ith, nth); break;
+    case E_GATED: dl_gated_residual_t(DL_BF16, t->y, t->x, t->rows, t->cols, t->v1, ith, nth); break;
+    case E_ROPE: dl_rope_t(DL_ROPE_PAIRS, DL_BF16, t->y, t->rows, t->cols / 128, 128, t->cols, t->cs, t->sn, ith, nth); break;
+    case E_SOFTMAX: dl_softmax_t(DL_BF16, t->y, t->x, t->rows, t->cols, ith, nth); break;
+    case E_CVT: dl_convert_t(DL_F32, t->y, DL_BF16, t->x, n, ith, nth); break;
+    }
+}
+
+typedef struct {
+    const dl_attn_args *a;
+    void *scratch;
+} attn_task;
+
+static void attn_fn(void *ctx, int ith, int nth) {
+    attn_task *t = ctx;
+    dl_attn_t(t->a, t->scratch, ith, nth);
+}
+
+int cli_bench_kernels(int argc, char **argv) {
+    const char *json_path = NULL;
+    int quick = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else {
+            fprintf(stderr, "difflet: bench kernels: unknown option '%s' (options: --json FILE, --quick)\n", argv[i]);
+            return 2;
+        }
+    }
+    const int reps = quick ? 1 : 3;
+    const int64_t M = quick ? 512 : 4608;
+    printf("difflet bench kernels: path %s, %d threads, oneDNN %s%s\n", dl_isa_name(dl_kernel_isa()),
+           dl_threads(), dl_onednn_version(), quick ? " (quick: small shapes, 1 rep)" : "");
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "isa", dl_isa_name(dl_kernel_isa()));
+    cJSON_AddNumberToObject(root, "threads", dl_threads());
+    cJSON *jmm = cJSON_AddArrayToObject(root, "matmul");
+
+    /* ---- matmul ---- */
+    static const int64_t kn[][2] = {{3072, 3072}, {3072, 9216}, {3072, 12288}, {12288, 3072}};
+    double best_bf16 = 0.0, best_f32 = 0.0;
+    printf("\nmatmul (oneDNN, weights pre-packed), M=%lld\n  %-6s %6s %6s %10s\n", (long long)M, "dtype", "K", "N", "GFLOP/s");
+    int rc = 1;
+    for (int di = 0; di < 2; di++) {
+        dl_dtype dt = di ? DL_BF16 : DL_F32;
+        for (size_t si = 0; si < sizeof kn / sizeof kn[0]; si++) {
+            int64_t K = kn[si][0], N = kn[si][1];
+            if (quick && si > 1) break;
+            void *w = malloc((size_t)(K * N) * 2), *x = malloc((size_t)(M * K) * 4), *y = malloc((size_t)(M * N) * 4);
+            if (!w || !x || !y) {
+                fprintf(stderr, "difflet: bench: out of memory\n");
+                free(w), free(x), free(y);
+                goto out;
+            }
+            dl_fill_uniform(DL_BF16, w, K * N, -0.05f, 0.05f, 1);
+            dl_fill_uniform(dt, x, M * K, -1.f, 1.f, 2);
+            dl_matmul *mm;
+            dl_matmul_desc d = {.m = M, .k = K, .n = N, .dt = dt, .dst_dt = dt};
+            if (dl_matmul_new(&mm, &d, w, DL_BF16, NULL) != DL_OK) {
+                fprintf(stderr, "difflet: bench: %s\n", dl_last_error());
+                free(w), free(x), free(y);
+                goto out;
+            }
+            double t;
+            TIME_BEST(reps, t, dl_matmul_run(mm, x, y));
+            double gf = 2.0 * (double)M * (double)K * (double)N / t * 1e-9;
+            printf("  %-6s %6lld %6lld %10.1f\n", dl_dtype_name(dt), (long long)K, (long long)N, gf);
+            if (dt == DL_BF16 && gf > best_bf16) best_bf16 = gf;
+            if (dt == DL_F32 && gf > best_f32) best_f32 = gf;
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "dtype", dl_dtype_name(dt));
+            cJSON_AddNumberToObject(e, "m", (double)M);
+            cJSON_AddNumberToObject(e, "k", (double)K);
+            cJSON_AddNumberToObject(e, "n", (double)N);
+            cJSON_AddNumberToObject(e, "gflops", gf);
+            cJSON_AddItemToArray(jmm, e);
+            dl_matmul_free(mm);
+            free(w), free(x), free(y);
+        }
+    }
+    cJSON_AddNumberToObject(root, "matmul_bf16_peak_gflops", best_bf16);
+    cJSON_AddNumberToObject(root, "matmul_f32_peak_gflops", best_f32);
+
+    /* ---- attention ---- */
+    cJSON *jat = cJSON_AddArrayToObject(root, "attention");
+    printf("\nfused attention bf16, H=24, D=128 (4*S^2*D*H flops)\n  %6s %10s %16s\n", "S", "GFLOP/s", "x bf16 matmul");
+    static const int64_t seqs[] = {1024, 4608};
+    for (int si = 0; si < 2; si++) {
+        const int64_t S = quick ? seqs[si] / 4 : seqs[si], H = 24, D = 128;
+        size_t n = (size_t)(S * H * D);
+        void *q = malloc(n * 2), *k = malloc(n * 2), *v = malloc(n * 2), *o = malloc(n * 2);
+        dl_attn_args a = {.dt = DL_BF16, .sq = S, .sk = S, .heads = H, .head_dim = D, .q = q, .k = k,
+                          .v = v, .out = o, .kv_begin = 0, .kv_end = S, .scale = 1.f / sqrtf((float)D)};
+        void *scratch = dl_aligned_alloc(dl_attn_scratch_bytes(&a, dl_threads()) + 64);
+        if (!q || !k || !v || !o || !scratch) {
+            fprintf(stderr, "difflet: bench: out of memory\n");
+            free(q), free(k), free(v), free(o), dl_aligned_free(scratch);
+            goto out;
+        }
+        dl_fill_uniform(DL_BF16, q, (int64_t)n, -1.f, 1.f, 3);
+        dl_fill_uniform(DL_BF16, k, (int64_t)n, -1.f, 1.f, 4);
+        dl_fill_uniform(DL_BF16, v, (int64_t)n, -1.f, 1.f, 5);
+        attn_task at = {&a, scratch};
+        double t;
+        TIME_BEST(reps, t, dl_parallel(attn_fn, &at));
+        double gf = 4.0 * (double)S * (double)S * (double)D * (double)H / t * 1e-9;
+        double ratio = best_bf16 > 0 ? gf / best_bf16 : 0;
+        printf("  %6lld %10.1f %16.2f\n", (long long)S, gf, ratio);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "seq", (double)S);
+        cJSON_AddNumberToObject(e, "gflops", gf);
+        cJSON_AddNumberToObject(e, "ratio_to_matmul_bf16", ratio);
+        cJSON_AddItemToArray(jat, e);
+        free(q), free(k), free(v), free(o), dl_aligned_free(scratch);
+    }
+
+    /* ---- element-wise ---- */
+    {
+        const int64_t rows = quick ? 512 : 4608, cols = 3072, n = rows * cols;
+        void *x = malloc((size_t)n * 2), *y = malloc((size_t)n * 4), *c1 = malloc((size_t)n * 2), *c2 = malloc((size_t)n * 2);
+        float *v1 = malloc((size_t)cols * 4), *v2 = malloc((size_t)cols * 4);
+        float *cs = malloc((size_t)rows * 64 * 4), *sn = malloc((size_t)rows * 64 * 4);
+        if (!x || !y || !c1 || !c2 || !v1 || !v2 || !cs || !sn) {
+            fprintf(stderr, "difflet: bench: out of memory\n");
+            free(x), free(y), free(c1), free(c2), free(v1), free(v2), free(cs), free(sn);
+            goto out;
+        }
+        dl_fill_uniform(DL_BF16, x, n, -2.f, 2.f, 6);
+        dl_fill_uniform(DL_BF16, y, n, -2.f, 2.f, 7);
+        dl_fill_uniform(DL_F32, v1, cols, -0.5f, 0.5f, 8);
+        dl_fill_uniform(DL_F32, v2, cols, -0.5f, 0.5f, 9);
+        dl_fill_uniform(DL_F32, cs, rows * 64, -1.f, 1.f, 10);
+        dl_fill_uniform(DL_F32, sn, rows * 64, -1.f, 1.f, 11);
+        memset(c2, 1, (size_t)n * 2);
+        copy_task ct = {c2, c1, (size_t)n * 2};
+        double tc;
+        TIME_BEST(reps + 2, tc, dl_parallel(copy_fn, &ct));
+        double copy_gbs = 2.0 * (double)n * 2 / tc * 1e-9;
+        printf("\nelement-wise, bf16 [%lld, %lld] (memcpy of the same bytes: %.1f GB/s read+write)\n  %-20s %8s %12s\n",
+               (long long)rows, (long long)cols, copy_gbs, "op", "GB/s", "x memcpy");
+        cJSON_AddNumberToObject(root, "memcpy_gbs", copy_gbs);
+        cJSON *jel = cJSON_AddArrayToObject(root, "elementwise");
+        for (int op = 0; op < E_COUNT; op++) {
+            elem_task et = {op, rows, cols, x, y, v1, v2, cs, sn};
+            double t;
+            TIME_BEST(reps + 2, t, dl_parallel(elem_fn, &et));
+            double gbs = elem_bytes[op] * (double)n / t * 1e-9;
+            printf("  %-20s %8.1f %12.2f\n", elem_names[op], gbs, gbs / copy_gbs);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "op", elem_names[op]);
+            cJSON_AddNumberToObject(e, "gbs", gbs);
+            cJSON_AddNumberToObject(e, "ratio_to_memcpy", gbs / copy_gbs);
+            cJSON_AddItemToArray(jel, e);
+        }
+        free(x), free(y), free(c1), free(c2), free(v1), free(v2), free(cs), free(sn);
+    }
+    rc = 0;
+    if (json_path) {
+        char *txt = cJSON_Print(root);
+        if (!txt || dl_file_write_atomic(json_path, txt, strlen(txt)) != DL_OK) {
+            fprintf(stderr, "difflet: bench: cannot write %s: %s\n", json_path, dl_last_error());
+            rc = 1;
+        } else {
+            printf("\nwrote %s\n", json_path);
+        }
+        free(txt);
+    }
+out:
+    cJSON_Delete(root);
+    return rc;
+}

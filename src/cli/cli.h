@@ -1,0 +1,7 @@
+/* Subcommands of the `difflet` binary. Each returns the process exit code. */
+#ifndef DIFFLET_CLI_H
+#define DIFFLET_CLI_H
+
+int cli_bench_kernels(int argc, char **argv);
+
+#endif

@@ -1,0 +1,107 @@
+/* `difflet`: one binary, one subcommand per job. Argument errors print one line
+ * and exit 2; runtime failures print the library's message and exit 1. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "difflet/check.h"
+#include "difflet/kernels.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: difflet <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  selfcheck            check every CPU kernel of this machine's fast path against\n"
+            "                       the plain C references (f32, bf16, f16) and the fused\n"
+            "                       attention against its reference\n"
+            "  bench kernels        matmul / attention / element-wise throughput, as ratios to\n"
+            "                       same-run oneDNN matmul and memcpy  [--json FILE] [--quick]\n"
+            "  version              engine version, kernel path, oneDNN version\n"
+            "\n"
+            "environment: DIFFLET_KERNELS=ref|avx2|avx512  DIFFLET_LOG=debug|info|warn|error\n"
+            "             OMP_NUM_THREADS=N (threads for kernels and oneDNN)\n");
+}
+
+static void print_fail(const dl_check_result *r, void *ctx) {
+    int *n = ctx;
+    (*n)++;
+    if (!r->ok)
+        printf("  FAIL %-20s %-4s %lldx%lld: error %.2fx tolerance (got %g, want %g)\n", r->op,
+               dl_dtype_name(r->dt), (long long)r->rows, (long long)r->cols, r->worst, r->got, r->want);
+}
+
+/* Fast attention vs reference on one shape; returns 0 when within tolerance. */
+static int check_attention(dl_dtype dt) {
+    const int64_t S = 200, H = 3, D = 64;
+    size_t es = dl_dtype_size(dt), n = (size_t)(S * H * D);
+    void *q = malloc(n * es), *k = malloc(n * es), *v = malloc(n * es);
+    void *o = malloc(n * es), *o_ref = malloc(n * es);
+    if (!q || !k || !v || !o || !o_ref) {
+        fprintf(stderr, "difflet: out of memory\n");
+        return 1;
+    }
+    dl_fill_uniform(dt, q, (int64_t)n, -1.f, 1.f, 1);
+    dl_fill_uniform(dt, k, (int64_t)n, -1.f, 1.f, 2);
+    dl_fill_uniform(dt, v, (int64_t)n, -1.f, 1.f, 3);
+    dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = H, .head_dim = D, .q = q, .k = k, .v = v,
+                      .out = o, .kv_begin = 7, .kv_end = 190, .scale = 0.125f};
+    dl_status s = dl_attn(&a, NULL);
+    dl_isa isa = dl_kernel_isa();
+    dl_set_kernel_isa(DL_ISA_REF);
+    a.out = o_ref;
+    if (s == DL_OK) s = dl_attn(&a, NULL);
+    dl_set_kernel_isa(isa);
+    int bad = 1;
+    if (s != DL_OK) {
+        fprintf(stderr, "difflet: attention: %s\n", dl_last_error());
+    } else {
+        double atol, rtol;
+        dl_check_tolerance(dt, &atol, &rtol);
+        double worst = dl_compare(dt, o, o_ref, (int64_t)n, atol, rtol, NULL);
+        bad = worst > 1.0;
+        printf("  attention %-4s: worst error %.3fx tolerance  %s\n", dl_dtype_name(dt), worst,
+               bad ? "FAIL" : "ok");
+    }
+    free(q), free(k), free(v), free(o), free(o_ref);
+    return bad;
+}
+
+static int cmd_selfcheck(void) {
+    static const int64_t shapes[] = {1, 1, 3, 17, 8, 64, 5, 130, 16, 3072};
+    printf("difflet %s selfcheck: kernel path %s, %d threads\n", DIFFLET_VERSION,
+           dl_isa_name(dl_kernel_isa()), dl_threads());
+    int count = 0;
+    int fails = dl_kernels_check(shapes, (int)(sizeof shapes / sizeof shapes[0] / 2), 3, print_fail, &count);
+    printf("  element-wise ops: %d comparisons, %d out of tolerance\n", count, fails);
+    fails += check_attention(DL_F32);
+    fails += check_attention(DL_BF16);
+    printf(fails ? "selfcheck FAILED\n" : "selfcheck passed\n");
+    return fails ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "version")) {
+        printf("difflet %s (kernels %s, oneDNN %s, %d threads)\n", DIFFLET_VERSION,
+               dl_isa_name(dl_kernel_isa()), dl_onednn_version(), dl_threads());
+        return 0;
+    }
+    if (!strcmp(cmd, "selfcheck")) return cmd_selfcheck();
+    if (!strcmp(cmd, "bench")) {
+        if (argc < 3) {
+            fprintf(stderr, "difflet: bench needs a target: kernels\n");
+            return 2;
+        }
+        if (!strcmp(argv[2], "kernels")) return cli_bench_kernels(argc - 3, argv + 3);
+        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels)\n", argv[2]);
+        return 2;
+    }
+    fprintf(stderr, "difflet: unknown command '%s' (try 'difflet --help')\n", cmd);
+    return 2;
+}

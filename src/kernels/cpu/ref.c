@@ -1,0 +1,226 @@
+/* Plain C references for every element-wise and row op, and the scalar dtype
+ * conversions. These define what the fast paths must compute; they favour clarity
+ * over speed (f32 accumulation, two passes where that is clearest). */
+#include "kernels/kernels_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+static inline uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t dl_f32_to_bf16(float f) {
+    uint32_t u = f2u(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+float dl_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
+
+uint16_t dl_f32_to_f16(float f) {
+    uint32_t u = f2u(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* overflow (after rounding) -> inf */
+    if (a < 0x38800000u) {                                   /* result is subnormal or zero */
+        if (a < 0x33000000u) return (uint16_t)sign;          /* below half the smallest subnormal */
+        uint32_t m = (a & 0x7fffffu) | 0x800000u;
+        int shift = 126 - (int)(a >> 23); /* value / 2^-24 = m * 2^(e - 126) */
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1u))) r++;
+        return (uint16_t)(sign | r);
+    }
+    /* normal: rebias exponent, round mantissa from 23 to 10 bits, nearest even */
+    uint32_t r = a - 0x38000000u; /* exponent -112 */
+    r += 0xfffu + ((r >> 13) & 1u);
+    return (uint16_t)(sign | (r >> 13));
+}
+
+float dl_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return u2f(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        if (m == 0) return u2f(sign);
+        float v = (float)m * 0x1p-24f; /* subnormal: exact */
+        return sign ? -v : v;
+    }
+    return u2f(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+size_t dl_dtype_size(dl_dtype dt) { return dt == DL_F32 ? 4 : 2; }
+
+const char *dl_dtype_name(dl_dtype dt) {
+    switch (dt) {
+    case DL_F32: return "f32";
+    case DL_BF16: return "bf16";
+    case DL_F16: return "f16";
+    }
+    return "?";
+}
+
+const char *dl_act_name(dl_act a) {
+    switch (a) {
+    case DL_ACT_NONE: return "none";
+    case DL_ACT_GELU_TANH: return "gelu_tanh";
+    case DL_ACT_GELU_ERF: return "gelu_erf";
+    case DL_ACT_SILU: return "silu";
+    }
+    return "?";
+}
+
+/* ---- references --------------------------------------------------------------- */
+
+static void ref_convert(dl_dtype dd, void *dst, dl_dtype sd, const void *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dl_store1(dd, dst, i, dl_load1(sd, src, i));
+}
+
+static void ref_layernorm(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
+                          const float *w, const float *b, const float *scale,
+                          const float *shift, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t o = r * cols;
+        float mean = 0.f, var = 0.f;
+        for (int64_t c = 0; c < cols; c++) mean += dl_load1(dt, x, o + c);
+        mean /= (float)cols;
+        for (int64_t c = 0; c < cols; c++) {
+            float d = dl_load1(dt, x, o + c) - mean;
+            var += d * d;
+        }
+        var /= (float)cols;
+        float rstd = 1.f / sqrtf(var + eps);
+        for (int64_t c = 0; c < cols; c++) {
+            float v = (dl_load1(dt, x, o + c) - mean) * rstd;
+            if (w) v *= w[c];
+            if (b) v += b[c];
+            if (scale) v = v * (1.f + scale[c]) + shift[c];
+            dl_store1(dt, y, o + c, v);
+        }
+    }
+}
+
+static void ref_rmsnorm(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
+                        const float *w, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t o = r * cols;
+        float ss = 0.f;
+        for (int64_t c = 0; c < cols; c++) {
+            float v = dl_load1(dt, x, o + c);
+            ss += v * v;
+        }
+        float rs = 1.f / sqrtf(ss / (float)cols + eps);
+        for (int64_t c = 0; c < cols; c++) {
+            float v = dl_load1(dt, x, o + c) * rs;
+            dl_store1(dt, y, o + c, w ? v * w[c] : v);
+        }
+    }
+}
+
+static void ref_modulate(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
+                         const float *scale, const float *shift) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            int64_t i = r * cols + c;
+            dl_store1(dt, y, i, dl_load1(dt, x, i) * (1.f + scale[c]) + shift[c]);
+        }
+}
+
+static void ref_gated_residual(dl_dtype dt, void *x, const void *y, int64_t rows, int64_t cols,
+                               const float *gate) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            int64_t i = r * cols + c;
+            float g = gate ? gate[c] : 1.f;
+            dl_store1(dt, x, i, dl_load1(dt, x, i) + g * dl_load1(dt, y, i));
+        }
+}
+
+static float act1(dl_act act, float v) {
+    switch (act) {
+    case DL_ACT_NONE: return v;
+    case DL_ACT_GELU_TANH:
+        return 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    case DL_ACT_GELU_ERF: return 0.5f * v * (1.f + erff(v * 0.7071067811865476f));
+    case DL_ACT_SILU: return v / (1.f + expf(-v));
+    }
+    return v;
+}
+
+static void ref_activation(dl_act act, dl_dtype dt, void *y, const void *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dl_store1(dt, y, i, act1(act, dl_load1(dt, x, i)));
+}
+
+static void ref_softmax(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t o = r * cols;
+        float mx = -INFINITY, sum = 0.f;
+        for (int64_t c = 0; c < cols; c++) mx = fmaxf(mx, dl_load1(dt, x, o + c));
+        for (int64_t c = 0; c < cols; c++) sum += expf(dl_load1(dt, x, o + c) - mx);
+        for (int64_t c = 0; c < cols; c++)
+            dl_store1(dt, y, o + c, expf(dl_load1(dt, x, o + c) - mx) / sum);
+    }
+}
+
+static void ref_groupnorm(dl_dtype dt, void *y, const void *x, int64_t cpg, int64_t S,
+                          const float *w, const float *b, float eps, int fuse_silu) {
+    int64_t n = cpg * S;
+    double mean = 0.0, var = 0.0; /* a group can hold 10^6 values: accumulate in f64 */
+    for (int64_t i = 0; i < n; i++) mean += dl_load1(dt, x, i);
+    mean /= (double)n;
+    for (int64_t i = 0; i < n; i++) {
+        double d = dl_load1(dt, x, i) - mean;
+        var += d * d;
+    }
+    var /= (double)n;
+    float rstd = (float)(1.0 / sqrt(var + eps)), fm = (float)mean;
+    for (int64_t c = 0; c < cpg; c++)
+        for (int64_t s = 0; s < S; s++) {
+            int64_t i = c * S + s;
+            float v = (dl_load1(dt, x, i) - fm) * rstd;
+            if (w) v *= w[c];
+            if (b) v += b[c];
+            if (fuse_silu) v = v / (1.f + expf(-v));
+            dl_store1(dt, y, i, v);
+        }
+}
+
+static void ref_rope(dl_rope_form form, dl_dtype dt, void *x, int64_t seq, int64_t heads,
+                     int64_t head_dim, int64_t stride, const float *cos_t, const float *sin_t) {
+    int64_t half = head_dim / 2;
+    for (int64_t s = 0; s < seq; s++)
+        for (int64_t h = 0; h < heads; h++) {
+            int64_t o = s * stride + h * head_dim;
+            for (int64_t i = 0; i < half; i++) {
+                int64_t ia = form == DL_ROPE_PAIRS ? o + 2 * i : o + i;
+                int64_t ib = form == DL_ROPE_PAIRS ? o + 2 * i + 1 : o + i + half;
+                float c = cos_t[s * half + i], sn = sin_t[s * half + i];
+                float a = dl_load1(dt, x, ia), b = dl_load1(dt, x, ib);
+                dl_store1(dt, x, ia, a * c - b * sn);
+                dl_store1(dt, x, ib, b * c + a * sn);
+            }
+        }
+}
+
+const dl_kernel_table dl_kernels_ref = {
+    .name = "ref",
+    .convert = ref_convert,
+    .layernorm = ref_layernorm,
+    .rmsnorm = ref_rmsnorm,
+    .modulate = ref_modulate,
+    .gated_residual = ref_gated_residual,
+    .activation = ref_activation,
+    .softmax = ref_softmax,
+    .groupnorm = ref_groupnorm,
+    .rope = ref_rope,
+};

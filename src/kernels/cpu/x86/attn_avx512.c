@@ -1,0 +1,341 @@
+/* AVX-512 fused attention (flash style): for each (head, block of BQ queries) the
+ * keys are visited in blocks of BK; scores for one block live in a BQ x BK tile,
+ * the running max / sum per row are updated (online softmax) and the output
+ * accumulator is rescaled, so the Sq x Sk score matrix never exists.
+ *
+ * bf16: both products use vdpbf16ps (pairs of bf16 -> f32 accumulate). Keys are
+ * packed per head into 16-key groups, [group][D/2][16 keys][2 dims], so one zmm
+ * holds 16 keys x one dim pair and a broadcast query pair scores 16 keys; values
+ * are packed into key pairs, [K/2][D][2 keys], so a broadcast pair of
+ * probabilities updates 16 output dims. f32: the same loop nest with FMAs.
+ *
+ * Only keys in [kv_begin, kv_end) are read when packing; the padding of the last
+ * block is zero and its scores are masked to probability 0, so keys outside the
+ * interval contribute exactly nothing. Each thread owns a scratch slice and packs
+ * the K/V of the heads it visits (work items are (head, query block) in order, so a
+ * thread packs each of its heads once). */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels_impl.h"
+
+enum { BQ = 64, BK = 128, R = 4 };
+
+int dl_attn_avx512_supported(const dl_attn_args *a) {
+    if (a->dt != DL_F32 && a->dt != DL_BF16) return 0;
+    return a->head_dim % 32 == 0 && a->head_dim <= 512;
+}
+
+typedef struct {
+    void *qt;             /* [BQ][D] query tile (dtype), zero rows past Sq */
+    float *s;             /* [BQ][BK] scores */
+    void *p;              /* [BQ][BK] probabilities (bf16 or f32) */
+    float *o;             /* [BQ][D] unnormalised output */
+    float *m, *l, *alpha; /* [BQ] */
+    void *kp, *vp;        /* packed K and V of one head, padded to BK keys */
+} tiles;
+
+static int64_t kv_padded(const dl_attn_args *a) {
+    int64_t n = a->kv_end - a->kv_begin;
+    return (n + BK - 1) / BK * BK;
+}
+
+static size_t carve(tiles *t, const dl_attn_args *a, void *base) {
+    size_t es = dl_dtype_size(a->dt), D = (size_t)a->head_dim, off = 0;
+    size_t kvb = (size_t)kv_padded(a) * D * es;
+    char *b = base;
+#define TAKE(field, type, bytes)                                 \
+    do {                                                          \
+        if (b) t->field = (type)(b + off);                        \
+        off += dl_align_up((bytes), DL_ALIGN);                    \
+    } while (0)
+    TAKE(qt, void *, BQ * D * es);
+    TAKE(s, float *, BQ * BK * 4);
+    TAKE(p, void *, BQ * BK * 4);
+    TAKE(o, float *, BQ * D * 4);
+    TAKE(m, float *, BQ * 4);
+    TAKE(l, float *, BQ * 4);
+    TAKE(alpha, float *, BQ * 4);
+    TAKE(kp, void *, kvb);
+    TAKE(vp, void *, kvb);
+#undef TAKE
+    return off;
+}
+
+size_t dl_attn_avx512_scratch(const dl_attn_args *a) {
+    tiles t = {0};
+    return carve(&t, a, NULL);
+}
+
+/* ---- packing ------------------------------------------------------------------ */
+
+static void pack_head(const dl_attn_args *a, int64_t h, tiles *t) {
+    const int64_t D = a->head_dim, n = a->kv_end - a->kv_begin, np = kv_padded(a);
+    if (a->dt == DL_BF16) {
+        /* K: as uint32 dim pairs, [g][D/2][16] */
+        const uint16_t *k = a->k;
+        uint32_t *kp = t->kp;
+        for (int64_t j = 0; j < np; j++) {
+            int64_t g = j / 16, jj = j % 16;
+            uint32_t *dst = kp + g * (D / 2) * 16 + jj;
+            if (j < n) {
+                const uint16_t *src = k + (a->kv_begin + j) * a->k_stride + h * D;
+                for (int64_t dp = 0; dp < D / 2; dp++) {
+                    uint32_t w;
+                    memcpy(&w, src + 2 * dp, 4);
+                    dst[dp * 16] = w;
+                }
+            } else {
+                for (int64_t dp = 0; dp < D / 2; dp++) dst[dp * 16] = 0;
+            }
+        }
+        /* V: [K/2][D][2] */
+        const uint16_t *v = a->v;
+        uint16_t *vp = t->vp;
+        for (int64_t j = 0; j < np; j++) {
+            uint16_t *dst = vp + (j / 2) * D * 2 + (j % 2);
+            if (j < n) {
+                const uint16_t *src = v + (a->kv_begin + j) * a->v_stride + h * D;
+                for (int64_t d = 0; d < D; d++) dst[2 * d] = src[d];
+            } else {
+                for (int64_t d = 0; d < D; d++) dst[2 * d] = 0;
+            }
+        }
+    } else {
+        /* K: [g][D][16] f32; V: rows as they are, [K][D] */
+        const float *k = a->k, *v = a->v;
+        float *kp = t->kp, *vp = t->vp;
+        for (int64_t j = 0; j < np; j++) {
+            float *dst = kp + (j / 16) * D * 16 + (j % 16);
+            float *vd = vp + j * D;
+            if (j < n) {
+                const float *src = k + (a->kv_begin + j) * a->k_stride + h * D;
+                for (int64_t d = 0; d < D; d++) dst[d * 16] = src[d];
+                memcpy(vd, v + (a->kv_begin + j) * a->v_stride + h * D, (size_t)D * 4);
+            } else {
+                for (int64_t d = 0; d < D; d++) dst[d * 16] = 0.f;
+                memset(vd, 0, (size_t)D * 4);
+            }
+        }
+    }
+}
+
+/* ---- micro-kernels: R query rows x 4 groups of 16 ----------------------------- */
+
+/* S[R][64] = Qt[R][D] . K[64 keys]^T (bf16 pairs) */
+static inline void qk_bf16(const uint32_t *q, int64_t D, const __m512bh *kp, float *s) {
+    __m512 c[R][4];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < 4; j++) c[i][j] = _mm512_setzero_ps();
+    const int64_t dp2 = D / 2;
+    for (int64_t dp = 0; dp < dp2; dp++) {
+        __m512bh k0 = kp[0 * dp2 + dp], k1 = kp[1 * dp2 + dp], k2 = kp[2 * dp2 + dp],
+                 k3 = kp[3 * dp2 + dp];
+        for (int i = 0; i < R; i++) {
+            __m512bh b = (__m512bh)_mm512_set1_epi32((int)q[i * dp2 + dp]);
+            c[i][0] = _mm512_dpbf16_ps(c[i][0], b, k0);
+            c[i][1] = _mm512_dpbf16_ps(c[i][1], b, k1);
+            c[i][2] = _mm512_dpbf16_ps(c[i][2], b, k2);
+            c[i][3] = _mm512_dpbf16_ps(c[i][3], b, k3);
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < 4; j++) _mm512_storeu_ps(s + i * BK + 16 * j, c[i][j]);
+}
+
+static inline void qk_f32(const float *q, int64_t D, const float *kp, float *s) {
+    __m512 c[R][4];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < 4; j++) c[i][j] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d++) {
+        __m512 k0 = _mm512_loadu_ps(kp + (0 * D + d) * 16), k1 = _mm512_loadu_ps(kp + (1 * D + d) * 16),
+               k2 = _mm512_loadu_ps(kp + (2 * D + d) * 16), k3 = _mm512_loadu_ps(kp + (3 * D + d) * 16);
+        for (int i = 0; i < R; i++) {
+            __m512 b = _mm512_set1_ps(q[i * D + d]);
+            c[i][0] = _mm512_fmadd_ps(b, k0, c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(b, k1, c[i][1]);
+            c[i][2] = _mm512_fmadd_ps(b, k2, c[i][2]);
+            c[i][3] = _mm512_fmadd_ps(b, k3, c[i][3]);
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < 4; j++) _mm512_storeu_ps(s + i * BK + 16 * j, c[i][j]);
+}
+
+/* O[R][d0 : d0+32*C/2] = alpha * O + P[R][BK] . V[BK][...] for C chunks of 16 dims */
+#define PV_BF16(C)                                                                          \
+    static inline void pv_bf16_##C(const uint32_t *p, const __m512bh *vp, int64_t D, int64_t d0, \
+                                   float *o, const float *alpha) {                          \
+        __m512 c[R][C];                                                                     \
+        for (int i = 0; i < R; i++) {                                                       \
+            __m512 al = _mm512_set1_ps(alpha[i]);                                           \
+            for (int j = 0; j < C; j++)                                                     \
+                c[i][j] = _mm512_mul_ps(al, _mm512_loadu_ps(o + i * D + d0 + 16 * j));      \
+        }                                                                                   \
+        const int64_t dv = D / 16; /* zmm per key pair */                                   \
+        for (int64_t kp = 0; kp < BK / 2; kp++) {                                           \
+            __m512bh v[C];                                                                  \
+            for (int j = 0; j < C; j++) v[j] = vp[kp * dv + d0 / 16 + j];                   \
+            for (int i = 0; i < R; i++) {                                                   \
+                __m512bh b = (__m512bh)_mm512_set1_epi32((int)p[i * (BK / 2) + kp]);        \
+                for (int j = 0; j < C; j++) c[i][j] = _mm512_dpbf16_ps(c[i][j], b, v[j]);   \
+            }                                                                               \
+        }                                                                                   \
+        for (int i = 0; i < R; i++)                                                         \
+            for (int j = 0; j < C; j++) _mm512_storeu_ps(o + i * D + d0 + 16 * j, c[i][j]); \
+    }
+PV_BF16(4)
+PV_BF16(2)
+
+#define PV_F32(C)                                                                           \
+    static inline void pv_f32_##C(const float *p, const float *vp, int64_t D, int64_t d0,  \
+                                  float *o, const float *alpha) {                           \
+        __m512 c[R][C];                                                                     \
+        for (int i = 0; i < R; i++) {                                                       \
+            __m512 al = _mm512_set1_ps(alpha[i]);                                           \
+            for (int j = 0; j < C; j++)                                                     \
+                c[i][j] = _mm512_mul_ps(al, _mm512_loadu_ps(o + i * D + d0 + 16 * j));      \
+        }                                                                                   \
+        for (int64_t k = 0; k < BK; k++) {                                                  \
+            __m512 v[C];                                                                    \
+            for (int j = 0; j < C; j++) v[j] = _mm512_loadu_ps(vp + k * D + d0 + 16 * j);   \
+            for (int i = 0; i < R; i++) {                                                   \
+                __m512 b = _mm512_set1_ps(p[i * BK + k]);                                   \
+                for (int j = 0; j < C; j++) c[i][j] = _mm512_fmadd_ps(b, v[j], c[i][j]);    \
+            }                                                                               \
+        }                                                                                   \
+        for (int i = 0; i < R; i++)                                                         \
+            for (int j = 0; j < C; j++) _mm512_storeu_ps(o + i * D + d0 + 16 * j, c[i][j]); \
+    }
+PV_F32(4)
+PV_F32(2)
+
+/* e^x for the softmax: same polynomial as the element-wise kernels; x < -87.3 -> 0. */
+static inline __m512 exp512(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.33654f);
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.72283f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), p, _mm512_castsi512_ps(e));
+}
+
+/* Online softmax over one block of `nb` valid keys (lanes past nb masked). */
+static void softmax_block(tiles *t, int64_t nb, float scale, int bf16) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int i = 0; i < BQ; i++) {
+        float *s = t->s + i * BK;
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int64_t c = 0; c < BK; c += 16) {
+            __mmask16 k = nb - c >= 16 ? 0xffff : nb > c ? (__mmask16)((1u << (nb - c)) - 1u) : 0;
+            mx = _mm512_mask_max_ps(mx, k, mx, _mm512_mul_ps(_mm512_loadu_ps(s + c), vs));
+        }
+        float m_old = t->m[i], m_new = fmaxf(m_old, _mm512_reduce_max_ps(mx));
+        t->alpha[i] = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
+        __m512 vm = _mm512_set1_ps(m_new), sum = _mm512_setzero_ps();
+        for (int64_t c = 0; c < BK; c += 16) {
+            __mmask16 k = nb - c >= 16 ? 0xffff : nb > c ? (__mmask16)((1u << (nb - c)) - 1u) : 0;
+            __m512 p = _mm512_maskz_mov_ps(k, exp512(_mm512_fmsub_ps(_mm512_loadu_ps(s + c), vs, vm)));
+            sum = _mm512_add_ps(sum, p);
+            if (bf16)
+                _mm256_storeu_si256((__m256i *)((uint16_t *)t->p + i * BK + c), (__m256i)_mm512_cvtneps_pbh(p));
+            else
+                _mm512_storeu_ps((float *)t->p + i * BK + c, p);
+        }
+        t->l[i] = t->l[i] * t->alpha[i] + _mm512_reduce_add_ps(sum);
+        t->m[i] = m_new;
+    }
+}
+
+static void run_block(const dl_attn_args *a, int64_t h, int64_t q0, tiles *t) {
+    const int64_t D = a->head_dim, nq = a->sq - q0 < BQ ? a->sq - q0 : BQ;
+    const int64_t n = a->kv_end - a->kv_begin, np = kv_padded(a);
+    const int bf16 = a->dt == DL_BF16;
+    const size_t es = dl_dtype_size(a->dt);
+    /* query tile, zero rows past the end */
+    for (int64_t i = 0; i < BQ; i++) {
+        char *dst = (char *)t->qt + (size_t)(i * D) * es;
+        if (i < nq)
+            memcpy(dst, (const char *)a->q + (size_t)((q0 + i) * a->q_stride + h * D) * es, (size_t)D * es);
+        else
+            memset(dst, 0, (size_t)D * es);
+    }
+    memset(t->o, 0, (size_t)(BQ * D) * 4);
+    for (int i = 0; i < BQ; i++) {
+        t->m[i] = -INFINITY;
+        t->l[i] = 0.f;
+    }
+    for (int64_t kb = 0; kb < np; kb += BK) {
+        int64_t nb = n - kb < BK ? n - kb : BK;
+        for (int64_t r0 = 0; r0 < BQ; r0 += R)
+            for (int64_t g = 0; g < BK / 16; g += 4) {
+                if (bf16)
+                    qk_bf16((const uint32_t *)t->qt + r0 * (D / 2), D,
+                            (const __m512bh *)t->kp + (kb / 16 + g) * (D / 2), t->s + r0 * BK + g * 16);
+                else
+                    qk_f32((const float *)t->qt + r0 * D, D, (const float *)t->kp + (kb / 16 + g) * D * 16,
+                           t->s + r0 * BK + g * 16);
+            }
+        softmax_block(t, nb, a->scale, bf16);
+        for (int64_t r0 = 0; r0 < BQ; r0 += R) {
+            if (bf16) {
+                const uint32_t *p = (const uint32_t *)((uint16_t *)t->p + r0 * BK);
+                const __m512bh *vp = (const __m512bh *)t->vp + (kb / 2) * (D / 16);
+                int64_t d0 = 0;
+                for (; d0 + 64 <= D; d0 += 64) pv_bf16_4(p, vp, D, d0, t->o + r0 * D, t->alpha + r0);
+                for (; d0 < D; d0 += 32) pv_bf16_2(p, vp, D, d0, t->o + r0 * D, t->alpha + r0);
+            } else {
+                const float *p = (const float *)t->p + r0 * BK;
+                const float *vp = (const float *)t->vp + kb * D;
+                int64_t d0 = 0;
+                for (; d0 + 64 <= D; d0 += 64) pv_f32_4(p, vp, D, d0, t->o + r0 * D, t->alpha + r0);
+                for (; d0 < D; d0 += 32) pv_f32_2(p, vp, D, d0, t->o + r0 * D, t->alpha + r0);
+            }
+        }
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        int64_t q = q0 + i;
+        const float *o = t->o + i * D;
+        if (a->o_part) {
+            memcpy(a->o_part + (q * a->heads + h) * D, o, (size_t)D * 4);
+            a->m[h * a->sq + q] = t->m[i];
+            a->l[h * a->sq + q] = t->l[i];
+        } else {
+            __m512 inv = _mm512_set1_ps(t->l[i] > 0.f ? 1.f / t->l[i] : 0.f);
+            char *dst = (char *)a->out + (size_t)(q * a->out_stride + h * D) * es;
+            for (int64_t d = 0; d < D; d += 16) {
+                __m512 v = _mm512_mul_ps(_mm512_loadu_ps(o + d), inv);
+                if (bf16)
+                    _mm256_storeu_si256((__m256i *)((uint16_t *)dst + d), (__m256i)_mm512_cvtneps_pbh(v));
+                else
+                    _mm512_storeu_ps((float *)dst + d, v);
+            }
+        }
+    }
+}
+
+void dl_attn_avx512_t(const dl_attn_args *a, void *scratch, int ith, int nth) {
+    tiles t = {0};
+    carve(&t, a, scratch);
+    const int64_t nqb = (a->sq + BQ - 1) / BQ;
+    int64_t w0, w1, packed = -1;
+    dl_split(a->heads * nqb, ith, nth, &w0, &w1);
+    for (int64_t w = w0; w < w1; w++) {
+        int64_t h = w / nqb, qb = w % nqb;
+        if (h != packed) {
+            pack_head(a, h, &t);
+            packed = h;
+        }
+        run_block(a, h, qb * BQ, &t);
+    }
+}

@@ -1,0 +1,95 @@
+/* Base layer: status messages, arena bounds, hashing, atomic files, mmap, CPU
+ * features, the thread split. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "difflet/base.h"
+#include "test_util.h"
+
+static void test_status(void) {
+    dl_status s = dl_fail(DL_ERR_IO, "cannot open %s", "x.bin");
+    CHECK(s == DL_ERR_IO, "dl_fail returns its status");
+    CHECK(!strcmp(dl_last_error(), "cannot open x.bin"), "message: %s", dl_last_error());
+    CHECK(!strcmp(dl_status_str(DL_ERR_FORMAT), "malformed input"), "status name");
+}
+
+static void test_arena(void) {
+    dl_arena *a;
+    CHECK(dl_arena_new(&a, 1000) == DL_OK, "arena new");
+    void *p = dl_arena_alloc(a, 10), *q = dl_arena_alloc(a, 100);
+    CHECK(p && q && ((uintptr_t)p % 64) == 0 && ((uintptr_t)q % 64) == 0, "64-byte aligned slices");
+    CHECK((char *)q - (char *)p == 64, "slices packed at alignment: %td", (char *)q - (char *)p);
+    CHECK(dl_arena_alloc(a, 1 << 20) == NULL, "over capacity returns NULL");
+    CHECK(strstr(dl_last_error(), "arena") != NULL, "and says why: %s", dl_last_error());
+    size_t used = dl_arena_used(a);
+    dl_arena_reset(a);
+    CHECK(used == 64 + 128 && dl_arena_used(a) == 0, "reset: used was %zu", used);
+    dl_arena_free(a);
+}
+
+static void test_hash(void) {
+    const char *s = "difflet";
+    uint64_t h1 = dl_hash64(s, 7, 0), h2 = dl_hash64(s, 7, 0), h3 = dl_hash64(s, 7, 1);
+    CHECK(h1 == h2 && h1 != h3, "deterministic, seeded");
+    CHECK(dl_hash64("difflea", 7, 0) != h1, "content changes the hash");
+    dl_hasher *h = dl_hasher_new(0);
+    dl_hasher_update(h, "diff", 4);
+    dl_hasher_update(h, "let", 3);
+    CHECK(dl_hasher_digest(h) == h1, "streaming equals one-shot");
+    dl_hasher_free(h);
+}
+
+static void test_files(void) {
+    char dir[] = "/tmp/difflet_test_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char path[256];
+    snprintf(path, sizeof path, "%s/f.bin", dir);
+    CHECK(dl_file_write_atomic(path, "hello", 5) == DL_OK, "atomic write: %s", dl_last_error());
+    CHECK(dl_file_write_atomic(path, "world!", 6) == DL_OK, "atomic overwrite");
+    char *data;
+    size_t len;
+    CHECK(dl_file_read(path, 100, &data, &len) == DL_OK && len == 6 && !strcmp(data, "world!"), "read back");
+    free(data);
+    CHECK(dl_file_read(path, 3, &data, &len) == DL_ERR_INVALID, "size limit enforced");
+    CHECK(dl_file_read("/nonexistent/x", 3, &data, &len) == DL_ERR_IO, "missing file is an I/O error");
+    CHECK(strstr(dl_last_error(), "/nonexistent/x") != NULL, "message names the file");
+    dl_mmap m;
+    CHECK(dl_mmap_open(&m, path) == DL_OK && m.len == 6 && !memcmp(m.data, "world!", 6), "mmap");
+    dl_mmap_close(&m);
+    CHECK(dl_file_write_atomic("/nonexistent/dir/f", "x", 1) == DL_ERR_IO, "atomic write into a missing dir fails");
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_cpu_and_split(void) {
+    const dl_cpu_features *f = dl_cpu();
+    CHECK(!f->avx512_bf16 || f->avx512f, "bf16 implies avx512f");
+    CHECK(!f->avx512f || f->avx2_fma, "avx512 implies avx2");
+    dl_isa isa = dl_kernel_isa();
+    dl_set_kernel_isa(DL_ISA_REF);
+    CHECK(dl_kernel_isa() == DL_ISA_REF, "override to ref");
+    dl_set_kernel_isa(isa);
+    for (int nth = 1; nth <= 7; nth++) {
+        int64_t covered = 0, prev_end = 0;
+        for (int ith = 0; ith < nth; ith++) {
+            int64_t b, e;
+            dl_split(23, ith, nth, &b, &e);
+            CHECK(b == prev_end && e >= b, "contiguous split");
+            covered += e - b;
+            prev_end = e;
+        }
+        CHECK(covered == 23, "split covers everything (nth=%d)", nth);
+    }
+    double t0 = dl_now(), t1 = dl_now();
+    CHECK(t1 >= t0, "monotonic clock");
+}
+
+int main(void) {
+    test_status();
+    test_arena();
+    test_hash();
+    test_files();
+    test_cpu_and_split();
+    return test_done("test_base");
+}

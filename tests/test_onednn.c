@@ -1,0 +1,147 @@
+/* oneDNN matmul and convolution against naive loops in double: f32 (1e-5 of the
+ * largest output), bf16 inputs with f32 output (1e-5 relative: only the
+ * accumulation order differs from the double reference on the same bf16 values,
+ * up to K * 2^-24), bf16 output (one rounding: 2^-8 relative); fused activations;
+ * leading dimensions; conv2d/conv3d with stride and padding; bad shapes refused. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difflet/check.h"
+#include "difflet/kernels.h"
+#include "kernels/kernels_impl.h"
+#include "test_util.h"
+
+static double act_d(dl_act a, double v) {
+    switch (a) {
+    case DL_ACT_GELU_TANH: return 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    case DL_ACT_GELU_ERF: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
+    case DL_ACT_SILU: return v / (1 + exp(-v));
+    default: return v;
+    }
+}
+
+static void test_matmul(void) {
+    static const int64_t shapes[][3] = {{1, 1, 1}, {37, 70, 45}, {64, 128, 96}, {130, 33, 257}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int cfg = 0; cfg < 3; cfg++) { /* f32; bf16 -> f32; bf16 -> bf16 */
+            int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+            dl_dtype dt = cfg ? DL_BF16 : DL_F32, ddt = cfg == 2 ? DL_BF16 : DL_F32;
+            int64_t ldx = K + 3, ldy = N + 5;
+            dl_act act = (dl_act)((si + (size_t)cfg) % 4);
+            float *w = malloc((size_t)(N * K) * 4), *bias = malloc((size_t)N * 4);
+            void *x = malloc((size_t)(M * ldx) * 4), *y = malloc((size_t)(M * ldy) * 4);
+            dl_fill_uniform(DL_F32, w, N * K, -0.5f, 0.5f, 1 + si);
+            dl_fill_uniform(DL_F32, bias, N, -1.f, 1.f, 2 + si);
+            dl_fill_uniform(dt, x, M * ldx, -1.f, 1.f, 3 + si);
+            dl_matmul *mm;
+            dl_matmul_desc d = {.m = M, .k = K, .n = N, .dt = dt, .dst_dt = ddt, .act = act, .ldx = ldx, .ldy = ldy};
+            CHECK(dl_matmul_new(&mm, &d, w, DL_F32, bias) == DL_OK, "matmul new: %s", dl_last_error());
+            CHECK(dl_matmul_run(mm, x, y) == DL_OK, "matmul run: %s", dl_last_error());
+            double worst = 0, mx = 0;
+            double *ref = malloc((size_t)(M * N) * sizeof(double));
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double acc = bias[j];
+                    for (int64_t k = 0; k < K; k++) {
+                        double wv = dt == DL_BF16 ? dl_bf16_to_f32(dl_f32_to_bf16(w[j * K + k])) : w[j * K + k];
+                        acc += (double)dl_load1(dt, x, i * ldx + k) * wv;
+                    }
+                    ref[i * N + j] = act_d(act, acc);
+                    mx = fmax(mx, fabs(ref[i * N + j]));
+                }
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double g = dl_load1(ddt, y, i * ldy + j), r = ref[i * N + j];
+                    double allow = ddt == DL_BF16 ? fabs(r) / 256 + 1e-5 * mx : 1e-5 * mx + 1e-7;
+                    worst = fmax(worst, fabs(g - r) / allow);
+                }
+            CHECK(worst <= 1.0, "matmul %lldx%lldx%lld %s->%s act %s: %.2fx bound", (long long)M, (long long)K,
+                  (long long)N, dl_dtype_name(dt), dl_dtype_name(ddt), dl_act_name(act), worst);
+            CHECK(dl_matmul_weight_bytes(mm) >= (size_t)(N * K) * dl_dtype_size(dt), "packed weights size");
+            dl_matmul_free(mm);
+            free(w), free(bias), free(x), free(y), free(ref);
+        }
+    dl_matmul *mm;
+    dl_matmul_desc bad = {.m = 0, .k = 4, .n = 4, .dt = DL_F32, .dst_dt = DL_F32};
+    float w[16] = {0};
+    CHECK(dl_matmul_new(&mm, &bad, w, DL_F32, NULL) == DL_ERR_INVALID && mm == NULL, "M=0 refused");
+    bad.m = 4;
+    bad.dt = DL_F16;
+    CHECK(dl_matmul_new(&mm, &bad, w, DL_F32, NULL) == DL_ERR_UNSUPPORTED, "f16 compute refused: %s", dl_last_error());
+}
+
+static void test_conv(void) {
+    static const dl_conv_desc cases[] = {
+        {.ndim = 2, .cin = 5, .cout = 7, .in = {9, 11}, .kernel = {3, 3}, .stride = {1, 1}, .pad = {1, 1}, .dt = DL_F32},
+        {.ndim = 2, .cin = 4, .cout = 3, .in = {10, 7}, .kernel = {3, 3}, .stride = {2, 2}, .pad = {0, 0}, .dt = DL_F32},
+        {.ndim = 2, .cin = 16, .cout = 8, .in = {6, 6}, .kernel = {1, 1}, .stride = {1, 1}, .pad = {0, 0}, .dt = DL_BF16},
+        {.ndim = 3, .cin = 3, .cout = 4, .in = {4, 5, 6}, .kernel = {3, 3, 3}, .stride = {1, 1, 1}, .pad = {1, 1, 1}, .dt = DL_F32},
+        {.ndim = 2, .cin = 32, .cout = 16, .in = {8, 8}, .kernel = {3, 3}, .stride = {1, 1}, .pad = {1, 1}, .dt = DL_BF16},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const dl_conv_desc *d = &cases[ci];
+        int nd = d->ndim;
+        int64_t in[3] = {1, 1, 1}, ks[3] = {1, 1, 1}, st[3] = {1, 1, 1}, pd[3] = {0, 0, 0}, out[3] = {1, 1, 1};
+        for (int i = 0; i < nd; i++) { /* right-align into (D, H, W) */
+            int j = 3 - nd + i;
+            in[j] = d->in[i], ks[j] = d->kernel[i], st[j] = d->stride[i], pd[j] = d->pad[i];
+            out[j] = dl_conv_out_dim(d, i);
+        }
+        int64_t isz = in[0] * in[1] * in[2], osz = out[0] * out[1] * out[2], ksz = ks[0] * ks[1] * ks[2];
+        float *w = malloc((size_t)(d->cout * d->cin * ksz) * 4), *b = malloc((size_t)d->cout * 4);
+        void *x = malloc((size_t)(d->cin * isz) * 4), *y = malloc((size_t)(d->cout * osz) * 4);
+        dl_fill_uniform(DL_F32, w, d->cout * d->cin * ksz, -0.3f, 0.3f, 11);
+        dl_fill_uniform(DL_F32, b, d->cout, -1.f, 1.f, 12);
+        dl_fill_uniform(d->dt, x, d->cin * isz, -1.f, 1.f, 13);
+        dl_conv *c;
+        CHECK(dl_conv_new(&c, d, w, DL_F32, b) == DL_OK, "conv new: %s", dl_last_error());
+        CHECK(dl_conv_run(c, x, y) == DL_OK, "conv run: %s", dl_last_error());
+        double worst = 0, mx = 0;
+        double *ref = calloc((size_t)(d->cout * osz), sizeof(double));
+        for (int64_t co = 0; co < d->cout; co++)
+            for (int64_t o0 = 0; o0 < out[0]; o0++)
+                for (int64_t o1 = 0; o1 < out[1]; o1++)
+                    for (int64_t o2 = 0; o2 < out[2]; o2++) {
+                        double acc = b[co];
+                        for (int64_t cj = 0; cj < d->cin; cj++)
+                            for (int64_t k0 = 0; k0 < ks[0]; k0++)
+                                for (int64_t k1 = 0; k1 < ks[1]; k1++)
+                                    for (int64_t k2 = 0; k2 < ks[2]; k2++) {
+                                        int64_t i0 = o0 * st[0] - pd[0] + k0, i1 = o1 * st[1] - pd[1] + k1,
+                                                i2 = o2 * st[2] - pd[2] + k2;
+                                        if (i0 < 0 || i1 < 0 || i2 < 0 || i0 >= in[0] || i1 >= in[1] || i2 >= in[2]) continue;
+                                        float wv = w[((co * d->cin + cj) * ks[0] + k0) * ks[1] * ks[2] + k1 * ks[2] + k2];
+                                        if (d->dt == DL_BF16) wv = dl_bf16_to_f32(dl_f32_to_bf16(wv));
+                                        acc += (double)wv * dl_load1(d->dt, x, cj * isz + (i0 * in[1] + i1) * in[2] + i2);
+                                    }
+                        int64_t oi = co * osz + (o0 * out[1] + o1) * out[2] + o2;
+                        ref[oi] = acc;
+                        mx = fmax(mx, fabs(acc));
+                    }
+        for (int64_t i = 0; i < d->cout * osz; i++) {
+            double g = dl_load1(d->dt, y, i);
+            double allow = d->dt == DL_BF16 ? fabs(ref[i]) / 256 + 1e-5 * mx : 1e-5 * mx;
+            worst = fmax(worst, fabs(g - ref[i]) / allow);
+        }
+        CHECK(worst <= 1.0, "conv%dd case %zu %s: %.2fx bound", nd, ci, dl_dtype_name(d->dt), worst);
+        dl_conv_free(c);
+        free(w), free(b), free(x), free(y), free(ref);
+    }
+    dl_conv *c;
+    dl_conv_desc bad = cases[0];
+    bad.in[0] = 1;
+    bad.pad[0] = 0; /* kernel 3 > input 1 */
+    float w[7 * 5 * 9] = {0};
+    CHECK(dl_conv_new(&c, &bad, w, DL_F32, NULL) == DL_ERR_INVALID, "kernel larger than input refused: %s", dl_last_error());
+    bad = cases[0];
+    bad.ndim = 4;
+    CHECK(dl_conv_new(&c, &bad, w, DL_F32, NULL) == DL_ERR_INVALID, "ndim 4 refused");
+}
+
+int main(void) {
+    printf("oneDNN %s\n", dl_onednn_version());
+    test_matmul();
+    test_conv();
+    return test_done("test_onednn");
+}
