@@ -43,6 +43,8 @@ static inline void store_bf16x8(uint16_t *p, __m256 v) {
 #define V_MIN _mm256_min_ps
 #define V_MAX _mm256_max_ps
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define V_FNMA(a, b, c) _mm256_fnmadd_ps(a, b, c) /* c - a*b */
+#define V_RCP_EST(d) _mm256_rcp_ps(d)
 #define V_HSUM(v) hsum8(v)
 #define V_HMAX(v) hmax8(v)
 #define V_ABS(v) _mm256_andnot_ps(_mm256_set1_ps(-0.f), v)
@@ -50,7 +52,11 @@ static inline void store_bf16x8(uint16_t *p, __m256 v) {
 #define V_ROUND(v) _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define V_CVT_I(v) _mm256_cvtps_epi32(v)
 #define V_POW2I(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23))
-#define V_KEEP_GE(x, t, v) _mm256_and_ps(_mm256_cmp_ps(x, t, _CMP_GE_OQ), v)
+#define V_EXP_LO (-87.33654f)
+/* p * 2^n by exponent arithmetic; inputs below V_EXP_LO give 0 */
+#define V_SCALE2(x, p, n)                                                             \
+    _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(V_EXP_LO), _CMP_GE_OQ),             \
+                  _mm256_mul_ps(p, V_POW2I(V_CVT_I(n))))
 #define V_LOAD_BF16(p)                                                                \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define V_STORE_BF16(p, v) store_bf16x8(p, v)

@@ -16,15 +16,18 @@ typedef __m512 vf;
 #define V_MIN _mm512_min_ps
 #define V_MAX _mm512_max_ps
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define V_FNMA(a, b, c) _mm512_fnmadd_ps(a, b, c) /* c - a*b */
+#define V_RCP_EST(d) _mm512_rcp14_ps(d)
 #define V_HSUM(v) _mm512_reduce_add_ps(v)
 #define V_HMAX(v) _mm512_reduce_max_ps(v)
 #define V_ABS(v) _mm512_abs_ps(v)
 #define V_COPYSIGN(mag, sgn)                                                          \
     _mm512_or_ps(mag, _mm512_and_ps(sgn, _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u))))
 #define V_ROUND(v) _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define V_CVT_I(v) _mm512_cvtps_epi32(v)
-#define V_POW2I(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23))
-#define V_KEEP_GE(x, t, v) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, t, _CMP_GE_OQ), v)
+/* vscalefps handles subnormal results and underflow to 0: clamp low enough that
+ * e^x for x = -inf comes out exactly 0 */
+#define V_EXP_LO (-104.f)
+#define V_SCALE2(x, p, n) _mm512_scalef_ps(p, n)
 #define V_LOAD_BF16(p)                                                                \
     _mm512_castsi512_ps(_mm512_slli_epi32(                                            \
         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
