@@ -5,7 +5,7 @@ BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all build deps test test-asan bench demo clean
+.PHONY: all build deps test test-asan bench demo clean tools-venv
 
 all: build
 
@@ -34,3 +34,13 @@ demo: deps build
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)
+
+# Python tools (test vectors, training, peer benchmarks): a virtualenv under tools/,
+# never needed at run time or in CI.
+TOOLS_VENV ?= tools/venv
+tools-venv: $(TOOLS_VENV)/.ok
+$(TOOLS_VENV)/.ok: tools/requirements.txt
+	python3 -m venv $(TOOLS_VENV)
+	$(TOOLS_VENV)/bin/pip install -q --upgrade pip
+	$(TOOLS_VENV)/bin/pip install -q -r tools/requirements.txt
+	touch $@

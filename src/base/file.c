@@ -12,22 +12,31 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Open `path` read-only and check it is a regular file; fills *fd and *size. */
+static dl_status open_regular(const char *path, int *fd, size_t *size) {
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) return dl_fail(DL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(*fd);
+        *fd = -1;
+        return dl_fail(DL_ERR_IO, "%s is not a regular file", path);
+    }
+    *size = (size_t)st.st_size;
+    return DL_OK;
+}
+
 dl_status dl_file_read(const char *path, size_t max_bytes, char **data, size_t *len) {
     *data = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dl_fail(DL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int fd;
+    size_t n;
+    dl_status s = open_regular(path, &fd, &n);
+    if (s != DL_OK) return s;
+    if (n > max_bytes) {
         close(fd);
-        return dl_fail(DL_ERR_IO, "%s is not a regular file", path);
+        return dl_fail(DL_ERR_INVALID, "%s is %zu bytes, more than the %zu allowed", path, n, max_bytes);
     }
-    if ((size_t)st.st_size > max_bytes) {
-        close(fd);
-        return dl_fail(DL_ERR_INVALID, "%s is %lld bytes, more than the %zu allowed", path,
-                       (long long)st.st_size, max_bytes);
-    }
-    size_t n = (size_t)st.st_size;
     char *buf = malloc(n + 1);
     if (!buf) {
         close(fd);
@@ -112,22 +121,19 @@ int dl_file_exists(const char *path) {
 dl_status dl_mmap_open(dl_mmap *m, const char *path) {
     m->data = NULL;
     m->len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dl_fail(DL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return dl_fail(DL_ERR_IO, "%s is not a regular file", path);
-    }
-    if (st.st_size == 0) { /* mmap of length 0 fails; an empty file is a valid empty map */
+    int fd;
+    size_t n;
+    dl_status s = open_regular(path, &fd, &n);
+    if (s != DL_OK) return s;
+    if (n == 0) { /* mmap of length 0 fails; an empty file is a valid empty map */
         close(fd);
         return DL_OK;
     }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return dl_fail(DL_ERR_IO, "mmap %s: %s", path, strerror(errno));
     m->data = p;
-    m->len = (size_t)st.st_size;
+    m->len = n;
     return DL_OK;
 }
 
