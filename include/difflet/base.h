@@ -98,6 +98,17 @@ dl_status dl_file_read(const char *path, size_t max_bytes, char **data, size_t *
 dl_status dl_file_write_atomic(const char *path, const void *data, size_t len);
 int dl_file_exists(const char *path);
 
+/* The same, streamed: open a temporary file beside `path`, write pieces, then
+ * commit (fsync, rename, fsync the directory) or abort (unlink). */
+typedef struct {
+    int fd;
+    char *tmp, *path;
+} dl_atomic_file;
+dl_status dl_atomic_open(dl_atomic_file *f, const char *path);
+dl_status dl_atomic_write(dl_atomic_file *f, const void *data, size_t len);
+dl_status dl_atomic_commit(dl_atomic_file *f);
+void dl_atomic_abort(dl_atomic_file *f);
+
 /* A read-only shared mapping of a whole file. Several processes mapping the same
  * file share its pages. */
 typedef struct {

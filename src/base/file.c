@@ -73,34 +73,55 @@ static int write_all(int fd, const void *data, size_t len) {
     return 0;
 }
 
-dl_status dl_file_write_atomic(const char *path, const void *data, size_t len) {
+dl_status dl_atomic_open(dl_atomic_file *f, const char *path) {
     size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp) return dl_fail(DL_ERR_NOMEM, "out of memory");
-    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        dl_status s = dl_fail(DL_ERR_IO, "cannot create a temporary file beside %s: %s", path,
-                              strerror(errno));
-        free(tmp);
+    f->fd = -1;
+    f->path = strdup(path);
+    f->tmp = malloc(plen + 16);
+    if (!f->path || !f->tmp) {
+        free(f->path), free(f->tmp);
+        f->path = f->tmp = NULL;
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    }
+    snprintf(f->tmp, plen + 16, "%s.tmpXXXXXX", path);
+    f->fd = mkstemp(f->tmp);
+    if (f->fd < 0) {
+        dl_status s = dl_fail(DL_ERR_IO, "cannot create a temporary file beside %s: %s", path, strerror(errno));
+        free(f->path), free(f->tmp);
+        f->path = f->tmp = NULL;
         return s;
     }
-    if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
-        dl_status s = dl_fail(DL_ERR_IO, "write %s: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        free(tmp);
+    return DL_OK;
+}
+
+dl_status dl_atomic_write(dl_atomic_file *f, const void *data, size_t len) {
+    if (write_all(f->fd, data, len) != 0) return dl_fail(DL_ERR_IO, "write %s: %s", f->tmp, strerror(errno));
+    return DL_OK;
+}
+
+void dl_atomic_abort(dl_atomic_file *f) {
+    if (f->fd >= 0) close(f->fd);
+    if (f->tmp) unlink(f->tmp);
+    free(f->tmp), free(f->path);
+    f->fd = -1;
+    f->tmp = f->path = NULL;
+}
+
+dl_status dl_atomic_commit(dl_atomic_file *f) {
+    if (fsync(f->fd) != 0) {
+        dl_status s = dl_fail(DL_ERR_IO, "fsync %s: %s", f->tmp, strerror(errno));
+        dl_atomic_abort(f);
         return s;
     }
-    close(fd);
-    if (rename(tmp, path) != 0) {
-        dl_status s = dl_fail(DL_ERR_IO, "rename %s to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
+    close(f->fd);
+    f->fd = -1;
+    if (rename(f->tmp, f->path) != 0) {
+        dl_status s = dl_fail(DL_ERR_IO, "rename %s to %s: %s", f->tmp, f->path, strerror(errno));
+        dl_atomic_abort(f);
         return s;
     }
-    /* fsync the directory so the rename itself survives a power loss. */
-    char *dcopy = strdup(path);
+    /* fsync the directory so the rename itself survives a power loss */
+    char *dcopy = strdup(f->path);
     if (dcopy) {
         int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dfd >= 0) {
@@ -109,8 +130,20 @@ dl_status dl_file_write_atomic(const char *path, const void *data, size_t len) {
         }
         free(dcopy);
     }
-    free(tmp);
+    free(f->tmp), free(f->path);
+    f->tmp = f->path = NULL;
     return DL_OK;
+}
+
+dl_status dl_file_write_atomic(const char *path, const void *data, size_t len) {
+    dl_atomic_file f;
+    dl_status s = dl_atomic_open(&f, path);
+    if (s != DL_OK) return s;
+    if ((s = dl_atomic_write(&f, data, len)) != DL_OK) {
+        dl_atomic_abort(&f);
+        return s;
+    }
+    return dl_atomic_commit(&f);
 }
 
 int dl_file_exists(const char *path) {

@@ -3,5 +3,6 @@
 #define DIFFLET_CLI_H
 
 int cli_bench_kernels(int argc, char **argv);
+int cli_inspect(int argc, char **argv);
 
 #endif

@@ -18,6 +18,8 @@ static void usage(FILE *f) {
             "                       attention against its reference\n"
             "  bench kernels        matmul / attention / element-wise throughput, as ratios to\n"
             "                       same-run oneDNN matmul and memcpy  [--json FILE] [--quick]\n"
+            "  inspect PATH         validate and summarise a diffusers model folder or a\n"
+            "                       safetensors checkpoint (file or .index.json)\n"
             "  version              engine version, kernel path, oneDNN version\n"
             "\n"
             "environment: DIFFLET_KERNELS=ref|avx2|avx512  DIFFLET_LOG=debug|info|warn|error\n"
@@ -93,6 +95,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "selfcheck")) return cmd_selfcheck();
+    if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {
             fprintf(stderr, "difflet: bench needs a target: kernels\n");

@@ -1,0 +1,123 @@
+/* difflet io: safetensors checkpoints (one file or sharded through an index) and
+ * model folders in the diffusers layout (model_index.json + one folder per
+ * component with config.json and weights).
+ *
+ * Everything read from disk is validated before use; a malformed file is an error
+ * with a one-line message naming the file (and tensor), never a crash. */
+#ifndef DIFFLET_IO_H
+#define DIFFLET_IO_H
+
+#include "difflet/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- safetensors ----------------------------------------------------------------- */
+
+/* Every dtype the safetensors format names; only F32/F16/BF16 are computed with,
+ * the others are parsed (checkpoints carry e.g. int64 position ids) and refused
+ * only when read as floats. */
+typedef enum {
+    DL_ST_F32, DL_ST_F16, DL_ST_BF16, DL_ST_F64, DL_ST_I64, DL_ST_I32, DL_ST_I16, DL_ST_I8,
+    DL_ST_U64, DL_ST_U32, DL_ST_U16, DL_ST_U8, DL_ST_BOOL, DL_ST_F8_E4M3, DL_ST_F8_E5M2,
+    DL_ST_COUNT
+} dl_st_dtype;
+
+const char *dl_st_dtype_name(dl_st_dtype dt); /* "F32", ... */
+size_t dl_st_dtype_size(dl_st_dtype dt);
+
+#define DL_ST_MAX_DIMS 8
+/* Header larger than this is refused before it is read (the format's own limit). */
+#define DL_ST_MAX_HEADER (100u << 20)
+
+typedef struct {
+    const char *name;
+    dl_st_dtype dtype;
+    int ndim;
+    int64_t shape[DL_ST_MAX_DIMS];
+    int64_t numel;
+    const uint8_t *data; /* inside the read-only mapping; NOT aligned in general */
+    size_t nbytes;
+    const char *file; /* the file it came from, for messages */
+} dl_st_tensor;
+
+/* A checkpoint: one .safetensors file, or the shards named by a
+ * *.safetensors.index.json, all mapped read-only. Tensors are sorted by name. */
+typedef struct dl_checkpoint dl_checkpoint;
+
+/* `path`: a .safetensors file or a .safetensors.index.json. `label` (may be NULL)
+ * is how messages name it (e.g. "text_encoder_2/model.safetensors"). */
+dl_status dl_ckpt_open(dl_checkpoint **out, const char *path, const char *label);
+void dl_ckpt_free(dl_checkpoint *ck);
+
+int dl_ckpt_count(const dl_checkpoint *ck);
+const dl_st_tensor *dl_ckpt_at(const dl_checkpoint *ck, int i);
+/* NULL when absent. */
+const dl_st_tensor *dl_ckpt_find(const dl_checkpoint *ck, const char *name);
+const char *dl_ckpt_label(const dl_checkpoint *ck);
+
+/* The tensor `name` with exactly this shape, or an error such as
+ * "`text_encoder_2/model.safetensors`: tensor `x.weight` has shape [4096, 10240],
+ *  config expects [4096, 8192]" (also for a missing tensor or a non-float dtype). */
+dl_status dl_ckpt_expect(const dl_checkpoint *ck, const char *name, int ndim,
+                         const int64_t *shape, const dl_st_tensor **out);
+
+/* Copy a float tensor (F32, F16, BF16) into `dst` converted to `dt`. */
+dl_status dl_ckpt_read(const dl_st_tensor *t, dl_dtype dt, void *dst);
+
+/* XXH3 of every tensor's name, dtype, shape and bytes, in name order: the
+ * checkpoint's content identity (program keys). */
+uint64_t dl_ckpt_content_hash(const dl_checkpoint *ck);
+
+/* Writer: collect tensors (the data is referenced, not copied, until save), then
+ * write the file atomically (temporary file, fsync, rename). */
+typedef struct dl_st_writer dl_st_writer;
+dl_st_writer *dl_st_writer_new(void);
+void dl_st_writer_free(dl_st_writer *w);
+dl_status dl_st_writer_add(dl_st_writer *w, const char *name, dl_st_dtype dt, int ndim,
+                           const int64_t *shape, const void *data);
+dl_status dl_st_writer_meta(dl_st_writer *w, const char *key, const char *value);
+dl_status dl_st_writer_save(dl_st_writer *w, const char *path);
+
+/* ---- diffusers model folders ------------------------------------------------------ */
+
+typedef struct dl_model_dir dl_model_dir;
+struct cJSON;
+
+/* Reads DIR/model_index.json. */
+dl_status dl_model_dir_open(dl_model_dir **out, const char *dir);
+void dl_model_dir_free(dl_model_dir *m);
+const char *dl_model_dir_path(const dl_model_dir *m);
+/* The pipeline class ("FluxPipeline"). */
+const char *dl_model_dir_class(const dl_model_dir *m);
+/* Number of components and their names, in model_index.json order. */
+int dl_model_dir_ncomponents(const dl_model_dir *m);
+const char *dl_model_dir_component_name(const dl_model_dir *m, int i);
+/* The component's class ("FluxTransformer2DModel"), or NULL if it is not listed
+ * (or listed as null). */
+const char *dl_model_dir_component_class(const dl_model_dir *m, const char *component);
+/* DIR/<component>/config.json, parsed and cached (owned by m). An error names the
+ * file when it is missing or is not valid JSON. */
+dl_status dl_model_dir_config(dl_model_dir *m, const char *component, const struct cJSON **cfg);
+/* The component's weights: <component>/{diffusion_pytorch_model,model}.safetensors
+ * or their .safetensors.index.json. Caller frees. */
+dl_status dl_model_dir_checkpoint(const dl_model_dir *m, const char *component,
+                                  dl_checkpoint **ck);
+
+/* Typed config fields with messages naming the file and key. `def` is used when the
+ * key is absent; a present key of the wrong type is an error. */
+dl_status dl_cfg_int(const struct cJSON *cfg, const char *file, const char *key, int64_t def,
+                     int64_t *out);
+dl_status dl_cfg_float(const struct cJSON *cfg, const char *file, const char *key, double def,
+                       double *out);
+dl_status dl_cfg_bool(const struct cJSON *cfg, const char *file, const char *key, int def,
+                      int *out);
+/* Returns the string (owned by cfg) or def. */
+dl_status dl_cfg_str(const struct cJSON *cfg, const char *file, const char *key, const char *def,
+                     const char **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

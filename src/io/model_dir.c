@@ -1,0 +1,198 @@
+/* Model folders in the diffusers layout: DIR/model_index.json names the pipeline
+ * class and its components ("transformer": ["diffusers", "FluxTransformer2DModel"]);
+ * each component has DIR/<component>/config.json and safetensors weights. Configs
+ * are parsed once and cached; typed accessors name the file and key on error. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difflet/io.h"
+
+enum { MAX_COMPONENTS = 32, MAX_JSON = 16u << 20 };
+
+typedef struct {
+    char *name;
+    char *cls; /* NULL for a component listed as [null, null] */
+    cJSON *config;
+} component;
+
+struct dl_model_dir {
+    char *dir;
+    char *cls;
+    component c[MAX_COMPONENTS];
+    int n;
+};
+
+void dl_model_dir_free(dl_model_dir *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n; i++) {
+        free(m->c[i].name), free(m->c[i].cls);
+        cJSON_Delete(m->c[i].config);
+    }
+    free(m->dir), free(m->cls);
+    free(m);
+}
+
+static dl_status read_json(const char *path, const char *shown, cJSON **out) {
+    char *txt;
+    size_t len;
+    *out = NULL;
+    if (!dl_file_exists(path)) return dl_fail(DL_ERR_IO, "`%s` is missing", shown);
+    dl_status s = dl_file_read(path, MAX_JSON, &txt, &len);
+    if (s != DL_OK) return s;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(txt, len, &end, 0);
+    if (!j || !cJSON_IsObject(j)) {
+        long at = end ? (long)(end - txt) : -1;
+        cJSON_Delete(j);
+        free(txt);
+        return dl_fail(DL_ERR_FORMAT, "`%s`: not a valid JSON object (error near byte %ld)", shown, at);
+    }
+    free(txt);
+    *out = j;
+    return DL_OK;
+}
+
+dl_status dl_model_dir_open(dl_model_dir **out, const char *dir) {
+    *out = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model_index.json", dir);
+    cJSON *idx;
+    dl_status s = read_json(path, path, &idx);
+    if (s != DL_OK) {
+        if (s == DL_ERR_IO && !dl_file_exists(dir))
+            return dl_fail(DL_ERR_IO, "model folder `%s` does not exist", dir);
+        return s;
+    }
+    dl_model_dir *m = calloc(1, sizeof *m);
+    if (!m) {
+        cJSON_Delete(idx);
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    }
+    m->dir = strdup(dir);
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(idx, "_class_name");
+    if (!cJSON_IsString(cls)) {
+        s = dl_fail(DL_ERR_FORMAT, "`%s`: \"_class_name\" (the pipeline class) is missing", path);
+        goto done;
+    }
+    m->cls = strdup(cls->valuestring);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, idx) {
+        if (e->string[0] == '_') continue; /* _class_name, _diffusers_version, ... */
+        if (!cJSON_IsArray(e)) continue;   /* pipeline options such as "force_zeros_for_empty_prompt" */
+        const cJSON *lib = cJSON_GetArrayItem(e, 0), *kls = cJSON_GetArrayItem(e, 1);
+        if (cJSON_GetArraySize(e) != 2 || !(cJSON_IsString(kls) || cJSON_IsNull(kls)) ||
+            !(cJSON_IsString(lib) || cJSON_IsNull(lib))) {
+            s = dl_fail(DL_ERR_FORMAT, "`%s`: component \"%s\" must be [library, class]", path, e->string);
+            goto done;
+        }
+        if (m->n == MAX_COMPONENTS || strchr(e->string, '/') || strstr(e->string, "..")) {
+            s = dl_fail(DL_ERR_FORMAT, "`%s`: too many components or a bad component name \"%s\"", path, e->string);
+            goto done;
+        }
+        m->c[m->n].name = strdup(e->string);
+        m->c[m->n].cls = cJSON_IsString(kls) ? strdup(kls->valuestring) : NULL;
+        m->n++;
+    }
+done:
+    cJSON_Delete(idx);
+    if (s != DL_OK) {
+        dl_model_dir_free(m);
+        return s;
+    }
+    *out = m;
+    return DL_OK;
+}
+
+const char *dl_model_dir_path(const dl_model_dir *m) { return m->dir; }
+const char *dl_model_dir_class(const dl_model_dir *m) { return m->cls; }
+int dl_model_dir_ncomponents(const dl_model_dir *m) { return m->n; }
+const char *dl_model_dir_component_name(const dl_model_dir *m, int i) { return m->c[i].name; }
+
+static component *find(const dl_model_dir *m, const char *name) {
+    for (int i = 0; i < m->n; i++)
+        if (!strcmp(m->c[i].name, name)) return (component *)&m->c[i];
+    return NULL;
+}
+
+const char *dl_model_dir_component_class(const dl_model_dir *m, const char *name) {
+    component *c = find(m, name);
+    return c ? c->cls : NULL;
+}
+
+dl_status dl_model_dir_config(dl_model_dir *m, const char *name, const cJSON **cfg) {
+    component *c = find(m, name);
+    *cfg = NULL;
+    if (!c || !c->cls)
+        return dl_fail(DL_ERR_FORMAT, "`%s/model_index.json`: the pipeline has no component \"%s\"", m->dir, name);
+    if (!c->config) {
+        char path[4096], shown[512];
+        snprintf(path, sizeof path, "%s/%s/config.json", m->dir, name);
+        snprintf(shown, sizeof shown, "%s/config.json", name);
+        dl_status s = read_json(path, shown, &c->config);
+        if (s != DL_OK) return s;
+    }
+    *cfg = c->config;
+    return DL_OK;
+}
+
+dl_status dl_model_dir_checkpoint(const dl_model_dir *m, const char *name, dl_checkpoint **ck) {
+    static const char *cands[] = {"diffusion_pytorch_model.safetensors", "model.safetensors",
+                                  "diffusion_pytorch_model.safetensors.index.json", "model.safetensors.index.json"};
+    *ck = NULL;
+    component *c = find(m, name);
+    if (!c || !c->cls)
+        return dl_fail(DL_ERR_FORMAT, "`%s/model_index.json`: the pipeline has no component \"%s\"", m->dir, name);
+    char path[4096], shown[512];
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s/%s", m->dir, name, cands[i]);
+        if (!dl_file_exists(path)) continue;
+        snprintf(shown, sizeof shown, "%s/%s", name, cands[i]);
+        return dl_ckpt_open(ck, path, shown);
+    }
+    snprintf(path, sizeof path, "%s/%s/pytorch_model.bin", m->dir, name);
+    int has_bin = dl_file_exists(path);
+    snprintf(path, sizeof path, "%s/%s/diffusion_pytorch_model.bin", m->dir, name);
+    has_bin |= dl_file_exists(path);
+    return dl_fail(DL_ERR_IO, "`%s/`: no safetensors weights (looked for %s, %s and their .index.json)%s", name,
+                   cands[0], cands[1], has_bin ? "; only PyTorch .bin weights are there: convert them to safetensors" : "");
+}
+
+/* ---- typed config access ------------------------------------------------------------ */
+
+dl_status dl_cfg_int(const cJSON *cfg, const char *file, const char *key, int64_t def, int64_t *out) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    *out = def;
+    if (!j || cJSON_IsNull(j)) return DL_OK;
+    if (!cJSON_IsNumber(j) || j->valuedouble != (double)(int64_t)j->valuedouble)
+        return dl_fail(DL_ERR_FORMAT, "`%s`: \"%s\" must be an integer", file, key);
+    *out = (int64_t)j->valuedouble;
+    return DL_OK;
+}
+
+dl_status dl_cfg_float(const cJSON *cfg, const char *file, const char *key, double def, double *out) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    *out = def;
+    if (!j || cJSON_IsNull(j)) return DL_OK;
+    if (!cJSON_IsNumber(j)) return dl_fail(DL_ERR_FORMAT, "`%s`: \"%s\" must be a number", file, key);
+    *out = j->valuedouble;
+    return DL_OK;
+}
+
+dl_status dl_cfg_bool(const cJSON *cfg, const char *file, const char *key, int def, int *out) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    *out = def;
+    if (!j || cJSON_IsNull(j)) return DL_OK;
+    if (!cJSON_IsBool(j)) return dl_fail(DL_ERR_FORMAT, "`%s`: \"%s\" must be true or false", file, key);
+    *out = cJSON_IsTrue(j);
+    return DL_OK;
+}
+
+dl_status dl_cfg_str(const cJSON *cfg, const char *file, const char *key, const char *def, const char **out) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    *out = def;
+    if (!j || cJSON_IsNull(j)) return DL_OK;
+    if (!cJSON_IsString(j)) return dl_fail(DL_ERR_FORMAT, "`%s`: \"%s\" must be a string", file, key);
+    *out = j->valuestring;
+    return DL_OK;
+}
