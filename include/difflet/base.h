@@ -88,6 +88,19 @@ void dl_hasher_update(dl_hasher *h, const void *data, size_t len);
 uint64_t dl_hasher_digest(const dl_hasher *h);
 void dl_hasher_free(dl_hasher *h);
 
+/* ---- string map ---------------------------------------------------------------- */
+
+/* String (bytes + length) -> int32, open addressing on XXH3; keys are copied. For
+ * vocabularies and merge ranks: built once, then read-only (safe to share). */
+typedef struct dl_strmap dl_strmap;
+dl_strmap *dl_strmap_new(size_t expected);
+void dl_strmap_free(dl_strmap *m);
+/* Insert or overwrite. DL_ERR_NOMEM on allocation failure. */
+dl_status dl_strmap_put(dl_strmap *m, const char *key, size_t len, int32_t value);
+/* 1 and *value when present, else 0. */
+int dl_strmap_get(const dl_strmap *m, const char *key, size_t len, int32_t *value);
+size_t dl_strmap_count(const dl_strmap *m);
+
 /* ---- files ------------------------------------------------------------------- */
 
 /* Whole file into a malloc'd, NUL-terminated buffer (caller frees). `max_bytes`

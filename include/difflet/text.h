@@ -1,0 +1,46 @@
+/* difflet text: the tokenizers of the text encoders, reproducing what the Python
+ * reference (tokenizers / transformers) gives, id for id.
+ *   - byte-level BPE with CLIP's pipeline (NFC, whitespace collapse, lower case,
+ *     CLIP's pre-tokenisation pattern, `</w>` word ends, BOS/EOS), from vocab.json +
+ *     merges.txt or tokenizer.json;
+ *   - SentencePiece Unigram with T5's pipeline (precompiled normalisation map,
+ *     Metaspace `▁`, Viterbi segmentation, EOS), from tokenizer.json or spiece.model. */
+#ifndef DIFFLET_TEXT_H
+#define DIFFLET_TEXT_H
+
+#include "difflet/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DL_TOK_BPE = 0, DL_TOK_UNIGRAM } dl_tok_kind;
+
+typedef struct dl_tokenizer dl_tokenizer;
+
+/* Load from a tokenizer folder (e.g. FLUX's tokenizer/ or tokenizer_2/): uses
+ * tokenizer.json if present, else vocab.json + merges.txt (BPE), else spiece.model
+ * (Unigram). Errors name the file. */
+dl_status dl_tokenizer_load(dl_tokenizer **out, const char *dir);
+void dl_tokenizer_free(dl_tokenizer *t);
+
+dl_tok_kind dl_tokenizer_kind(const dl_tokenizer *t);
+int32_t dl_tokenizer_vocab_size(const dl_tokenizer *t);
+int32_t dl_tokenizer_pad_id(const dl_tokenizer *t);
+int32_t dl_tokenizer_eos_id(const dl_tokenizer *t);
+int32_t dl_tokenizer_bos_id(const dl_tokenizer *t); /* -1 when none */
+
+/* Prompt size limit: longer input is refused (DL_ERR_INVALID). */
+#define DL_TOK_MAX_TEXT (1u << 20)
+
+/* Encode `text` (UTF-8, `len` bytes) with the model's special tokens, truncated to
+ * `max_len` ids (special tokens kept); when `pad` is set the rest of ids[0..max_len)
+ * is the pad id. *n_valid: ids before padding. ids holds max_len entries. Invalid
+ * UTF-8 is an error. */
+dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t len, int max_len,
+                              int pad, int32_t *ids, int *n_valid);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,96 @@
+/* Internals of the tokenizers: a growable byte buffer, UTF-8 and Unicode helpers
+ * (utf8proc), the normalisers, and the two models. */
+#ifndef DIFFLET_TEXT_IMPL_H
+#define DIFFLET_TEXT_IMPL_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "difflet/text.h"
+
+/* ---- byte buffer ---- */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} sbuf;
+int sbuf_put(sbuf *b, const void *data, size_t n); /* 0 on allocation failure */
+int sbuf_putc32(sbuf *b, int32_t cp);            /* UTF-8 encode */
+void sbuf_free(sbuf *b);
+
+/* ---- UTF-8 / Unicode ---- */
+/* Decode one code point at s[0..n); returns its length, or -1 if invalid. */
+int utf8_next(const char *s, size_t n, int32_t *cp);
+int utf8_valid(const char *s, size_t n);
+int uni_is_letter(int32_t cp);
+int uni_is_number(int32_t cp);
+int uni_is_space(int32_t cp); /* Unicode White_Space (Rust's char::is_whitespace) */
+
+/* ---- normalisers: each maps text (in) to a new buffer (out) ---- */
+typedef enum {
+    NORM_NFC, NORM_NFKC, NORM_LOWER, NORM_WS_COLLAPSE /* \s+ -> " " */,
+    NORM_SPACES_COLLAPSE /* " {2,}" -> " " */, NORM_PRECOMPILED, NORM_STRIP
+} norm_kind;
+
+/* SentencePiece's precompiled normalisation map: a darts-clone double array over
+ * UTF-8 bytes and a blob of NUL-terminated replacement strings. */
+typedef struct {
+    uint32_t *units;
+    size_t nunits;
+    char *norm;
+    size_t norm_len;
+} charsmap;
+dl_status charsmap_parse(charsmap *c, const uint8_t *blob, size_t len);
+void charsmap_free(charsmap *c);
+
+dl_status normalize(norm_kind k, const charsmap *cm, const char *in, size_t n, sbuf *out);
+
+/* ---- models ---- */
+typedef struct bpe bpe;
+/* vocab: token -> id; merges: "a b" lines in rank order. */
+dl_status bpe_new(bpe **out, dl_strmap *vocab, char **merges, size_t nmerges, int32_t unk_id, const char *suffix);
+void bpe_free(bpe *b);
+/* Encode one pre-tokenized word (already byte-level mapped); appends ids. */
+dl_status bpe_encode_word(const bpe *b, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap);
+
+typedef struct unigram unigram;
+/* pieces[i] with scores[i]; unk_id. */
+dl_status unigram_new(unigram **out, char **pieces, const double *scores, int32_t n, int32_t unk_id);
+void unigram_free(unigram *u);
+dl_status unigram_encode_word(const unigram *u, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap);
+
+/* vocabulary lookups for special tokens */
+dl_strmap *bpe_vocab(const bpe *b);
+int32_t unigram_id(const unigram *u, const char *piece); /* -1 when absent */
+
+/* ---- the tokenizer (tokenizer.c runs it, tokenizer_load.c fills it) ---- */
+enum { TOK_MAX_NORMS = 8, TOK_MAX_ADDED = 1024 };
+
+typedef struct {
+    char *s;
+    size_t n;
+    int32_t id;
+} added_tok;
+
+struct dl_tokenizer {
+    dl_tok_kind kind;
+    norm_kind norms[TOK_MAX_NORMS];
+    int nnorm;
+    charsmap cm;
+    int clip_split, byte_level, ws_split, metaspace, meta_prepend /* 0 never 1 first 2 always */, meta_split;
+    bpe *bpe;
+    unigram *uni;
+    added_tok added[TOK_MAX_ADDED];
+    int nadded;
+    int32_t bos, eos, pad, vocab_size;
+    char bytemap[256][3]; /* byte-level: byte -> UTF-8 of its printable stand-in */
+    uint8_t bytemap_len[256];
+};
+
+dl_tokenizer *tok_alloc(void);
+/* Register a token matched in the raw text before normalisation (special tokens). */
+dl_status tok_add_special(dl_tokenizer *t, const char *s, int32_t id);
+
+/* ids vector append */
+int ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t v);
+
+#endif

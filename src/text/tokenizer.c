@@ -1,0 +1,241 @@
+/* Tokenizer loading and the encode pipeline, as the tokenizers library runs it:
+ *   split out added (special) tokens, matched in the raw text, leftmost-longest;
+ *   normalise each other segment (the normaliser sequence of the file);
+ *   pre-tokenise it into words (CLIP's pattern + byte-level mapping, or whitespace
+ *   split + Metaspace `▁`); encode each word with the model (BPE or Unigram);
+ *   add BOS/EOS as the post-processor says, truncate, pad.
+ * Only the pipeline components that CLIP and T5 tokenizers use are accepted; any
+ * other is refused with its name, never silently skipped. */
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "text/text_impl.h"
+
+#define META "\xe2\x96\x81" /* U+2581 ▁ */
+
+static dl_status oom(void) { return dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory"); }
+
+void dl_tokenizer_free(dl_tokenizer *t) {
+    if (!t) return;
+    bpe_free(t->bpe);
+    unigram_free(t->uni);
+    charsmap_free(&t->cm);
+    for (int i = 0; i < t->nadded; i++) free(t->added[i].s);
+    free(t);
+}
+
+dl_tok_kind dl_tokenizer_kind(const dl_tokenizer *t) { return t->kind; }
+int32_t dl_tokenizer_vocab_size(const dl_tokenizer *t) { return t->vocab_size; }
+int32_t dl_tokenizer_pad_id(const dl_tokenizer *t) { return t->pad; }
+int32_t dl_tokenizer_eos_id(const dl_tokenizer *t) { return t->eos; }
+int32_t dl_tokenizer_bos_id(const dl_tokenizer *t) { return t->bos; }
+
+/* GPT-2's byte -> character table: printable bytes stand for themselves, the rest
+ * map to U+0100 onwards in byte order. */
+static void init_bytemap(dl_tokenizer *t) {
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int keep = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+        int cp = keep ? b : 256 + n++;
+        if (cp < 0x80) {
+            t->bytemap[b][0] = (char)cp;
+            t->bytemap_len[b] = 1;
+        } else {
+            t->bytemap[b][0] = (char)(0xc0 | (cp >> 6));
+            t->bytemap[b][1] = (char)(0x80 | (cp & 0x3f));
+            t->bytemap_len[b] = 2;
+        }
+    }
+}
+
+dl_tokenizer *tok_alloc(void) {
+    dl_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->bos = t->eos = t->pad = -1;
+    init_bytemap(t);
+    return t;
+}
+
+dl_status tok_add_special(dl_tokenizer *t, const char *s, int32_t id) {
+    if (!s || !*s || id < 0) return DL_OK;
+    for (int i = 0; i < t->nadded; i++)
+        if (!strcmp(t->added[i].s, s)) return DL_OK;
+    if (t->nadded == TOK_MAX_ADDED) return dl_fail(DL_ERR_FORMAT, "tokenizer: more than %d added tokens", TOK_MAX_ADDED);
+    t->added[t->nadded].s = strdup(s);
+    if (!t->added[t->nadded].s) return oom();
+    t->added[t->nadded].n = strlen(s);
+    t->added[t->nadded].id = id;
+    t->nadded++;
+    return DL_OK;
+}
+
+/* ---- encode ------------------------------------------------------------------------ */
+
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} idvec;
+
+static dl_status encode_word(const dl_tokenizer *t, const char *w, size_t n, idvec *v) {
+    if (t->kind == DL_TOK_BPE) return bpe_encode_word(t->bpe, w, n, &v->ids, &v->n, &v->cap);
+    return unigram_encode_word(t->uni, w, n, &v->ids, &v->n, &v->cap);
+}
+
+/* CLIP's pattern, leftmost-first alternation, whitespace dropped; each piece is then
+ * mapped byte-wise (byte-level) and encoded. */
+static dl_status clip_words(const dl_tokenizer *t, const char *s, size_t n, idvec *v) {
+    static const char *lits[] = {"<|startoftext|>", "<|endoftext|>", "'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
+    sbuf w = {0};
+    dl_status st = DL_OK;
+    size_t i = 0;
+    while (i < n && st == DL_OK) {
+        int32_t cp;
+        int k = utf8_next(s + i, n - i, &cp);
+        size_t end = 0;
+        for (size_t L = 0; L < sizeof lits / sizeof lits[0] && !end; L++) {
+            size_t ll = strlen(lits[L]);
+            if (ll <= n - i && !memcmp(s + i, lits[L], ll)) end = i + ll;
+        }
+        if (!end) {
+            if (uni_is_space(cp)) {
+                i += (size_t)k;
+                continue;
+            }
+            int cls = uni_is_letter(cp) ? 1 : uni_is_number(cp) ? 2 : 3;
+            end = i + (size_t)k;
+            if (cls != 2) /* letters run; other (not space, letter, number) run */
+                while (end < n) {
+                    int32_t c2;
+                    int k2 = utf8_next(s + end, n - end, &c2);
+                    int cls2 = uni_is_space(c2) ? 0 : uni_is_letter(c2) ? 1 : uni_is_number(c2) ? 2 : 3;
+                    if (cls2 != cls) break;
+                    end += (size_t)k2;
+                }
+        }
+        w.n = 0;
+        if (!sbuf_put(&w, "", 0)) st = oom();
+        for (size_t b = i; b < end && st == DL_OK; b++) {
+            uint8_t c = (uint8_t)s[b];
+            const char *src = t->byte_level ? t->bytemap[c] : s + b;
+            if (!sbuf_put(&w, src, t->byte_level ? t->bytemap_len[c] : 1)) st = oom();
+        }
+        if (st == DL_OK) st = encode_word(t, w.p, w.n, v);
+        i = end;
+    }
+    sbuf_free(&w);
+    return st;
+}
+
+/* Metaspace on one chunk: spaces become ▁, a ▁ is prepended per the scheme, and with
+ * `split` the chunk is cut before every ▁. */
+static dl_status metaspace_chunk(const dl_tokenizer *t, const char *s, size_t n, int first, idvec *v) {
+    sbuf m = {0};
+    dl_status st = DL_OK;
+    /* spaces are replaced first, so a chunk starting with a space starts with ▁ */
+    int starts_meta = (n >= 1 && s[0] == ' ') || (n >= 3 && !memcmp(s, META, 3));
+    int prepend = !starts_meta && (t->meta_prepend == 2 || (t->meta_prepend == 1 && first));
+    if ((prepend && !sbuf_put(&m, META, 3)) || !sbuf_put(&m, "", 0)) return oom();
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] == ' ' ? sbuf_put(&m, META, 3) : sbuf_put(&m, s + i, 1))) {
+            sbuf_free(&m);
+            return oom();
+        }
+    if (!t->meta_split) {
+        st = encode_word(t, m.p, m.n, v);
+    } else {
+        size_t b = 0;
+        for (size_t i = 3; i + 3 <= m.n && st == DL_OK; i++)
+            if (!memcmp(m.p + i, META, 3)) { /* a piece ends before each ▁ (merged with next) */
+                st = encode_word(t, m.p + b, i - b, v);
+                b = i;
+                i += 2;
+            }
+        if (st == DL_OK && b < m.n) st = encode_word(t, m.p + b, m.n - b, v);
+    }
+    sbuf_free(&m);
+    return st;
+}
+
+static dl_status pretok_and_encode(const dl_tokenizer *t, const char *s, size_t n, int first, idvec *v) {
+    if (t->clip_split || t->byte_level) return clip_words(t, s, n, v);
+    if (!t->metaspace) return encode_word(t, s, n, v);
+    if (!t->ws_split) return metaspace_chunk(t, s, n, first, v);
+    dl_status st = DL_OK;
+    size_t i = 0;
+    while (i < n && st == DL_OK) { /* whitespace split, each word through Metaspace */
+        int32_t cp;
+        int k = utf8_next(s + i, n - i, &cp);
+        if (uni_is_space(cp)) {
+            i += (size_t)k;
+            continue;
+        }
+        size_t e = i + (size_t)k;
+        while (e < n) {
+            int k2 = utf8_next(s + e, n - e, &cp);
+            if (uni_is_space(cp)) break;
+            e += (size_t)k2;
+        }
+        st = metaspace_chunk(t, s + i, e - i, first && i == 0, v);
+        i = e;
+    }
+    return st;
+}
+
+static dl_status encode_segment(const dl_tokenizer *t, const char *s, size_t n, int first, idvec *v) {
+    sbuf a = {0}, b = {0};
+    dl_status st = DL_OK;
+    if (!sbuf_put(&a, s, n)) return oom();
+    for (int i = 0; i < t->nnorm && st == DL_OK; i++) {
+        st = normalize(t->norms[i], &t->cm, a.p, a.n, &b);
+        sbuf tmp = a;
+        a = b;
+        b = tmp;
+    }
+    if (st == DL_OK) st = pretok_and_encode(t, a.p, a.n, first, v);
+    sbuf_free(&a);
+    sbuf_free(&b);
+    return st;
+}
+
+dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t len, int max_len, int pad,
+                              int32_t *ids, int *n_valid) {
+    *n_valid = 0;
+    int specials = (t->bos >= 0) + (t->eos >= 0);
+    if (max_len < specials + 1) return dl_fail(DL_ERR_INVALID, "tokenizer: max_len %d is too small", max_len);
+    if (len > DL_TOK_MAX_TEXT)
+        return dl_fail(DL_ERR_INVALID, "prompt is %zu bytes, more than the %u allowed", len, DL_TOK_MAX_TEXT);
+    if (!utf8_valid(text, len)) return dl_fail(DL_ERR_INVALID, "prompt is not valid UTF-8");
+    idvec v = {0};
+    dl_status st = DL_OK;
+    size_t i = 0, seg = 0;
+    while (i <= len && st == DL_OK) { /* cut at added tokens: leftmost, then longest */
+        int best = -1;
+        size_t at = len;
+        for (size_t p = i; p < len && best < 0; p++)
+            for (int a = 0; a < t->nadded; a++)
+                if (t->added[a].n <= len - p && !memcmp(text + p, t->added[a].s, t->added[a].n) &&
+                    (best < 0 || t->added[a].n > t->added[best].n)) {
+                    best = a;
+                    at = p;
+                }
+        if (at > seg) st = encode_segment(t, text + seg, at - seg, seg == 0, &v);
+        if (best < 0 || st != DL_OK) break;
+        if (!ids_push(&v.ids, &v.n, &v.cap, t->added[best].id)) st = oom();
+        i = seg = at + t->added[best].n;
+    }
+    if (st != DL_OK) {
+        free(v.ids);
+        return st;
+    }
+    size_t body = v.n, room = (size_t)(max_len - specials);
+    if (body > room) body = room;
+    int o = 0;
+    if (t->bos >= 0) ids[o++] = t->bos;
+    for (size_t k = 0; k < body; k++) ids[o++] = v.ids[k];
+    if (t->eos >= 0) ids[o++] = t->eos;
+    *n_valid = o;
+    if (pad)
+        while (o < max_len) ids[o++] = t->pad;
+    free(v.ids);
+    return DL_OK;
+}

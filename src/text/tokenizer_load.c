@@ -1,0 +1,591 @@
+/* Reading tokenizer folders: tokenizer.json (the tokenizers library's own format),
+ * vocab.json + merges.txt (CLIP), spiece.model (a SentencePiece protobuf, parsed
+ * field by field), plus tokenizer_config.json / special_tokens_map.json for the
+ * special tokens. Every error names the file. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "text/text_impl.h"
+
+#define CLIP_PATTERN \
+    "<\\|startoftext\\|>|<\\|endoftext\\|>|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|[^\\s\\p{L}\\p{N}]+"
+enum { MAX_FILE = 64u << 20 };
+
+static dl_status oom(void) { return dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory"); }
+
+static dl_status read_json_file(const char *dir, const char *name, cJSON **out, int required) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    *out = NULL;
+    if (!dl_file_exists(path))
+        return required ? dl_fail(DL_ERR_IO, "`%s` is missing", path) : DL_OK;
+    char *txt;
+    size_t len;
+    dl_status s = dl_file_read(path, MAX_FILE, &txt, &len);
+    if (s != DL_OK) return s;
+    *out = cJSON_ParseWithLength(txt, len);
+    free(txt);
+    if (!*out || !cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        return dl_fail(DL_ERR_FORMAT, "`%s`: not a valid JSON object", path);
+    }
+    return DL_OK;
+}
+
+/* A token given as "text" or {"content": "text"} (tokenizer_config.json style). */
+static const char *token_text(const cJSON *j) {
+    if (cJSON_IsString(j)) return j->valuestring;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "content");
+    return cJSON_IsString(c) ? c->valuestring : NULL;
+}
+
+static size_t b64_decode(const char *in, uint8_t *out) {
+    static const char *tab = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t n = 0;
+    for (; *in && *in != '='; in++) {
+        const char *p = strchr(tab, *in);
+        if (!p || !*in) return (size_t)-1;
+        acc = (acc << 6) | (uint32_t)(p - tab);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[n++] = (uint8_t)(acc >> bits);
+        }
+    }
+    return n;
+}
+
+/* ---- normalizer / pre_tokenizer / post_processor of tokenizer.json ---------------- */
+
+static dl_status add_norm(dl_tokenizer *t, norm_kind k, const char *file) {
+    if (t->nnorm == TOK_MAX_NORMS) return dl_fail(DL_ERR_FORMAT, "`%s`: too many normalizers", file);
+    t->norms[t->nnorm++] = k;
+    return DL_OK;
+}
+
+static dl_status parse_normalizer(dl_tokenizer *t, const cJSON *n, const char *file) {
+    if (!n || cJSON_IsNull(n)) return DL_OK;
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(n, "type");
+    const char *type = cJSON_IsString(ty) ? ty->valuestring : "?";
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(n, "normalizers")) {
+            dl_status s = parse_normalizer(t, e, file);
+            if (s != DL_OK) return s;
+        }
+        return DL_OK;
+    }
+    if (!strcmp(type, "NFC")) return add_norm(t, NORM_NFC, file);
+    if (!strcmp(type, "NFKC")) return add_norm(t, NORM_NFKC, file);
+    if (!strcmp(type, "Lowercase")) return add_norm(t, NORM_LOWER, file);
+    if (!strcmp(type, "Strip")) return add_norm(t, NORM_STRIP, file);
+    if (!strcmp(type, "Replace")) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
+        const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(n, "content");
+        if (cJSON_IsString(re) && cJSON_IsString(content) && !strcmp(content->valuestring, " ")) {
+            if (!strcmp(re->valuestring, "\\s+")) return add_norm(t, NORM_WS_COLLAPSE, file);
+            if (!strcmp(re->valuestring, " {2,}")) return add_norm(t, NORM_SPACES_COLLAPSE, file);
+        }
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Replace normalizer with this pattern is not supported", file);
+    }
+    if (!strcmp(type, "Precompiled")) {
+        const cJSON *cm = cJSON_GetObjectItemCaseSensitive(n, "precompiled_charsmap");
+        if (!cJSON_IsString(cm)) return dl_fail(DL_ERR_FORMAT, "`%s`: Precompiled normalizer without a charsmap", file);
+        size_t cap = strlen(cm->valuestring) / 4 * 3 + 4;
+        uint8_t *blob = malloc(cap);
+        if (!blob) return oom();
+        size_t len = b64_decode(cm->valuestring, blob);
+        dl_status s = len == (size_t)-1 ? dl_fail(DL_ERR_FORMAT, "`%s`: precompiled_charsmap is not base64", file)
+                                         : charsmap_parse(&t->cm, blob, len);
+        free(blob);
+        if (s != DL_OK) return dl_fail(s, "`%s`: %s", file, dl_last_error());
+        return add_norm(t, NORM_PRECOMPILED, file);
+    }
+    return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: normalizer type \"%s\" is not supported", file, type);
+}
+
+static dl_status parse_metaspace(dl_tokenizer *t, const cJSON *p, const char *file) {
+    const cJSON *rep = cJSON_GetObjectItemCaseSensitive(p, "replacement");
+    if (cJSON_IsString(rep) && strcmp(rep->valuestring, "\xe2\x96\x81"))
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Metaspace replacement other than U+2581 is not supported", file);
+    const cJSON *ps = cJSON_GetObjectItemCaseSensitive(p, "prepend_scheme");
+    const cJSON *aps = cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space");
+    const cJSON *split = cJSON_GetObjectItemCaseSensitive(p, "split");
+    t->metaspace = 1;
+    t->meta_prepend = 2;
+    if (cJSON_IsString(ps))
+        t->meta_prepend = !strcmp(ps->valuestring, "never") ? 0 : !strcmp(ps->valuestring, "first") ? 1 : 2;
+    else if (cJSON_IsFalse(aps))
+        t->meta_prepend = 0;
+    t->meta_split = split ? cJSON_IsTrue(split) : 1;
+    return DL_OK;
+}
+
+static dl_status parse_pretok(dl_tokenizer *t, const cJSON *p, const char *file) {
+    if (!p || cJSON_IsNull(p)) return DL_OK;
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type");
+    const char *type = cJSON_IsString(ty) ? ty->valuestring : "?";
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(p, "pretokenizers")) {
+            dl_status s = parse_pretok(t, e, file);
+            if (s != DL_OK) return s;
+        }
+        return DL_OK;
+    }
+    if (!strcmp(type, "WhitespaceSplit")) {
+        t->ws_split = 1;
+        return DL_OK;
+    }
+    if (!strcmp(type, "Metaspace")) return parse_metaspace(t, p, file);
+    if (!strcmp(type, "ByteLevel")) {
+        const cJSON *aps = cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space");
+        if (cJSON_IsTrue(aps))
+            return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: ByteLevel with add_prefix_space is not supported", file);
+        t->byte_level = 1;
+        return DL_OK;
+    }
+    if (!strcmp(type, "Split")) {
+        const cJSON *re = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(p, "pattern"), "Regex");
+        const cJSON *inv = cJSON_GetObjectItemCaseSensitive(p, "invert");
+        const cJSON *beh = cJSON_GetObjectItemCaseSensitive(p, "behavior");
+        if (cJSON_IsString(re) && !strcmp(re->valuestring, CLIP_PATTERN) && cJSON_IsTrue(inv) &&
+            cJSON_IsString(beh) && !strcmp(beh->valuestring, "Removed")) {
+            t->clip_split = 1;
+            return DL_OK;
+        }
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Split pre-tokenizer with a pattern other than CLIP's is not supported", file);
+    }
+    return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: pre-tokenizer type \"%s\" is not supported", file, type);
+}
+
+static int32_t special_id(const cJSON *specials, const char *name) {
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(specials, name), "ids");
+    const cJSON *first = cJSON_GetArrayItem(ids, 0);
+    return cJSON_IsNumber(first) ? (int32_t)first->valuedouble : -1;
+}
+
+static dl_status parse_post(dl_tokenizer *t, const cJSON *p, const char *file) {
+    t->bos = t->eos = -1;
+    if (!p || cJSON_IsNull(p)) return DL_OK;
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type");
+    const char *type = cJSON_IsString(ty) ? ty->valuestring : "?";
+    if (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing")) {
+        const cJSON *cls = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(p, "cls"), 1);
+        const cJSON *sep = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(p, "sep"), 1);
+        if (!cJSON_IsNumber(cls) || !cJSON_IsNumber(sep))
+            return dl_fail(DL_ERR_FORMAT, "`%s`: %s without cls/sep ids", file, type);
+        t->bos = (int32_t)cls->valuedouble;
+        t->eos = (int32_t)sep->valuedouble;
+        return DL_OK;
+    }
+    if (!strcmp(type, "TemplateProcessing")) {
+        const cJSON *specials = cJSON_GetObjectItemCaseSensitive(p, "special_tokens"), *e;
+        int seen_a = 0;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(p, "single")) {
+            const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "SpecialToken");
+            if (cJSON_GetObjectItemCaseSensitive(e, "Sequence")) {
+                seen_a = 1;
+                continue;
+            }
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(sp, "id");
+            if (!cJSON_IsString(id)) return dl_fail(DL_ERR_FORMAT, "`%s`: bad TemplateProcessing entry", file);
+            int32_t v = special_id(specials, id->valuestring);
+            if (v < 0) return dl_fail(DL_ERR_FORMAT, "`%s`: special token `%s` has no id", file, id->valuestring);
+            if (seen_a) t->eos = v;
+            else t->bos = v;
+        }
+        return DL_OK;
+    }
+    return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: post-processor type \"%s\" is not supported", file, type);
+}
+
+/* ---- the models -------------------------------------------------------------------- */
+
+static dl_status vocab_from_json(const cJSON *vj, dl_strmap **out, int32_t *size, const char *file) {
+    *out = dl_strmap_new((size_t)cJSON_GetArraySize(vj));
+    if (!*out) return oom();
+    const cJSON *e;
+    int32_t mx = -1;
+    cJSON_ArrayForEach(e, vj) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e9) {
+            dl_strmap_free(*out);
+            *out = NULL;
+            return dl_fail(DL_ERR_FORMAT, "`%s`: vocabulary entry `%s` has no valid id", file, e->string);
+        }
+        int32_t id = (int32_t)e->valuedouble;
+        if (dl_strmap_put(*out, e->string, strlen(e->string), id) != DL_OK) return oom();
+        if (id > mx) mx = id;
+    }
+    *size = mx + 1;
+    return DL_OK;
+}
+
+static dl_status make_bpe(dl_tokenizer *t, dl_strmap *vocab, char **merges, size_t nm, const char *unk,
+                          const char *suffix) {
+    int32_t unk_id = -1;
+    if (unk) dl_strmap_get(vocab, unk, strlen(unk), &unk_id);
+    t->kind = DL_TOK_BPE;
+    return bpe_new(&t->bpe, vocab, merges, nm, unk_id, suffix);
+}
+
+static dl_status model_from_json(dl_tokenizer *t, const cJSON *m, const char *file) {
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(m, "type");
+    const char *type = cJSON_IsString(ty) ? ty->valuestring : "?";
+    if (!strcmp(type, "BPE")) {
+        dl_strmap *vocab;
+        dl_status s = vocab_from_json(cJSON_GetObjectItemCaseSensitive(m, "vocab"), &vocab, &t->vocab_size, file);
+        if (s != DL_OK) return s;
+        const cJSON *mj = cJSON_GetObjectItemCaseSensitive(m, "merges"), *e;
+        size_t nm = (size_t)cJSON_GetArraySize(mj), i = 0;
+        char **merges = calloc(nm + 1, sizeof *merges);
+        if (!merges) {
+            dl_strmap_free(vocab);
+            return oom();
+        }
+        cJSON_ArrayForEach(e, mj) { /* "a b" or ["a", "b"] */
+            if (cJSON_IsString(e)) {
+                merges[i] = strdup(e->valuestring);
+            } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&
+                       cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
+                const char *a = cJSON_GetArrayItem(e, 0)->valuestring, *b = cJSON_GetArrayItem(e, 1)->valuestring;
+                merges[i] = malloc(strlen(a) + strlen(b) + 2);
+                if (merges[i]) sprintf(merges[i], "%s %s", a, b);
+            } else {
+                s = dl_fail(DL_ERR_FORMAT, "`%s`: merge %zu is neither \"a b\" nor [a, b]", file, i);
+                break;
+            }
+            if (!merges[i++]) {
+                s = oom();
+                break;
+            }
+        }
+        const cJSON *unk = cJSON_GetObjectItemCaseSensitive(m, "unk_token");
+        const cJSON *suf = cJSON_GetObjectItemCaseSensitive(m, "end_of_word_suffix");
+        const cJSON *pre = cJSON_GetObjectItemCaseSensitive(m, "continuing_subword_prefix");
+        if (s == DL_OK && cJSON_IsString(pre) && *pre->valuestring)
+            s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: BPE continuing_subword_prefix is not supported", file);
+        if (s == DL_OK) {
+            s = make_bpe(t, vocab, merges, i, cJSON_IsString(unk) ? unk->valuestring : NULL,
+                         cJSON_IsString(suf) ? suf->valuestring : "");
+        } else {
+            dl_strmap_free(vocab);
+        }
+        for (size_t k = 0; k < nm; k++) free(merges[k]);
+        free(merges);
+        return s;
+    }
+    if (!strcmp(type, "Unigram")) {
+        const cJSON *vj = cJSON_GetObjectItemCaseSensitive(m, "vocab"), *e;
+        const cJSON *unk = cJSON_GetObjectItemCaseSensitive(m, "unk_id");
+        const cJSON *bf = cJSON_GetObjectItemCaseSensitive(m, "byte_fallback");
+        if (cJSON_IsTrue(bf)) return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Unigram byte_fallback is not supported", file);
+        int32_t n = cJSON_GetArraySize(vj), i = 0;
+        char **pieces = calloc((size_t)n + 1, sizeof *pieces);
+        double *scores = calloc((size_t)n + 1, sizeof *scores);
+        dl_status s = pieces && scores ? DL_OK : oom();
+        cJSON_ArrayForEach(e, vj) {
+            if (s != DL_OK) break;
+            const cJSON *p = cJSON_GetArrayItem(e, 0), *sc = cJSON_GetArrayItem(e, 1);
+            if (!cJSON_IsString(p) || !cJSON_IsNumber(sc)) {
+                s = dl_fail(DL_ERR_FORMAT, "`%s`: Unigram vocab entry %d is not [piece, score]", file, i);
+                break;
+            }
+            pieces[i] = p->valuestring; /* borrowed: unigram_new copies */
+            scores[i++] = sc->valuedouble;
+        }
+        t->kind = DL_TOK_UNIGRAM;
+        t->vocab_size = n;
+        if (s == DL_OK) s = unigram_new(&t->uni, pieces, scores, n, cJSON_IsNumber(unk) ? (int32_t)unk->valuedouble : -1);
+        free(pieces);
+        free(scores);
+        return s;
+    }
+    return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: model type \"%s\" is not supported (BPE, Unigram)", file, type);
+}
+
+static int32_t vocab_id(const dl_tokenizer *t, const char *tok) {
+    if (!tok) return -1;
+    int32_t id = -1;
+    if (t->kind == DL_TOK_BPE) dl_strmap_get(bpe_vocab(t->bpe), tok, strlen(tok), &id);
+    else id = unigram_id(t->uni, tok);
+    return id;
+}
+
+/* pad token: tokenizer_config.json / special_tokens_map.json, else `fallback` */
+static void set_pad(dl_tokenizer *t, const cJSON *cfg, const cJSON *smap, int32_t fallback) {
+    const char *p = token_text(cJSON_GetObjectItemCaseSensitive(cfg, "pad_token"));
+    if (!p) p = token_text(cJSON_GetObjectItemCaseSensitive(smap, "pad_token"));
+    int32_t id = vocab_id(t, p);
+    for (int i = 0; id < 0 && p && i < t->nadded; i++)
+        if (!strcmp(t->added[i].s, p)) id = t->added[i].id;
+    t->pad = id >= 0 ? id : fallback;
+}
+
+static dl_status load_tokenizer_json(dl_tokenizer *t, const char *dir, const cJSON *cfg, const cJSON *smap) {
+    char file[4096];
+    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+    cJSON *tj;
+    dl_status s = read_json_file(dir, "tokenizer.json", &tj, 1);
+    if (s != DL_OK) return s;
+    s = model_from_json(t, cJSON_GetObjectItemCaseSensitive(tj, "model"), file);
+    if (s == DL_OK) s = parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(tj, "normalizer"), file);
+    if (s == DL_OK) s = parse_pretok(t, cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"), file);
+    if (s == DL_OK) s = parse_post(t, cJSON_GetObjectItemCaseSensitive(tj, "post_processor"), file);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
+        if (s != DL_OK) break;
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content"), *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+        const cJSON *norm = cJSON_GetObjectItemCaseSensitive(e, "normalized");
+        if (!cJSON_IsString(c) || !cJSON_IsNumber(id)) {
+            s = dl_fail(DL_ERR_FORMAT, "`%s`: bad added_tokens entry", file);
+            break;
+        }
+        if (cJSON_IsTrue(norm))
+            s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: added token `%s` matched after normalisation is not supported", file,
+                        c->valuestring);
+        else
+            s = tok_add_special(t, c->valuestring, (int32_t)id->valuedouble);
+    }
+    if (s == DL_OK) {
+        const cJSON *padj = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "padding"), "pad_id");
+        set_pad(t, cfg, smap, cJSON_IsNumber(padj) ? (int32_t)padj->valuedouble : t->eos);
+    }
+    cJSON_Delete(tj);
+    return s;
+}
+
+/* CLIP: vocab.json + merges.txt with CLIP's fixed pipeline. */
+static dl_status load_clip_files(dl_tokenizer *t, const char *dir, const cJSON *cfg, const cJSON *smap) {
+    char file[4096];
+    snprintf(file, sizeof file, "%s/vocab.json", dir);
+    cJSON *vj;
+    dl_status s = read_json_file(dir, "vocab.json", &vj, 1);
+    if (s != DL_OK) return s;
+    dl_strmap *vocab;
+    s = vocab_from_json(vj, &vocab, &t->vocab_size, file);
+    cJSON_Delete(vj);
+    if (s != DL_OK) return s;
+    snprintf(file, sizeof file, "%s/merges.txt", dir);
+    char *txt;
+    size_t len;
+    if ((s = dl_file_read(file, MAX_FILE, &txt, &len)) != DL_OK) {
+        dl_strmap_free(vocab);
+        return s;
+    }
+    size_t nm = 0, cap = 1;
+    for (size_t i = 0; i < len; i++) cap += txt[i] == '\n';
+    char **merges = calloc(cap + 1, sizeof *merges);
+    if (!merges) {
+        free(txt);
+        dl_strmap_free(vocab);
+        return oom();
+    }
+    for (char *line = strtok(txt, "\n"); line; line = strtok(NULL, "\n")) {
+        size_t l = strlen(line);
+        if (l && line[l - 1] == '\r') line[--l] = 0;
+        if (!l || !strncmp(line, "#version", 8)) continue;
+        merges[nm++] = line; /* borrowed until bpe_new returns */
+    }
+    const char *unk = token_text(cJSON_GetObjectItemCaseSensitive(cfg, "unk_token"));
+    const char *bos = token_text(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
+    const char *eos = token_text(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token"));
+    if (!bos) bos = token_text(cJSON_GetObjectItemCaseSensitive(smap, "bos_token"));
+    if (!eos) eos = token_text(cJSON_GetObjectItemCaseSensitive(smap, "eos_token"));
+    s = make_bpe(t, vocab, merges, nm, unk ? unk : "<|endoftext|>", "</w>");
+    free(merges);
+    free(txt);
+    if (s != DL_OK) return s;
+    t->norms[0] = NORM_NFC, t->norms[1] = NORM_WS_COLLAPSE, t->norms[2] = NORM_LOWER;
+    t->nnorm = 3;
+    t->clip_split = t->byte_level = 1;
+    t->bos = vocab_id(t, bos ? bos : "<|startoftext|>");
+    t->eos = vocab_id(t, eos ? eos : "<|endoftext|>");
+    if (t->bos < 0 || t->eos < 0) return dl_fail(DL_ERR_FORMAT, "`%s/vocab.json`: BOS/EOS tokens are not in the vocabulary", dir);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder")) {
+        const char *c = token_text(e);
+        if (c && (s = tok_add_special(t, c, (int32_t)atoi(e->string))) != DL_OK) return s;
+    }
+    if ((s = tok_add_special(t, bos ? bos : "<|startoftext|>", t->bos)) != DL_OK) return s;
+    if ((s = tok_add_special(t, eos ? eos : "<|endoftext|>", t->eos)) != DL_OK) return s;
+    set_pad(t, cfg, smap, t->eos);
+    return DL_OK;
+}
+
+/* ---- spiece.model: protobuf wire format, only the fields used -------------------- */
+
+typedef struct {
+    const uint8_t *p, *end;
+} pb;
+
+static int pb_varint(pb *b, uint64_t *v) {
+    *v = 0;
+    for (int sh = 0; sh < 64 && b->p < b->end; sh += 7) {
+        uint8_t c = *b->p++;
+        *v |= (uint64_t)(c & 0x7f) << sh;
+        if (!(c & 0x80)) return 1;
+    }
+    return 0;
+}
+
+/* Next field: number, wire type, and for length-delimited a sub-buffer; fixed32
+ * values land in *v. Returns 0 at the end, -1 on malformed input. */
+static int pb_next(pb *b, uint32_t *field, uint32_t *wt, uint64_t *v, pb *sub) {
+    if (b->p >= b->end) return 0;
+    uint64_t key;
+    if (!pb_varint(b, &key)) return -1;
+    *field = (uint32_t)(key >> 3);
+    *wt = (uint32_t)(key & 7);
+    switch (*wt) {
+    case 0: return pb_varint(b, v) ? 1 : -1;
+    case 1:
+        if (b->end - b->p < 8) return -1;
+        b->p += 8;
+        return 1;
+    case 2:
+        if (!pb_varint(b, v) || *v > (uint64_t)(b->end - b->p)) return -1;
+        sub->p = b->p;
+        sub->end = b->p + *v;
+        b->p += *v;
+        return 1;
+    case 5:
+        if (b->end - b->p < 4) return -1;
+        *v = (uint64_t)b->p[0] | (uint64_t)b->p[1] << 8 | (uint64_t)b->p[2] << 16 | (uint64_t)b->p[3] << 24;
+        b->p += 4;
+        return 1;
+    }
+    return -1;
+}
+
+static dl_status load_spiece(dl_tokenizer *t, const char *dir, const cJSON *cfg, const cJSON *smap) {
+    char file[4096];
+    snprintf(file, sizeof file, "%s/spiece.model", dir);
+    char *data;
+    size_t len;
+    dl_status s = dl_file_read(file, MAX_FILE, &data, &len);
+    if (s != DL_OK) return s;
+    pb b = {(const uint8_t *)data, (const uint8_t *)data + len}, sub, sub2;
+    uint32_t f, wt, f2, wt2;
+    uint64_t v, v2;
+    int r, n = 0, cap = 0, type_ok = 1;
+    char **pieces = NULL;
+    double *scores = NULL;
+    int *types = NULL;
+    int64_t unk = 0, eos = 2, pad = -1, model_type = 1;
+    while ((r = pb_next(&b, &f, &wt, &v, &sub)) > 0) {
+        if (f == 1 && wt == 2) { /* SentencePiece { piece = 1; score = 2; type = 3 } */
+            if (n == cap) {
+                cap = cap ? 2 * cap : 1024;
+                char **np = realloc(pieces, (size_t)cap * sizeof *np);
+                double *ns = realloc(scores, (size_t)cap * sizeof *ns);
+                int *nt = realloc(types, (size_t)cap * sizeof *nt);
+                if (np) pieces = np;
+                if (ns) scores = ns;
+                if (nt) types = nt;
+                if (!np || !ns || !nt) {
+                    s = oom();
+                    break;
+                }
+            }
+            pieces[n] = NULL, scores[n] = 0, types[n] = 1;
+            while ((r = pb_next(&sub, &f2, &wt2, &v2, &sub2)) > 0) {
+                if (f2 == 1 && wt2 == 2) {
+                    free(pieces[n]);
+                    pieces[n] = strndup((const char *)sub2.p, (size_t)(sub2.end - sub2.p));
+                } else if (f2 == 2 && wt2 == 5) {
+                    uint32_t u = (uint32_t)v2;
+                    float fl;
+                    memcpy(&fl, &u, 4);
+                    scores[n] = fl;
+                } else if (f2 == 3 && wt2 == 0) {
+                    types[n] = (int)v2;
+                }
+            }
+            if (r < 0 || !pieces[n]) {
+                free(pieces[n]);
+                s = r < 0 ? dl_fail(DL_ERR_FORMAT, "`%s`: malformed piece %d", file, n) : oom();
+                break;
+            }
+            n++;
+        } else if (f == 2 && wt == 2) { /* TrainerSpec */
+            while ((r = pb_next(&sub, &f2, &wt2, &v2, &sub2)) > 0) {
+                if (wt2 != 0) continue;
+                if (f2 == 3) model_type = (int64_t)v2;
+                if (f2 == 40) unk = (int32_t)v2;
+                if (f2 == 42) eos = (int32_t)v2;
+                if (f2 == 43) pad = (int32_t)v2;
+            }
+            if (r < 0) s = dl_fail(DL_ERR_FORMAT, "`%s`: malformed trainer_spec", file);
+        } else if (f == 3 && wt == 2) { /* NormalizerSpec: precompiled_charsmap = 2 */
+            while ((r = pb_next(&sub, &f2, &wt2, &v2, &sub2)) > 0)
+                if (f2 == 2 && wt2 == 2 && sub2.end > sub2.p) {
+                    charsmap_free(&t->cm);
+                    s = charsmap_parse(&t->cm, sub2.p, (size_t)(sub2.end - sub2.p));
+                    if (s != DL_OK) s = dl_fail(s, "`%s`: %s", file, dl_last_error());
+                }
+            if (r < 0 && s == DL_OK) s = dl_fail(DL_ERR_FORMAT, "`%s`: malformed normalizer_spec", file);
+        }
+        if (s != DL_OK) break;
+    }
+    if (s == DL_OK && r < 0) s = dl_fail(DL_ERR_FORMAT, "`%s`: not a SentencePiece model (bad protobuf)", file);
+    if (s == DL_OK && (n == 0 || model_type != 1))
+        s = dl_fail(DL_ERR_FORMAT, "`%s`: not a Unigram SentencePiece model", file);
+    if (s == DL_OK && (unk < 0 || unk >= n || eos >= n || pad >= n))
+        s = dl_fail(DL_ERR_FORMAT, "`%s`: special token ids out of range", file);
+    if (s == DL_OK) {
+        t->kind = DL_TOK_UNIGRAM;
+        t->vocab_size = n;
+        s = unigram_new(&t->uni, pieces, scores, n, (int32_t)unk);
+    }
+    if (s == DL_OK) { /* the pipeline transformers builds for a SentencePiece T5 model */
+        if (t->cm.nunits) t->norms[t->nnorm++] = NORM_PRECOMPILED;
+        t->ws_split = t->metaspace = t->meta_split = 1;
+        t->meta_prepend = 2;
+        t->bos = -1;
+        t->eos = (int32_t)eos;
+        for (int i = 0; i < n && s == DL_OK; i++) /* control and unknown pieces are special */
+            if (types[i] == 2 || types[i] == 3) s = tok_add_special(t, pieces[i], i);
+        set_pad(t, cfg, smap, pad >= 0 ? (int32_t)pad : 0);
+    }
+    (void)type_ok;
+    for (int i = 0; i < n; i++) free(pieces[i]);
+    free(pieces), free(scores), free(types);
+    free(data);
+    return s;
+}
+
+dl_status dl_tokenizer_load(dl_tokenizer **out, const char *dir) {
+    *out = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s", dir);
+    if (!dl_file_exists(path)) return dl_fail(DL_ERR_IO, "tokenizer folder `%s` does not exist", dir);
+    dl_tokenizer *t = tok_alloc();
+    if (!t) return oom();
+    cJSON *cfg = NULL, *smap = NULL;
+    dl_status s = read_json_file(dir, "tokenizer_config.json", &cfg, 0);
+    if (s == DL_OK) s = read_json_file(dir, "special_tokens_map.json", &smap, 0);
+    if (s == DL_OK) {
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        char p2[4096], p3[4096];
+        snprintf(p2, sizeof p2, "%s/vocab.json", dir);
+        snprintf(p3, sizeof p3, "%s/spiece.model", dir);
+        if (dl_file_exists(path)) s = load_tokenizer_json(t, dir, cfg, smap);
+        else if (dl_file_exists(p2)) s = load_clip_files(t, dir, cfg, smap);
+        else if (dl_file_exists(p3)) s = load_spiece(t, dir, cfg, smap);
+        else s = dl_fail(DL_ERR_IO, "`%s`: no tokenizer.json, vocab.json + merges.txt or spiece.model", dir);
+    }
+    cJSON_Delete(cfg);
+    cJSON_Delete(smap);
+    if (s != DL_OK) {
+        dl_tokenizer_free(t);
+        return s;
+    }
+    *out = t;
+    return DL_OK;
+}

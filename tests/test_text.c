@@ -1,0 +1,99 @@
+/* Tokenizers against the Python reference: for every string of tests/data/tok/
+ * corpus.json (1,000 strings: punctuation, digits, emoji, accents, full-width,
+ * CJK, odd whitespace, special-token literals, long prompts) the ids must equal
+ * those of transformers / tokenizers exactly, truncated at 512: CLIP BPE trained
+ * here (tokenizer.json) and CLIP's real vocabulary (vocab.json + merges.txt); T5
+ * Unigram trained here through tokenizer.json, through spiece.model alone, and
+ * with the older tokenizer.json pipeline published T5 checkpoints ship. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "difflet/text.h"
+#include "test_util.h"
+
+#ifndef DATA_DIR
+#define DATA_DIR "tests/data"
+#endif
+
+static cJSON *g_corpus;
+
+static void compare(const char *dir, const char *key) {
+    dl_tokenizer *t;
+    if (dl_tokenizer_load(&t, dir) != DL_OK) {
+        CHECK(0, "load %s: %s", dir, dl_last_error());
+        return;
+    }
+    int32_t ids[512];
+    int bad = 0, total = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, g_corpus) {
+        const char *text = cJSON_GetObjectItem(row, "text")->valuestring;
+        const cJSON *want = cJSON_GetObjectItem(row, key);
+        int n;
+        total++;
+        dl_status s = dl_tokenizer_encode(t, text, strlen(text), 512, 0, ids, &n);
+        int same = s == DL_OK && n == cJSON_GetArraySize(want);
+        for (int i = 0; same && i < n; i++) same = ids[i] == (int32_t)cJSON_GetArrayItem(want, i)->valuedouble;
+        if (!same && bad++ < 5) {
+            fprintf(stderr, "%s: \"%s\"\n  got ", key, text);
+            for (int i = 0; i < n && i < 40; i++) fprintf(stderr, "%d ", ids[i]);
+            fprintf(stderr, "\n want ");
+            for (int i = 0; i < cJSON_GetArraySize(want) && i < 40; i++)
+                fprintf(stderr, "%d ", (int)cJSON_GetArrayItem(want, i)->valuedouble);
+            fprintf(stderr, "%s\n", s == DL_OK ? "" : dl_last_error());
+        }
+    }
+    CHECK(bad == 0, "%s (%s): %d of %d strings differ from the reference", key, dir, bad, total);
+    dl_tokenizer_free(t);
+}
+
+static void test_padding_and_limits(void) {
+    dl_tokenizer *t;
+    if (dl_tokenizer_load(&t, DATA_DIR "/tok/clip_real") != DL_OK) {
+        CHECK(0, "%s", dl_last_error());
+        return;
+    }
+    int32_t ids[77];
+    int n;
+    CHECK(dl_tokenizer_encode(t, "a photo of a cat", 16, 77, 1, ids, &n) == DL_OK, "%s", dl_last_error());
+    CHECK(n == 7 && ids[0] == 49406 && ids[6] == 49407 && ids[7] == dl_tokenizer_pad_id(t) && ids[76] == dl_tokenizer_pad_id(t),
+          "BOS ... EOS then padding to 77 (n=%d)", n);
+    char longp[4000];
+    longp[0] = 0;
+    for (int i = 0; i < 300; i++) strcat(longp, "cat ");
+    CHECK(dl_tokenizer_encode(t, longp, strlen(longp), 77, 1, ids, &n) == DL_OK && n == 77 && ids[76] == 49407,
+          "truncated to 77 keeping EOS");
+    CHECK(dl_tokenizer_encode(t, "\xff\xfe", 2, 77, 1, ids, &n) == DL_ERR_INVALID, "invalid UTF-8 refused");
+    CHECK(dl_tokenizer_encode(t, "a", 1, 1, 1, ids, &n) == DL_ERR_INVALID, "max_len below the special tokens refused");
+    dl_tokenizer_free(t);
+    CHECK(dl_tokenizer_load(&t, "/nonexistent") == DL_ERR_IO && strstr(dl_last_error(), "does not exist"), "%s", dl_last_error());
+}
+
+int main(void) {
+    char *txt;
+    size_t len;
+    if (dl_file_read(DATA_DIR "/tok/corpus.json", 64u << 20, &txt, &len) != DL_OK) {
+        fprintf(stderr, "%s\n", dl_last_error());
+        return 1;
+    }
+    g_corpus = cJSON_ParseWithLength(txt, len);
+    free(txt);
+    CHECK(cJSON_GetArraySize(g_corpus) >= 1000, "corpus has %d strings", cJSON_GetArraySize(g_corpus));
+    compare(DATA_DIR "/tok/clip_tiny", "clip_tiny");
+    compare(DATA_DIR "/tok/clip_real", "clip_real");
+    compare(DATA_DIR "/tok/t5_tiny", "t5_tiny");
+    compare(DATA_DIR "/tok/t5_tiny_legacy", "t5_tiny_legacy");
+    /* the same T5 model from spiece.model alone */
+    char dir[] = "/tmp/difflet_spm_XXXXXX", cmd[512];
+    if (mkdtemp(dir)) {
+        snprintf(cmd, sizeof cmd, "cp %s/tok/t5_tiny/spiece.model %s/", DATA_DIR, dir);
+        if (system(cmd) == 0) compare(dir, "t5_tiny");
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    }
+    test_padding_and_limits();
+    cJSON_Delete(g_corpus);
+    return test_done("test_text");
+}
