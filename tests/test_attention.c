@@ -33,18 +33,20 @@ static problem make(dl_dtype dt, int64_t sq, int64_t sk, int64_t h, int64_t d, u
 
 static void drop(problem *p) { free(p->q), free(p->k), free(p->v); }
 
-/* out: [sq, h, d] doubles */
-static void naive(const problem *p, int64_t kb, int64_t ke, float scale, double *out) {
-    double *s = malloc((size_t)(ke - kb + 1) * sizeof(double));
+/* out: [sq, h, d] doubles; causal and bias_rel as in dl_attn_args */
+static void naive_ext(const problem *p, int64_t kb, int64_t ke0, float scale, int causal, const float *bias_rel,
+                      double *out) {
+    double *s = malloc((size_t)(ke0 - kb + 1) * sizeof(double));
     for (int64_t hh = 0; hh < p->h; hh++)
         for (int64_t i = 0; i < p->sq; i++) {
             double mx = -INFINITY, sum = 0;
+            int64_t ke = causal && i + 1 < ke0 ? (i + 1 > kb ? i + 1 : kb) : ke0;
             for (int64_t j = kb; j < ke; j++) {
                 double acc = 0;
                 for (int64_t t = 0; t < p->d; t++)
                     acc += (double)dl_load1(p->dt, p->q, (i * p->h + hh) * p->d + t) *
                            dl_load1(p->dt, p->k, (j * p->h + hh) * p->d + t);
-                s[j - kb] = acc * scale;
+                s[j - kb] = acc * scale + (bias_rel ? bias_rel[hh * (p->sq + p->sk - 1) + j - i + p->sq - 1] : 0.0);
                 if (s[j - kb] > mx) mx = s[j - kb];
             }
             for (int64_t j = kb; j < ke; j++) sum += (s[j - kb] = exp(s[j - kb] - mx));
@@ -56,6 +58,10 @@ static void naive(const problem *p, int64_t kb, int64_t ke, float scale, double 
             }
         }
     free(s);
+}
+
+static void naive(const problem *p, int64_t kb, int64_t ke, float scale, double *out) {
+    naive_ext(p, kb, ke, scale, 0, NULL, out);
 }
 
 static dl_attn_args args_for(const problem *p, void *out, int64_t kb, int64_t ke) {
@@ -261,6 +267,41 @@ static void test_fast_vs_ref(void) {
     }
 }
 
+/* Causal masking (CLIP) and a relative-position bias (T5), alone and together,
+ * with an interval that leaves some causal rows without any key. */
+static void test_causal_and_bias(void) {
+    for (int dti = 0; dti < 2; dti++) {
+        dl_dtype dt = dti ? DL_BF16 : DL_F32;
+        problem p = make(dt, 150, 150, 2, 64, 31);
+        int64_t n = p.sq * p.h * p.d;
+        float *bias = malloc((size_t)(p.h * (p.sq + p.sk - 1)) * sizeof(float));
+        dl_fill_uniform(DL_F32, bias, p.h * (p.sq + p.sk - 1), -3.f, 3.f, 77);
+        double *ref = malloc((size_t)n * sizeof(double));
+        void *out = malloc((size_t)n * 4);
+        for (int mode = 1; mode < 4; mode++) {
+            int causal = mode & 1;
+            const float *b = mode & 2 ? bias : NULL;
+            int64_t kb = mode == 3 ? 5 : 0;
+            for (int force_ref = 0; force_ref < 2; force_ref++) {
+                dl_isa isa = dl_kernel_isa();
+                if (force_ref) dl_set_kernel_isa(DL_ISA_REF);
+                naive_ext(&p, kb, p.sk, 0.125f, causal, b, ref);
+                dl_attn_args a = args_for(&p, out, kb, p.sk);
+                a.scale = 0.125f;
+                a.causal = causal;
+                a.bias_rel = b;
+                CHECK(dl_attn(&a, NULL) == DL_OK, "%s", dl_last_error());
+                double w = against_naive(&p, out, ref);
+                CHECK(w <= 1.0, "%s %s causal=%d bias=%d from key %lld: %.3fx bound", dl_dtype_name(dt),
+                      force_ref ? "ref" : "fast", causal, b != NULL, (long long)kb, w);
+                dl_set_kernel_isa(isa);
+            }
+        }
+        free(bias), free(ref), free(out);
+        drop(&p);
+    }
+}
+
 static void test_bad_args(void) {
     problem p = make(DL_F32, 4, 4, 1, 32, 1);
     float out[4 * 32];
@@ -283,6 +324,7 @@ int main(void) {
     test_merge();
     test_strides_and_splits();
     test_fast_vs_ref();
+    test_causal_and_bias();
     test_bad_args();
     return test_done("test_attention");
 }

@@ -106,6 +106,10 @@ typedef struct {
     int64_t kv_begin, kv_end; /* valid keys [kv_begin, kv_end) */
     float scale;              /* softmax scale, e.g. 1/sqrt(head_dim) */
     float *o_part, *m, *l;    /* partial outputs; all three or none */
+    int causal;               /* query i sees keys j <= i only (CLIP's text encoder) */
+    /* Optional additive bias that depends on j - i only (T5's relative position
+     * bias): score(h, i, j) += bias_rel[h * (sq + sk - 1) + (j - i + sq - 1)]. */
+    const float *bias_rel;
 } dl_attn_args;
 
 /* Bytes of scratch the attention needs for `nth` threads (packed K/V tiles). */

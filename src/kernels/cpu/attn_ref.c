@@ -12,11 +12,14 @@ void dl_attn_ref_rows(const dl_attn_args *a, int64_t h, int64_t q0, int64_t q1) 
         int64_t qo = q * a->q_stride + h * D;
         float m = -INFINITY, l = 0.f;
         for (int64_t d = 0; d < D; d++) acc[d] = 0.f;
-        for (int64_t k = a->kv_begin; k < a->kv_end; k++) {
+        int64_t kend = a->causal && q + 1 < a->kv_end ? q + 1 : a->kv_end;
+        const float *brow = a->bias_rel ? a->bias_rel + h * (a->sq + a->sk - 1) + a->sq - 1 - q : NULL;
+        for (int64_t k = a->kv_begin; k < kend; k++) {
             int64_t ko = k * a->k_stride + h * D, vo = k * a->v_stride + h * D;
             float s = 0.f;
             for (int64_t d = 0; d < D; d++) s += dl_load1(a->dt, a->q, qo + d) * dl_load1(a->dt, a->k, ko + d);
             s *= a->scale;
+            if (brow) s += brow[k];
             if (s > m) { /* new running max: rescale what was accumulated */
                 float r = expf(m - s);
                 l *= r;

@@ -230,22 +230,43 @@ static inline __m512 exp512(__m512 x) {
     return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), p, _mm512_castsi512_ps(e));
 }
 
-/* Online softmax over one block of `nb` valid keys (lanes past nb masked). */
-static void softmax_block(tiles *t, int64_t nb, float scale, int bf16) {
-    const __m512 vs = _mm512_set1_ps(scale);
+static inline __mmask16 lanes(int64_t valid, int64_t c) {
+    return valid - c >= 16 ? 0xffff : valid > c ? (__mmask16)((1u << (valid - c)) - 1u) : 0;
+}
+
+/* Online softmax over one block of keys [kb, kb + nb) of the valid interval, for
+ * the query rows q0 + i: scores scaled, biased (bias_rel), masked past nb and, when
+ * causal, past the row's own position. A row with no valid key yet keeps m = -inf,
+ * l = 0 and gets probability 0 everywhere. */
+static void softmax_block(tiles *t, const dl_attn_args *a, int64_t h, int64_t q0, int64_t kb, int64_t nb, int bf16) {
+    const __m512 vs = _mm512_set1_ps(a->scale);
+    const int64_t key0 = a->kv_begin + kb; /* absolute index of the block's first key */
     for (int i = 0; i < BQ; i++) {
         float *s = t->s + i * BK;
-        __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (int64_t c = 0; c < BK; c += 16) {
-            __mmask16 k = nb - c >= 16 ? 0xffff : nb > c ? (__mmask16)((1u << (nb - c)) - 1u) : 0;
-            mx = _mm512_mask_max_ps(mx, k, mx, _mm512_mul_ps(_mm512_loadu_ps(s + c), vs));
+        int64_t valid = nb, q = q0 + i;
+        if (a->causal && q + 1 - key0 < valid) valid = q + 1 - key0 < 0 ? 0 : q + 1 - key0;
+        if (a->bias_rel) { /* the row's biases for keys key0.. are contiguous */
+            const float *b = a->bias_rel + h * (a->sq + a->sk - 1) + (key0 - q + a->sq - 1);
+            for (int64_t c = 0; c < BK; c += 16) {
+                __mmask16 k = lanes(valid, c);
+                _mm512_storeu_ps(s + c, _mm512_maskz_fmadd_ps(k, _mm512_loadu_ps(s + c), vs, _mm512_maskz_loadu_ps(k, b + c)));
+            }
+        } else {
+            for (int64_t c = 0; c < BK; c += 16) _mm512_storeu_ps(s + c, _mm512_mul_ps(_mm512_loadu_ps(s + c), vs));
         }
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int64_t c = 0; c < BK; c += 16) mx = _mm512_mask_max_ps(mx, lanes(valid, c), mx, _mm512_loadu_ps(s + c));
         float m_old = t->m[i], m_new = fmaxf(m_old, _mm512_reduce_max_ps(mx));
         t->alpha[i] = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
+        if (m_new == -INFINITY) { /* nothing valid yet for this row */
+            t->alpha[i] = 1.f;
+            memset((char *)t->p + (size_t)(i * BK) * (bf16 ? 2 : 4), 0, (size_t)BK * (bf16 ? 2 : 4));
+            continue;
+        }
         __m512 vm = _mm512_set1_ps(m_new), sum = _mm512_setzero_ps();
         for (int64_t c = 0; c < BK; c += 16) {
-            __mmask16 k = nb - c >= 16 ? 0xffff : nb > c ? (__mmask16)((1u << (nb - c)) - 1u) : 0;
-            __m512 p = _mm512_maskz_mov_ps(k, exp512(_mm512_fmsub_ps(_mm512_loadu_ps(s + c), vs, vm)));
+            __mmask16 k = lanes(valid, c);
+            __m512 p = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_loadu_ps(s + c), vm)));
             sum = _mm512_add_ps(sum, p);
             if (bf16)
                 _mm256_storeu_si256((__m256i *)((uint16_t *)t->p + i * BK + c), (__m256i)_mm512_cvtneps_pbh(p));
@@ -277,6 +298,7 @@ static void run_block(const dl_attn_args *a, int64_t h, int64_t q0, tiles *t) {
     }
     for (int64_t kb = 0; kb < np; kb += BK) {
         int64_t nb = n - kb < BK ? n - kb : BK;
+        if (a->causal && a->kv_begin + kb > q0 + nq - 1) break; /* no row of the tile sees these keys */
         for (int64_t r0 = 0; r0 < BQ; r0 += R)
             for (int64_t g = 0; g < BK / 16; g += 4) {
                 if (bf16)
@@ -286,7 +308,7 @@ static void run_block(const dl_attn_args *a, int64_t h, int64_t q0, tiles *t) {
                     qk_f32((const float *)t->qt + r0 * D, D, (const float *)t->kp + (kb / 16 + g) * D * 16,
                            t->s + r0 * BK + g * 16);
             }
-        softmax_block(t, nb, a->scale, bf16);
+        softmax_block(t, a, h, q0, kb, nb, bf16);
         for (int64_t r0 = 0; r0 < BQ; r0 += R) {
             if (bf16) {
                 const uint32_t *p = (const uint32_t *)((uint16_t *)t->p + r0 * BK);
