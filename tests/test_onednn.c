@@ -17,6 +17,8 @@ static double act_d(dl_act a, double v) {
     case DL_ACT_GELU_TANH: return 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
     case DL_ACT_GELU_ERF: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
     case DL_ACT_SILU: return v / (1 + exp(-v));
+    case DL_ACT_QUICK_GELU: return v / (1 + exp(-1.702 * v));
+    case DL_ACT_RELU: return v > 0 ? v : 0;
     default: return v;
     }
 }
@@ -28,7 +30,7 @@ static void test_matmul(void) {
             int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
             dl_dtype dt = cfg ? DL_BF16 : DL_F32, ddt = cfg == 2 ? DL_BF16 : DL_F32;
             int64_t ldx = K + 3, ldy = N + 5;
-            dl_act act = (dl_act)((si + (size_t)cfg) % 4);
+            dl_act act = (dl_act)((si + (size_t)cfg * 2) % 6);
             float *w = malloc((size_t)(N * K) * 4), *bias = malloc((size_t)N * 4);
             void *x = malloc((size_t)(M * ldx) * 4), *y = malloc((size_t)(M * ldy) * 4);
             dl_fill_uniform(DL_F32, w, N * K, -0.5f, 0.5f, 1 + si);
@@ -36,7 +38,12 @@ static void test_matmul(void) {
             dl_fill_uniform(dt, x, M * ldx, -1.f, 1.f, 3 + si);
             dl_matmul *mm;
             dl_matmul_desc d = {.m = M, .k = K, .n = N, .dt = dt, .dst_dt = ddt, .act = act, .ldx = ldx, .ldy = ldy};
-            CHECK(dl_matmul_new(&mm, &d, w, DL_F32, bias) == DL_OK, "matmul new: %s", dl_last_error());
+            /* the bias buffer handed over is scribbled on and freed: the matmul keeps its own copy */
+            float *btmp = malloc((size_t)N * 4);
+            memcpy(btmp, bias, (size_t)N * 4);
+            CHECK(dl_matmul_new(&mm, &d, w, DL_F32, btmp) == DL_OK, "matmul new: %s", dl_last_error());
+            memset(btmp, 0xff, (size_t)N * 4);
+            free(btmp);
             CHECK(dl_matmul_run(mm, x, y) == DL_OK, "matmul run: %s", dl_last_error());
             double worst = 0, mx = 0;
             double *ref = malloc((size_t)(M * N) * sizeof(double));

@@ -38,6 +38,15 @@ void dl_layernorm_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t c
 /* y = x / sqrt(mean(x^2) + eps) * w; w may be NULL. y may alias x. */
 void dl_rmsnorm_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
                   const float *w, float eps, int ith, int nth);
+/* The general forms with separate dtypes for x and y (e.g. an f32 residual stream
+ * normalised into bf16 matmul input): LayerNorm with optional affine (w, b) and
+ * optional modulation (scale, shift); RMSNorm with optional weight. y must not
+ * alias x when the dtypes differ. */
+void dl_layernorm_x_t(dl_dtype ydt, void *y, dl_dtype xdt, const void *x, int64_t rows, int64_t cols,
+                      const float *w, const float *b, const float *scale, const float *shift, float eps, int ith,
+                      int nth);
+void dl_rmsnorm_x_t(dl_dtype ydt, void *y, dl_dtype xdt, const void *x, int64_t rows, int64_t cols, const float *w,
+                    float eps, int ith, int nth);
 /* adaLN: y = x * (1 + scale) + shift, scale/shift: [cols]. y may alias x. */
 void dl_modulate_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
                    const float *scale, const float *shift, int ith, int nth);
@@ -48,10 +57,13 @@ void dl_layernorm_modulate_t(dl_dtype dt, void *y, const void *x, int64_t rows, 
 void dl_gated_residual_t(dl_dtype dt, void *x, const void *y, int64_t rows, int64_t cols,
                          const float *gate, int ith, int nth);
 
-typedef enum { DL_ACT_NONE = 0, DL_ACT_GELU_TANH, DL_ACT_GELU_ERF, DL_ACT_SILU } dl_act;
+/* quick_gelu (CLIP) is x * sigmoid(1.702 x) */
+typedef enum { DL_ACT_NONE = 0, DL_ACT_GELU_TANH, DL_ACT_GELU_ERF, DL_ACT_SILU, DL_ACT_QUICK_GELU, DL_ACT_RELU } dl_act;
 const char *dl_act_name(dl_act a);
 /* y = act(x) on n elements. y may alias x. */
 void dl_activation_t(dl_act act, dl_dtype dt, void *y, const void *x, int64_t n, int ith, int nth);
+/* y = a * b element-wise on n elements (gated feed-forwards). y may alias a or b. */
+void dl_mul_t(dl_dtype dt, void *y, const void *a, const void *b, int64_t n, int ith, int nth);
 /* Row softmax, y may alias x. */
 void dl_softmax_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols, int ith,
                   int nth);

@@ -116,18 +116,34 @@ int dl_kernels_check(const int64_t *shapes, int nshapes, int nth, dl_check_cb cb
                 report(&c, "convert_to_f32", DL_F32, rows, cols, y, want, n);
                 free(src);
             }
-            ref->layernorm(dt, want, x, rows, cols, w, b, NULL, NULL, 1e-6f);
+            ref->layernorm(dt, dt, want, x, rows, cols, w, b, NULL, NULL, 1e-6f);
             RUN_SPLIT(dl_layernorm_t(dt, y, x, rows, cols, w, b, 1e-6f, ith, nth));
             report(&c, "layernorm_affine", dt, rows, cols, y, want, n);
-            ref->layernorm(dt, want, x, rows, cols, NULL, NULL, NULL, NULL, 1e-6f);
+            ref->layernorm(dt, dt, want, x, rows, cols, NULL, NULL, NULL, NULL, 1e-6f);
             RUN_SPLIT(dl_layernorm_t(dt, y, x, rows, cols, NULL, NULL, 1e-6f, ith, nth));
             report(&c, "layernorm", dt, rows, cols, y, want, n);
-            ref->layernorm(dt, want, x, rows, cols, NULL, NULL, sc, sh, 1e-6f);
+            ref->layernorm(dt, dt, want, x, rows, cols, NULL, NULL, sc, sh, 1e-6f);
             RUN_SPLIT(dl_layernorm_modulate_t(dt, y, x, rows, cols, sc, sh, 1e-6f, ith, nth));
             report(&c, "layernorm_modulate", dt, rows, cols, y, want, n);
-            ref->rmsnorm(dt, want, x, rows, cols, w, 1e-6f);
+            ref->rmsnorm(dt, dt, want, x, rows, cols, w, 1e-6f);
             RUN_SPLIT(dl_rmsnorm_t(dt, y, x, rows, cols, w, 1e-6f, ith, nth));
             report(&c, "rmsnorm", dt, rows, cols, y, want, n);
+            /* mixed dtypes: x in dt, y in f32 and the reverse (f32 residual -> dt) */
+            ref->layernorm(dt, DL_F32, want, x, rows, cols, w, b, sc, sh, 1e-6f);
+            RUN_SPLIT(dl_layernorm_x_t(DL_F32, y, dt, x, rows, cols, w, b, sc, sh, 1e-6f, ith, nth));
+            report(&c, "layernorm_x_to_f32", DL_F32, rows, cols, y, want, n);
+            {
+                float *xf = malloc((size_t)n * 4);
+                DL_ASSERT(xf);
+                dl_fill_uniform(DL_F32, xf, n, -3.f, 3.f, 300 + (uint64_t)si);
+                ref->layernorm(DL_F32, dt, want, xf, rows, cols, w, b, NULL, NULL, 1e-6f);
+                RUN_SPLIT(dl_layernorm_x_t(dt, y, DL_F32, xf, rows, cols, w, b, NULL, NULL, 1e-6f, ith, nth));
+                report(&c, "layernorm_f32_to_x", dt, rows, cols, y, want, n);
+                ref->rmsnorm(DL_F32, dt, want, xf, rows, cols, w, 1e-6f);
+                RUN_SPLIT(dl_rmsnorm_x_t(dt, y, DL_F32, xf, rows, cols, w, 1e-6f, ith, nth));
+                report(&c, "rmsnorm_f32_to_x", dt, rows, cols, y, want, n);
+                free(xf);
+            }
             ref->modulate(dt, want, x, rows, cols, sc, sh);
             RUN_SPLIT(dl_modulate_t(dt, y, x, rows, cols, sc, sh, ith, nth));
             report(&c, "modulate", dt, rows, cols, y, want, n);
@@ -136,12 +152,15 @@ int dl_kernels_check(const int64_t *shapes, int nshapes, int nth, dl_check_cb cb
             memcpy(y, x, bytes);
             RUN_SPLIT(dl_gated_residual_t(dt, y, x2, rows, cols, sc, ith, nth));
             report(&c, "gated_residual", dt, rows, cols, y, want, n);
-            static const dl_act acts[] = {DL_ACT_GELU_TANH, DL_ACT_GELU_ERF, DL_ACT_SILU};
-            for (int ai = 0; ai < 3; ai++) {
+            static const dl_act acts[] = {DL_ACT_GELU_TANH, DL_ACT_GELU_ERF, DL_ACT_SILU, DL_ACT_QUICK_GELU, DL_ACT_RELU};
+            for (int ai = 0; ai < 5; ai++) {
                 ref->activation(acts[ai], dt, want, x, n);
                 RUN_SPLIT(dl_activation_t(acts[ai], dt, y, x, n, ith, nth));
                 report(&c, dl_act_name(acts[ai]), dt, rows, cols, y, want, n);
             }
+            ref->mul(dt, want, x, x2, n);
+            RUN_SPLIT(dl_mul_t(dt, y, x, x2, n, ith, nth));
+            report(&c, "mul", dt, rows, cols, y, want, n);
             ref->softmax(dt, want, x, rows, cols);
             RUN_SPLIT(dl_softmax_t(dt, y, x, rows, cols, ith, nth));
             report(&c, "softmax", dt, rows, cols, y, want, n);

@@ -28,7 +28,7 @@ void dl_layernorm_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t c
     int64_t r0, r1;
     dl_split(rows, ith, nth, &r0, &r1);
     if (r1 > r0)
-        dl_kernels()->layernorm(dt, OFF(y, dt, r0 * cols), COFF(x, dt, r0 * cols), r1 - r0, cols,
+        dl_kernels()->layernorm(dt, dt, OFF(y, dt, r0 * cols), COFF(x, dt, r0 * cols), r1 - r0, cols,
                                 w, b, NULL, NULL, eps);
 }
 
@@ -37,7 +37,7 @@ void dl_layernorm_modulate_t(dl_dtype dt, void *y, const void *x, int64_t rows, 
     int64_t r0, r1;
     dl_split(rows, ith, nth, &r0, &r1);
     if (r1 > r0)
-        dl_kernels()->layernorm(dt, OFF(y, dt, r0 * cols), COFF(x, dt, r0 * cols), r1 - r0, cols,
+        dl_kernels()->layernorm(dt, dt, OFF(y, dt, r0 * cols), COFF(x, dt, r0 * cols), r1 - r0, cols,
                                 NULL, NULL, scale, shift, eps);
 }
 
@@ -46,8 +46,26 @@ void dl_rmsnorm_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t col
     int64_t r0, r1;
     dl_split(rows, ith, nth, &r0, &r1);
     if (r1 > r0)
-        dl_kernels()->rmsnorm(dt, OFF(y, dt, r0 * cols), COFF(x, dt, r0 * cols), r1 - r0, cols, w,
+        dl_kernels()->rmsnorm(dt, dt, OFF(y, dt, r0 * cols), COFF(x, dt, r0 * cols), r1 - r0, cols, w,
                               eps);
+}
+
+void dl_layernorm_x_t(dl_dtype ydt, void *y, dl_dtype xdt, const void *x, int64_t rows, int64_t cols,
+                      const float *w, const float *b, const float *scale, const float *shift, float eps, int ith,
+                      int nth) {
+    int64_t r0, r1;
+    dl_split(rows, ith, nth, &r0, &r1);
+    if (r1 > r0)
+        dl_kernels()->layernorm(xdt, ydt, OFF(y, ydt, r0 * cols), COFF(x, xdt, r0 * cols), r1 - r0, cols, w, b, scale,
+                                shift, eps);
+}
+
+void dl_rmsnorm_x_t(dl_dtype ydt, void *y, dl_dtype xdt, const void *x, int64_t rows, int64_t cols, const float *w,
+                    float eps, int ith, int nth) {
+    int64_t r0, r1;
+    dl_split(rows, ith, nth, &r0, &r1);
+    if (r1 > r0)
+        dl_kernels()->rmsnorm(xdt, ydt, OFF(y, ydt, r0 * cols), COFF(x, xdt, r0 * cols), r1 - r0, cols, w, eps);
 }
 
 void dl_modulate_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
@@ -73,6 +91,12 @@ void dl_activation_t(dl_act act, dl_dtype dt, void *y, const void *x, int64_t n,
     int64_t b, e;
     dl_split(n, ith, nth, &b, &e);
     if (e > b) dl_kernels()->activation(act, dt, OFF(y, dt, b), COFF(x, dt, b), e - b);
+}
+
+void dl_mul_t(dl_dtype dt, void *y, const void *a, const void *b, int64_t n, int ith, int nth) {
+    int64_t e0, e1;
+    dl_split(n, ith, nth, &e0, &e1);
+    if (e1 > e0) dl_kernels()->mul(dt, OFF(y, dt, e0), COFF(a, dt, e0), COFF(b, dt, e0), e1 - e0);
 }
 
 void dl_softmax_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols, int ith,

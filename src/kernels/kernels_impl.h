@@ -10,10 +10,11 @@ typedef struct {
     const char *name;
     void (*convert)(dl_dtype dst_dt, void *dst, dl_dtype src_dt, const void *src, int64_t n);
     /* LayerNorm with optional affine (w, b) and optional modulation (scale, shift). */
-    void (*layernorm)(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
+    /* norms read x in dt and write y in ydt */
+    void (*layernorm)(dl_dtype dt, dl_dtype ydt, void *y, const void *x, int64_t rows, int64_t cols,
                       const float *w, const float *b, const float *scale, const float *shift,
                       float eps);
-    void (*rmsnorm)(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
+    void (*rmsnorm)(dl_dtype dt, dl_dtype ydt, void *y, const void *x, int64_t rows, int64_t cols,
                     const float *w, float eps);
     void (*modulate)(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
                      const float *scale, const float *shift);
@@ -21,6 +22,7 @@ typedef struct {
                            const float *gate);
     void (*activation)(dl_act act, dl_dtype dt, void *y, const void *x, int64_t n);
     void (*softmax)(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols);
+    void (*mul)(dl_dtype dt, void *y, const void *a, const void *b, int64_t n);
     /* One group of `cpg` channels x S positions (contiguous); w, b point at the group's
      * first channel. */
     void (*groupnorm)(dl_dtype dt, void *y, const void *x, int64_t cpg, int64_t S,

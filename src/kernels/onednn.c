@@ -60,7 +60,7 @@ static dnnl_data_type_t dnnl_dt(dl_dtype dt) {
 typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_t src, wei, bias, dst, scratch;
-    void *wbuf, *sbuf;
+    void *wbuf, *sbuf, *bbuf;
     size_t wbytes;
 } prim_state;
 
@@ -71,6 +71,7 @@ static void prim_state_free(prim_state *p) {
         if (mems[i]) dnnl_memory_destroy(mems[i]);
     dl_aligned_free(p->wbuf);
     dl_aligned_free(p->sbuf);
+    dl_aligned_free(p->bbuf);
     memset(p, 0, sizeof *p);
 }
 
@@ -108,9 +109,16 @@ static dl_status prim_state_build(prim_state *p, const_dnnl_primitive_desc_t pd,
     DNNL_TRY(dnnl_primitive_execute(reorder, g_stream, 2, rargs), "weights reorder run");
     DNNL_TRY(dnnl_stream_wait(g_stream), "stream wait");
 
-    if (bias) {
+    if (bias) { /* copied: the caller's buffer need not outlive the primitive */
         const dnnl_memory_desc_t *b_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
-        DNNL_TRY(dnnl_memory_create(&p->bias, b_md, g_eng, (void *)bias), "bias memory");
+        size_t bb = dnnl_memory_desc_get_size(b_md);
+        p->bbuf = dl_aligned_alloc(bb);
+        if (!p->bbuf) {
+            s = dl_fail(DL_ERR_NOMEM, "oneDNN: cannot allocate %zu bytes of bias", bb);
+            goto err;
+        }
+        memcpy(p->bbuf, bias, bb);
+        DNNL_TRY(dnnl_memory_create(&p->bias, b_md, g_eng, p->bbuf), "bias memory");
     }
     size_t sp = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
     if (sp) {
@@ -153,11 +161,14 @@ static dl_status make_attr(dnnl_primitive_attr_t *attr, dl_act act) {
     DNNL_TRY(dnnl_primitive_attr_create(attr), "attr create");
     DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user), "scratchpad mode");
     if (act != DL_ACT_NONE) {
+        /* quick_gelu = swish with alpha 1.702; silu = swish with alpha 1 */
         dnnl_alg_kind_t alg = act == DL_ACT_GELU_TANH ? dnnl_eltwise_gelu_tanh
                               : act == DL_ACT_GELU_ERF ? dnnl_eltwise_gelu_erf
+                              : act == DL_ACT_RELU     ? dnnl_eltwise_relu
                                                        : dnnl_eltwise_swish;
+        float alpha = act == DL_ACT_QUICK_GELU ? 1.702f : act == DL_ACT_RELU ? 0.f : 1.f;
         DNNL_TRY(dnnl_post_ops_create(&po), "post-ops create");
-        DNNL_TRY(dnnl_post_ops_append_eltwise(po, 1.f, alg, 1.f, 0.f), "eltwise post-op");
+        DNNL_TRY(dnnl_post_ops_append_eltwise(po, 1.f, alg, alpha, 0.f), "eltwise post-op");
         DNNL_TRY(dnnl_primitive_attr_set_post_ops(*attr, po), "set post-ops");
     }
 err:

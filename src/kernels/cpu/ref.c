@@ -76,6 +76,8 @@ const char *dl_act_name(dl_act a) {
     case DL_ACT_GELU_TANH: return "gelu_tanh";
     case DL_ACT_GELU_ERF: return "gelu_erf";
     case DL_ACT_SILU: return "silu";
+    case DL_ACT_QUICK_GELU: return "quick_gelu";
+    case DL_ACT_RELU: return "relu";
     }
     return "?";
 }
@@ -86,7 +88,7 @@ static void ref_convert(dl_dtype dd, void *dst, dl_dtype sd, const void *src, in
     for (int64_t i = 0; i < n; i++) dl_store1(dd, dst, i, dl_load1(sd, src, i));
 }
 
-static void ref_layernorm(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
+static void ref_layernorm(dl_dtype dt, dl_dtype ydt, void *y, const void *x, int64_t rows, int64_t cols,
                           const float *w, const float *b, const float *scale,
                           const float *shift, float eps) {
     for (int64_t r = 0; r < rows; r++) {
@@ -105,12 +107,12 @@ static void ref_layernorm(dl_dtype dt, void *y, const void *x, int64_t rows, int
             if (w) v *= w[c];
             if (b) v += b[c];
             if (scale) v = v * (1.f + scale[c]) + shift[c];
-            dl_store1(dt, y, o + c, v);
+            dl_store1(ydt, y, o + c, v);
         }
     }
 }
 
-static void ref_rmsnorm(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
+static void ref_rmsnorm(dl_dtype dt, dl_dtype ydt, void *y, const void *x, int64_t rows, int64_t cols,
                         const float *w, float eps) {
     for (int64_t r = 0; r < rows; r++) {
         int64_t o = r * cols;
@@ -122,7 +124,7 @@ static void ref_rmsnorm(dl_dtype dt, void *y, const void *x, int64_t rows, int64
         float rs = 1.f / sqrtf(ss / (float)cols + eps);
         for (int64_t c = 0; c < cols; c++) {
             float v = dl_load1(dt, x, o + c) * rs;
-            dl_store1(dt, y, o + c, w ? v * w[c] : v);
+            dl_store1(ydt, y, o + c, w ? v * w[c] : v);
         }
     }
 }
@@ -153,12 +155,18 @@ static float act1(dl_act act, float v) {
         return 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
     case DL_ACT_GELU_ERF: return 0.5f * v * (1.f + erff(v * 0.7071067811865476f));
     case DL_ACT_SILU: return v / (1.f + expf(-v));
+    case DL_ACT_QUICK_GELU: return v / (1.f + expf(-1.702f * v));
+    case DL_ACT_RELU: return v > 0.f ? v : 0.f;
     }
     return v;
 }
 
 static void ref_activation(dl_act act, dl_dtype dt, void *y, const void *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) dl_store1(dt, y, i, act1(act, dl_load1(dt, x, i)));
+}
+
+static void ref_mul(dl_dtype dt, void *y, const void *a, const void *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dl_store1(dt, y, i, dl_load1(dt, a, i) * dl_load1(dt, b, i));
 }
 
 static void ref_softmax(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols) {
@@ -221,6 +229,7 @@ const dl_kernel_table dl_kernels_ref = {
     .gated_residual = ref_gated_residual,
     .activation = ref_activation,
     .softmax = ref_softmax,
+    .mul = ref_mul,
     .groupnorm = ref_groupnorm,
     .rope = ref_rope,
 };

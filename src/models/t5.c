@@ -1,0 +1,227 @@
+/* T5EncoderModel (transformers): FLUX's sequence text encoder (T5 v1.1 XXL).
+ *   x = shared[ids]                                               // x: [S, D] f32
+ *   bias = relative_attention_bias[bucket(j - i)] of layer 0     // [H, 2S-1], Toeplitz
+ *   per layer: x += o(attn(qkv(rms(x)), bias, no scaling))       // qkv: [S, 3*H*dk]
+ *              x += wo(gelu_tanh(wi_0 h) * wi_1 h), h = rms(x)   // gated-gelu (v1.1)
+ *           or x += wo(relu(wi h))                                // original T5
+ *   hidden = rms_final(x)                                                     */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/models_impl.h"
+
+typedef struct {
+    float *ln_att, *ln_ff; /* [D] */
+    lin qkv, o, wi0, wi1, wo;
+} t5_layer;
+
+struct dl_t5_encoder {
+    int64_t S, D, DK, H, F, V, nbuckets, maxdist;
+    int L, gated;
+    dl_dtype dt;
+    float eps;
+    float *emb;      /* [V, D] */
+    float *bias_rel; /* [H, 2S - 1] */
+    float *ln_final; /* [D] */
+    t5_layer *layers;
+    float *x, *o;    /* [S, D] f32 */
+    void *h;         /* [S, D] dt */
+    void *qkv;       /* [S, 3 H DK] dt */
+    void *att;       /* [S, H DK] dt */
+    void *f0, *f1;   /* [S, F] dt */
+    void *scratch;
+};
+
+int32_t dl_t5_bucket(int64_t rel, int bidirectional, int num_buckets, int max_distance) {
+    int32_t b = 0;
+    if (bidirectional) {
+        num_buckets /= 2;
+        if (rel > 0) b += num_buckets;
+        rel = rel < 0 ? -rel : rel;
+    } else {
+        rel = rel < 0 ? -rel : 0; /* -min(rel, 0) */
+    }
+    int max_exact = num_buckets / 2;
+    if (rel < max_exact) return b + (int32_t)rel;
+    /* in float32, as torch computes it: log(rel / max_exact) / log(max_distance / max_exact)
+     * * (num_buckets - max_exact), truncated */
+    float r = logf((float)rel / (float)max_exact) / (float)log((double)max_distance / max_exact) *
+              (float)(num_buckets - max_exact);
+    int32_t large = max_exact + (int32_t)r;
+    if (large > num_buckets - 1) large = num_buckets - 1;
+    return b + large;
+}
+
+void dl_t5_encoder_free(dl_t5_encoder *m) {
+    if (!m) return;
+    for (int i = 0; m->layers && i < m->L; i++) {
+        t5_layer *l = &m->layers[i];
+        free(l->ln_att), free(l->ln_ff);
+        lin_free(&l->qkv), lin_free(&l->o), lin_free(&l->wi0), lin_free(&l->wi1), lin_free(&l->wo);
+    }
+    free(m->layers);
+    free(m->emb), free(m->bias_rel), free(m->ln_final);
+    dl_aligned_free(m->x), dl_aligned_free(m->o), dl_aligned_free(m->h), dl_aligned_free(m->qkv);
+    dl_aligned_free(m->att), dl_aligned_free(m->f0), dl_aligned_free(m->f1), dl_aligned_free(m->scratch);
+    free(m);
+}
+
+int64_t dl_t5_encoder_width(const dl_t5_encoder *m) { return m->D; }
+int dl_t5_encoder_layers(const dl_t5_encoder *m) { return m->L; }
+
+dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char *component, int64_t seq_len,
+                             dl_dtype dt) {
+    *out = NULL;
+    char file[512], nb[4][256];
+    snprintf(file, sizeof file, "%s/config.json", component);
+    const cJSON *cfg;
+    dl_status s = dl_model_dir_config(dir, component, &cfg);
+    if (s != DL_OK) return s;
+    dl_t5_encoder *m = calloc(1, sizeof *m);
+    if (!m) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    m->dt = dt;
+    m->S = seq_len;
+    int64_t L = 0;
+    double eps;
+    const char *ff;
+    dl_checkpoint *ck = NULL;
+    if ((s = dl_cfg_int(cfg, file, "d_model", 512, &m->D)) || (s = dl_cfg_int(cfg, file, "d_kv", 64, &m->DK)) ||
+        (s = dl_cfg_int(cfg, file, "d_ff", 2048, &m->F)) || (s = dl_cfg_int(cfg, file, "num_heads", 8, &m->H)) ||
+        (s = dl_cfg_int(cfg, file, "num_layers", 6, &L)) || (s = dl_cfg_int(cfg, file, "vocab_size", 32128, &m->V)) ||
+        (s = dl_cfg_int(cfg, file, "relative_attention_num_buckets", 32, &m->nbuckets)) ||
+        (s = dl_cfg_int(cfg, file, "relative_attention_max_distance", 128, &m->maxdist)) ||
+        (s = dl_cfg_float(cfg, file, "layer_norm_epsilon", 1e-6, &eps)) ||
+        (s = dl_cfg_str(cfg, file, "feed_forward_proj", "relu", &ff)))
+        goto fail;
+    m->L = (int)L;
+    m->eps = (float)eps;
+    if (!strcmp(ff, "gated-gelu")) m->gated = 1;
+    else if (strcmp(ff, "relu")) {
+        s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: feed_forward_proj \"%s\" is not supported (relu, gated-gelu)", file, ff);
+        goto fail;
+    }
+    if (m->D <= 0 || m->DK <= 0 || m->H <= 0 || L <= 0 || L > 1000 || m->F <= 0 || m->V <= 0 || m->nbuckets < 2 ||
+        m->maxdist < m->nbuckets / 2) {
+        s = dl_fail(DL_ERR_FORMAT, "`%s`: inconsistent sizes", file);
+        goto fail;
+    }
+    if (seq_len <= 0 || seq_len > 65536) {
+        s = dl_fail(DL_ERR_INVALID, "T5 encoder: sequence length %lld is outside 1..65536", (long long)seq_len);
+        goto fail;
+    }
+    if ((s = dl_model_dir_checkpoint(dir, component, &ck)) != DL_OK) goto fail;
+    const int64_t D = m->D, S = m->S, I = m->H * m->DK, F = m->F;
+    int64_t sh_emb[2] = {m->V, D}, sh_d[1] = {D}, sh_rb[2] = {m->nbuckets, m->H};
+    /* the embedding is `shared.weight`, or `encoder.embed_tokens.weight` when only that is stored */
+    const char *emb = dl_ckpt_find(ck, "shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
+    float *rb = NULL;
+    if ((s = param_f32(ck, emb, 2, sh_emb, &m->emb)) ||
+        (s = param_f32(ck, "encoder.final_layer_norm.weight", 1, sh_d, &m->ln_final)) ||
+        (s = param_f32(ck, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2, sh_rb, &rb)))
+        goto fail;
+    m->bias_rel = malloc((size_t)(m->H * (2 * S - 1)) * sizeof *m->bias_rel);
+    if (!m->bias_rel) {
+        free(rb);
+        s = dl_fail(DL_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int64_t r = -(S - 1); r <= S - 1; r++) { /* r = j - i */
+        int32_t bk = dl_t5_bucket(r, 1, (int)m->nbuckets, (int)m->maxdist);
+        for (int64_t h = 0; h < m->H; h++) m->bias_rel[h * (2 * S - 1) + r + S - 1] = rb[bk * m->H + h];
+    }
+    free(rb);
+    m->layers = calloc((size_t)m->L, sizeof *m->layers);
+    if (!m->layers) {
+        s = dl_fail(DL_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < m->L; i++) {
+        t5_layer *l = &m->layers[i];
+        char p[64];
+        snprintf(p, sizeof p, "encoder.block.%d.", i);
+        const char *qkv[3] = {pname(nb[0], 256, p, "layer.0.SelfAttention.q.weight"), pname(nb[1], 256, p, "layer.0.SelfAttention.k.weight"),
+                              pname(nb[2], 256, p, "layer.0.SelfAttention.v.weight")};
+        int64_t parts[3] = {I, I, I}, pd[1] = {D}, pf[1] = {F};
+        if ((s = param_f32(ck, pname(nb[3], 256, p, "layer.0.layer_norm.weight"), 1, sh_d, &l->ln_att)) ||
+            (s = param_f32(ck, pname(nb[3], 256, p, "layer.1.layer_norm.weight"), 1, sh_d, &l->ln_ff)) ||
+            (s = lin_load(&l->qkv, ck, qkv, NULL, 3, parts, S, D, dt, dt, DL_ACT_NONE)))
+            goto fail;
+        const char *o[1] = {pname(nb[0], 256, p, "layer.0.SelfAttention.o.weight")};
+        if ((s = lin_load(&l->o, ck, o, NULL, 1, pd, S, I, dt, DL_F32, DL_ACT_NONE))) goto fail;
+        if (m->gated) {
+            const char *w0[1] = {pname(nb[0], 256, p, "layer.1.DenseReluDense.wi_0.weight")};
+            const char *w1[1] = {pname(nb[1], 256, p, "layer.1.DenseReluDense.wi_1.weight")};
+            if ((s = lin_load(&l->wi0, ck, w0, NULL, 1, pf, S, D, dt, dt, DL_ACT_GELU_TANH)) ||
+                (s = lin_load(&l->wi1, ck, w1, NULL, 1, pf, S, D, dt, dt, DL_ACT_NONE)))
+                goto fail;
+        } else {
+            const char *w0[1] = {pname(nb[0], 256, p, "layer.1.DenseReluDense.wi.weight")};
+            if ((s = lin_load(&l->wi0, ck, w0, NULL, 1, pf, S, D, dt, dt, DL_ACT_RELU))) goto fail;
+        }
+        const char *wo[1] = {pname(nb[0], 256, p, "layer.1.DenseReluDense.wo.weight")};
+        if ((s = lin_load(&l->wo, ck, wo, NULL, 1, pd, S, F, dt, DL_F32, DL_ACT_NONE))) goto fail;
+    }
+    size_t es = dl_dtype_size(dt);
+    m->x = dl_aligned_alloc((size_t)(S * D) * 4);
+    m->o = dl_aligned_alloc((size_t)(S * D) * 4);
+    m->h = dl_aligned_alloc((size_t)(S * D) * es);
+    m->qkv = dl_aligned_alloc((size_t)(S * 3 * I) * es);
+    m->att = dl_aligned_alloc((size_t)(S * I) * es);
+    m->f0 = dl_aligned_alloc((size_t)(S * F) * es);
+    m->f1 = dl_aligned_alloc((size_t)(S * F) * es);
+    dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = m->H, .head_dim = m->DK, .q = m->qkv, .k = m->qkv,
+                      .v = m->qkv, .q_stride = 3 * I, .k_stride = 3 * I, .v_stride = 3 * I, .out = m->att, .kv_end = S};
+    m->scratch = dl_aligned_alloc(dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
+    if (!m->x || !m->o || !m->h || !m->qkv || !m->att || !m->f0 || !m->f1 || !m->scratch) {
+        s = dl_fail(DL_ERR_NOMEM, "T5 encoder: cannot allocate activations");
+        goto fail;
+    }
+    dl_ckpt_free(ck);
+    *out = m;
+    return DL_OK;
+fail:
+    dl_ckpt_free(ck);
+    dl_t5_encoder_free(m);
+    return s;
+}
+
+dl_status dl_t5_encoder_run(dl_t5_encoder *m, const int32_t *ids, float *hidden, float *all_hidden) {
+    const int64_t S = m->S, D = m->D, I = m->H * m->DK, F = m->F;
+    for (int64_t t = 0; t < S; t++) {
+        if (ids[t] < 0 || ids[t] >= m->V)
+            return dl_fail(DL_ERR_INVALID, "T5 encoder: token id %d at position %lld is outside the vocabulary (%lld)",
+                           ids[t], (long long)t, (long long)m->V);
+        memcpy(m->x + t * D, m->emb + ids[t] * D, (size_t)D * 4);
+    }
+    if (all_hidden) memcpy(all_hidden, m->x, (size_t)(S * D) * 4);
+    size_t es = dl_dtype_size(m->dt);
+    dl_attn_args a = {.dt = m->dt, .sq = S, .sk = S, .heads = m->H, .head_dim = m->DK, .q = m->qkv,
+                      .k = (char *)m->qkv + (size_t)I * es, .v = (char *)m->qkv + (size_t)(2 * I) * es,
+                      .q_stride = 3 * I, .k_stride = 3 * I, .v_stride = 3 * I, .out = m->att, .out_stride = I,
+                      .kv_begin = 0, .kv_end = S, .scale = 1.f, .bias_rel = m->bias_rel};
+    dl_status s = DL_OK;
+    for (int i = 0; i < m->L && s == DL_OK; i++) {
+        t5_layer *l = &m->layers[i];
+        DL_PAR(dl_rmsnorm_x_t(m->dt, m->h, DL_F32, m->x, S, D, l->ln_att, m->eps, ith, nth));
+        if ((s = lin_run(&l->qkv, m->h, m->qkv))) break;
+        DL_PAR(dl_attn_t(&a, m->scratch, ith, nth));
+        if ((s = lin_run(&l->o, m->att, m->o))) break;
+        DL_PAR(dl_gated_residual_t(DL_F32, m->x, m->o, S, D, NULL, ith, nth));
+        DL_PAR(dl_rmsnorm_x_t(m->dt, m->h, DL_F32, m->x, S, D, l->ln_ff, m->eps, ith, nth));
+        if ((s = lin_run(&l->wi0, m->h, m->f0))) break;
+        if (m->gated) {
+            if ((s = lin_run(&l->wi1, m->h, m->f1))) break;
+            DL_PAR(dl_mul_t(m->dt, m->f0, m->f0, m->f1, S * F, ith, nth));
+        }
+        if ((s = lin_run(&l->wo, m->f0, m->o))) break;
+        DL_PAR(dl_gated_residual_t(DL_F32, m->x, m->o, S, D, NULL, ith, nth));
+        if (all_hidden && i + 1 < m->L) memcpy(all_hidden + (size_t)(i + 1) * (size_t)(S * D), m->x, (size_t)(S * D) * 4);
+    }
+    if (s != DL_OK) return s;
+    DL_PAR(dl_rmsnorm_t(DL_F32, hidden, m->x, S, D, m->ln_final, m->eps, ith, nth));
+    if (all_hidden) memcpy(all_hidden + (size_t)m->L * (size_t)(S * D), hidden, (size_t)(S * D) * 4);
+    return DL_OK;
+}
