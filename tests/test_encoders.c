@@ -4,7 +4,7 @@
  * that reaches the far position buckets. Every hidden state is compared, so a
  * failure names the first layer that diverged.
  * Bounds: f32 max|err| <= 1e-4 * max|ref| per hidden state; bf16 (weights and matmul
- * inputs rounded to bf16, residual stream f32) max|err| <= 2^-5 * max|ref|: each of
+ * inputs rounded to bf16, residual stream f32) max|err| <= 2^-6 * max|ref|: each of
  * the few layers adds a few bf16 roundings (2^-9 relative each) of its inputs. */
 #include <math.h>
 #include <stdlib.h>
@@ -40,7 +40,7 @@ static double rel_err(const float *got, const float *want, int64_t n) {
 }
 
 static void check_states(const char *key, const float *all, int nstates, int64_t sd, dl_dtype dt) {
-    double bound = dt == DL_F32 ? 1e-4 : 1.0 / 32;
+    double bound = dt == DL_F32 ? 1e-4 : 1.0 / 64;
     char name[128];
     for (int k = 0; k < nstates; k++) {
         snprintf(name, sizeof name, "%s.h%d", key, k);
@@ -84,7 +84,7 @@ static void test_clip(dl_model_dir *dir, const char *comp, dl_dtype dt) {
         float *all = malloc((size_t)((L + 1) * n * D) * 4);
         CHECK(dl_clip_text_run(m, ids, hidden, pooled, all) == DL_OK, "%s", dl_last_error());
         check_states(key, all, (int)L + 1, n * D, dt);
-        double bound = dt == DL_F32 ? 1e-4 : 1.0 / 32;
+        double bound = dt == DL_F32 ? 1e-4 : 1.0 / 64;
         snprintf(name, sizeof name, "%s.last", key);
         float *want = vec(name, NULL);
         double e = rel_err(hidden, want, n * D);
