@@ -5,7 +5,7 @@ BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all build deps test test-asan bench demo clean tools-venv
+.PHONY: all build deps test test-asan bench demo clean tools-venv fuzz
 
 all: build
 
@@ -32,8 +32,22 @@ bench: deps build
 demo: deps build
 	$(BUILD)/difflet selfcheck
 
+# libFuzzer targets (clang): parsers and tokenizers, FUZZ_SECONDS each (not in CI).
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS ?= safetensors config tokenizers tokenizer_files
+fuzz: deps
+	@command -v clang >/dev/null || (apt-get update -qq && apt-get install -y -qq clang libclang-rt-dev)
+	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DDIFFLET_FUZZ=ON > /dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build-fuzz/corpus-$$t; \
+	  echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
+	    build-fuzz/corpus-$$t tests/fuzz/seeds/$$t 2>&1 | grep -E "stat::|ERROR|Done|crash" || exit 1; \
+	done
+
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) build-fuzz
 
 # Python tools (test vectors, training, peer benchmarks): a virtualenv under tools/,
 # never needed at run time or in CI.
