@@ -43,7 +43,9 @@ fuzz: deps
 	  mkdir -p build-fuzz/corpus-$$t; \
 	  echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
 	  build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 \
-	    build-fuzz/corpus-$$t tests/fuzz/seeds/$$t 2>&1 | grep -E "stat::|ERROR|Done|crash" || exit 1; \
+	    -artifact_prefix=build-fuzz/ build-fuzz/corpus-$$t tests/fuzz/seeds/$$t > build-fuzz/fuzz_$$t.log 2>&1; \
+	  rc=$$?; grep -E "stat::number_of_executed|Done" build-fuzz/fuzz_$$t.log; \
+	  if [ $$rc != 0 ]; then grep -E "ERROR|SUMMARY" build-fuzz/fuzz_$$t.log; echo "fuzz_$$t FAILED (see build-fuzz/)"; exit 1; fi; \
 	done
 
 clean:

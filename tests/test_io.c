@@ -149,6 +149,14 @@ static void test_malformed(void) {
     expect_bad("dims", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, "dimensions");
     expect_bad("huge", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904, 8],\"data_offsets\":[0,4]}}", 4, "");
     expect_bad("meta", "{\"__metadata__\": 3}", 0, "__metadata__");
+    expect_bad("trailing", "{}  x", 0, "bytes follow it"); /* found by fuzzing */
+    {                                                       /* no tensors at all is valid (found by fuzzing) */
+        dl_checkpoint *ck0 = NULL;
+        write_st(tmp("empty"), "{}      ", 0);
+        CHECK(dl_ckpt_open(&ck0, tmp("empty"), "empty") == DL_OK && dl_ckpt_count(ck0) == 0, "empty: %s", dl_last_error());
+        CHECK(ck0 && dl_ckpt_find(ck0, "x") == NULL, "nothing to find");
+        dl_ckpt_free(ck0);
+    }
     /* header length lies */
     uint8_t b[16] = {0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0, '{', '}'};
     write_raw(tmp("biglen"), b, 10);

@@ -85,10 +85,13 @@ static dl_status parse_file(dl_checkpoint *ck, const dl_mmap *m, const char *sho
                        shown, (unsigned long long)hlen, m->len);
     const uint8_t *data = m->data + 8 + hlen;
     uint64_t dlen = m->len - 8 - hlen;
-    cJSON *root = cJSON_ParseWithLength((const char *)m->data + 8, (size_t)hlen);
-    if (!root || !cJSON_IsObject(root)) {
+    const char *hdr = (const char *)m->data + 8, *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)hlen, &end, 0);
+    int trailing = 0; /* only whitespace (the writer's padding) may follow the object */
+    for (const char *p = end; root && p < hdr + hlen; p++) trailing |= !(*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t');
+    if (!root || !cJSON_IsObject(root) || trailing) {
         cJSON_Delete(root);
-        return dl_fail(DL_ERR_FORMAT, "`%s`: header is not a JSON object", shown);
+        return dl_fail(DL_ERR_FORMAT, "`%s`: header is not a JSON object%s", shown, trailing ? " (bytes follow it)" : "");
     }
     dl_status s = DL_OK;
     int count = cJSON_GetArraySize(root), first = ck->n, nr = 0;
@@ -179,7 +182,7 @@ static dl_status parse_file(dl_checkpoint *ck, const dl_mmap *m, const char *sho
         ranges[nr++] = (range){b, en};
     }
     if (s == DL_OK) {
-        qsort(ranges, (size_t)nr, sizeof *ranges, by_begin);
+        if (nr > 1) qsort(ranges, (size_t)nr, sizeof *ranges, by_begin);
         for (int i = 1; i < nr; i++)
             if (ranges[i].b < ranges[i - 1].e) {
                 s = dl_fail(DL_ERR_FORMAT, "`%s`: tensors overlap at data bytes [%llu, %llu)", shown,
@@ -250,7 +253,7 @@ static dl_status open_index(dl_checkpoint *ck, const char *path) {
         if ((s = add_map(ck, full, shown)) != DL_OK) break;
     }
     if (s == DL_OK) { /* every tensor the index names must be in the shard it names */
-        qsort(ck->t, (size_t)ck->n, sizeof *ck->t, by_name);
+        if (ck->n > 1) qsort(ck->t, (size_t)ck->n, sizeof *ck->t, by_name);
         cJSON_ArrayForEach(e, wm) {
             const dl_st_tensor *t = dl_ckpt_find(ck, e->string);
             if (!t || !ends_with(t->file, e->valuestring)) {
@@ -274,7 +277,7 @@ dl_status dl_ckpt_open(dl_checkpoint **out, const char *path, const char *label)
     }
     dl_status s = ends_with(path, ".json") ? open_index(ck, path) : add_map(ck, path, ck->label);
     if (s == DL_OK) {
-        qsort(ck->t, (size_t)ck->n, sizeof *ck->t, by_name);
+        if (ck->n > 1) qsort(ck->t, (size_t)ck->n, sizeof *ck->t, by_name);
         for (int i = 1; i < ck->n; i++)
             if (!strcmp(ck->t[i].name, ck->t[i - 1].name)) {
                 s = dl_fail(DL_ERR_FORMAT, "`%s`: tensor `%s` appears twice", ck->label, ck->t[i].name);
@@ -440,7 +443,7 @@ static int wentry_by_name(const void *a, const void *b) {
 }
 
 dl_status dl_st_writer_save(dl_st_writer *w, const char *path) {
-    qsort(w->e, (size_t)w->n, sizeof *w->e, wentry_by_name);
+    if (w->n > 1) qsort(w->e, (size_t)w->n, sizeof *w->e, wentry_by_name);
     cJSON *root = cJSON_CreateObject();
     if (!root) return dl_fail(DL_ERR_NOMEM, "out of memory");
     if (w->meta) cJSON_AddItemReferenceToObject(root, "__metadata__", w->meta);
