@@ -47,6 +47,11 @@ void dl_layernorm_x_t(dl_dtype ydt, void *y, dl_dtype xdt, const void *x, int64_
                       int nth);
 void dl_rmsnorm_x_t(dl_dtype ydt, void *y, dl_dtype xdt, const void *x, int64_t rows, int64_t cols, const float *w,
                     float eps, int ith, int nth);
+/* Per-head RMSNorm in place (FLUX's QK norm): x holds ntok tokens `tok_stride`
+ * elements apart, each with `heads` contiguous vectors of head_dim; w: [head_dim].
+ * Thread split over tokens. */
+void dl_rmsnorm_heads_t(dl_dtype dt, void *x, int64_t ntok, int64_t tok_stride, int64_t heads, int64_t head_dim,
+                        const float *w, float eps, int ith, int nth);
 /* adaLN: y = x * (1 + scale) + shift, scale/shift: [cols]. y may alias x. */
 void dl_modulate_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
                    const float *scale, const float *shift, int ith, int nth);

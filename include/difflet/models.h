@@ -46,6 +46,46 @@ int dl_t5_encoder_layers(const dl_t5_encoder *m);
 dl_status dl_t5_encoder_run(dl_t5_encoder *m, const int32_t *ids, float *hidden, float *all_hidden);
 void dl_t5_encoder_free(dl_t5_encoder *m);
 
+/* ---- FluxTransformer2DModel (diffusers) ------------------------------------------
+ * Built for a packed latent grid of grid_h x grid_w tokens and txt_len text tokens
+ * (patch_size 1; RoPE ids as FluxPipeline makes them: text zeros, image (0, row,
+ * col)). Double-stream and single-stream blocks, guidance embedding when the config
+ * has guidance_embeds. */
+typedef struct dl_flux dl_flux;
+dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, int64_t grid_h, int64_t grid_w,
+                       int64_t txt_len, dl_dtype dt);
+int64_t dl_flux_in_channels(const dl_flux *m);
+int64_t dl_flux_out_channels(const dl_flux *m);
+int64_t dl_flux_width(const dl_flux *m);
+int dl_flux_has_guidance(const dl_flux *m);
+/* Number of double blocks; *n_single gets the single ones. */
+int dl_flux_blocks(const dl_flux *m, int *n_single);
+/* One denoiser evaluation. latents: [N, in_channels] packed; txt: [txt_len,
+ * joint_attention_dim]; pooled: [pooled_projection_dim]; timestep as FluxPipeline
+ * passes it (sigma, i.e. t / 1000); guidance ignored without a guidance embedding.
+ * out: [N, out_channels]. block_out (may be NULL): after each block, the joint
+ * stream [txt_len + N, width] (text rows first). */
+dl_status dl_flux_run(dl_flux *m, const float *latents, const float *txt, const float *pooled, float timestep,
+                      float guidance, float *out, float *block_out);
+void dl_flux_free(dl_flux *m);
+
+/* ---- AutoencoderKL decoder (diffusers) -----------------------------------------
+ * post_quant_conv (when configured), conv_in, mid block (resnet, single-head
+ * attention, resnet), up blocks (resnets, nearest 2x + conv), group norm, SiLU,
+ * conv_out. Built for a fixed latent size. */
+typedef struct dl_vae_decoder dl_vae_decoder;
+dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const char *component, int64_t lat_h,
+                              int64_t lat_w, dl_dtype dt);
+int64_t dl_vae_latent_channels(const dl_vae_decoder *m);
+/* 2^(levels - 1): image pixels per latent pixel along each axis */
+int dl_vae_scale(const dl_vae_decoder *m);
+double dl_vae_scaling_factor(const dl_vae_decoder *m);
+double dl_vae_shift_factor(const dl_vae_decoder *m);
+/* latent: [C, h, w] as vae.decode takes it (already z / scaling + shift);
+ * image: [3, h * scale, w * scale], roughly in [-1, 1]. */
+dl_status dl_vae_decode(dl_vae_decoder *m, const float *latent, float *image);
+void dl_vae_decoder_free(dl_vae_decoder *m);
+
 /* T5's bucket of a relative position (memory - query), as transformers computes it. */
 int32_t dl_t5_bucket(int64_t rel, int bidirectional, int num_buckets, int max_distance);
 

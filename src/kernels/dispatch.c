@@ -68,6 +68,17 @@ void dl_rmsnorm_x_t(dl_dtype ydt, void *y, dl_dtype xdt, const void *x, int64_t 
         dl_kernels()->rmsnorm(xdt, ydt, OFF(y, ydt, r0 * cols), COFF(x, xdt, r0 * cols), r1 - r0, cols, w, eps);
 }
 
+void dl_rmsnorm_heads_t(dl_dtype dt, void *x, int64_t ntok, int64_t tok_stride, int64_t heads, int64_t head_dim,
+                        const float *w, float eps, int ith, int nth) {
+    int64_t t0, t1;
+    dl_split(ntok, ith, nth, &t0, &t1);
+    const dl_kernel_table *k = dl_kernels();
+    for (int64_t t = t0; t < t1; t++) {
+        void *p = OFF(x, dt, t * tok_stride);
+        k->rmsnorm(dt, dt, p, p, heads, head_dim, w, eps);
+    }
+}
+
 void dl_modulate_t(dl_dtype dt, void *y, const void *x, int64_t rows, int64_t cols,
                    const float *scale, const float *shift, int ith, int nth) {
     int64_t r0, r1;

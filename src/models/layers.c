@@ -32,6 +32,12 @@ dl_status param_f32(const dl_checkpoint *ck, const char *name, int ndim, const i
 
 dl_status lin_load(lin *l, const dl_checkpoint *ck, const char *const *names, const char *const *bnames, int nparts,
                    const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act) {
+    return lin_load_ld(l, ck, names, bnames, nparts, n_parts, m, k, dt, dst_dt, act, 0);
+}
+
+dl_status lin_load_ld(lin *l, const dl_checkpoint *ck, const char *const *names, const char *const *bnames,
+                      int nparts, const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt,
+                      dl_act act, int64_t ldy) {
     memset(l, 0, sizeof *l);
     int64_t n = 0;
     for (int i = 0; i < nparts; i++) n += n_parts[i];
@@ -58,7 +64,7 @@ dl_status lin_load(lin *l, const dl_checkpoint *ck, const char *const *names, co
         row += n_parts[i];
     }
     if (s == DL_OK) {
-        dl_matmul_desc d = {.m = m, .k = k, .n = n, .dt = dt, .dst_dt = dst_dt, .act = act};
+        dl_matmul_desc d = {.m = m, .k = k, .n = n, .dt = dt, .dst_dt = dst_dt, .act = act, .ldy = ldy};
         s = dl_matmul_new(&l->mm, &d, w, DL_F32, b);
     }
     free(w), free(b);

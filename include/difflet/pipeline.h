@@ -1,0 +1,83 @@
+/* difflet pipelines: host control flow per model family. What changes per request
+ * (prompt, seed, steps, guidance) lives here; the models are built once for a
+ * serving shape and reused. */
+#ifndef DIFFLET_PIPELINE_H
+#define DIFFLET_PIPELINE_H
+
+#include "difflet/models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- FlowMatchEulerDiscreteScheduler (diffusers) ---------------------------------- */
+typedef struct {
+    int64_t num_train_timesteps;
+    double shift;
+    int use_dynamic_shifting, exponential; /* time_shift_type exponential (1) or linear (0) */
+    int64_t base_image_seq_len, max_image_seq_len;
+    double base_shift, max_shift;
+} dl_flowmatch;
+
+/* scheduler/scheduler_config.json; options difflet does not implement (Karras,
+ * exponential or beta sigmas, shift_terminal, stochastic sampling, inverted sigmas)
+ * are refused by name. */
+dl_status dl_flowmatch_load(dl_model_dir *dir, dl_flowmatch *fm);
+/* FluxPipeline's calculate_shift: mu from the packed image token count. */
+double dl_flowmatch_mu(const dl_flowmatch *fm, int64_t image_seq_len);
+/* FluxPipeline's schedule: sigmas = linspace(1, 1/steps, steps), shifted (dynamic
+ * with mu, else static `shift`), in f32 as diffusers computes them; sigmas[steps] =
+ * 0. sigmas: steps + 1 entries. */
+dl_status dl_flowmatch_sigmas(const dl_flowmatch *fm, int steps, double mu, float *sigmas);
+
+/* ---- the latent noise generator ----------------------------------------------------
+ * Standard normal f32 values from a 64-bit seed: xoshiro256** seeded through
+ * splitmix64, Box-Muller on pairs of 24-bit uniforms in (0, 1]. Stable across
+ * machines and thread counts; not torch's generator, so a seed gives a different
+ * (equally valid) picture than diffusers with that seed: parity tests pass the
+ * initial latents explicitly. */
+void dl_randn(uint64_t seed, float *out, int64_t n);
+
+/* ---- FluxPipeline ------------------------------------------------------------------ */
+typedef struct dl_flux_pipeline dl_flux_pipeline;
+
+typedef struct {
+    int width, height;    /* pixels; multiples of 2 * the VAE's scale (16 for FLUX) */
+    int max_sequence_length; /* T5 tokens (FluxPipeline's default: 512) */
+    dl_dtype dt;
+} dl_flux_shape;
+
+/* Load every component of a diffusers FluxPipeline folder for this shape. */
+dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, const dl_flux_shape *shape);
+void dl_flux_pipeline_free(dl_flux_pipeline *p);
+/* Packed latent token count and channels (the shape of an initial latent). */
+void dl_flux_pipeline_latent_shape(const dl_flux_pipeline *p, int64_t *tokens, int64_t *channels);
+int dl_flux_pipeline_has_guidance(const dl_flux_pipeline *p);
+
+typedef struct {
+    const char *prompt;          /* used for both text encoders, as FluxPipeline's prompt_2 = prompt */
+    const char *negative_prompt; /* with true_cfg > 1: true classifier-free guidance */
+    int steps;
+    float guidance;              /* distilled guidance (models with guidance_embeds) */
+    float true_cfg;              /* > 1 with a negative prompt: two passes per step */
+    uint64_t seed;
+    const float *init_latents;   /* packed [tokens, channels] or NULL (then dl_randn(seed)) */
+    /* called after each step (may be NULL) */
+    void (*on_step)(void *ctx, int step, int steps, double elapsed);
+    void *ctx;
+} dl_flux_request;
+
+typedef struct {
+    double encode_s, denoise_s, decode_s;
+    int transformer_calls;
+} dl_flux_timing;
+
+/* Generate one image: rgb is height*width*3 bytes (row-major, RGB); image (may be
+ * NULL) the same as floats in [0, 1] before rounding. */
+dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t *rgb, float *image,
+                           dl_flux_timing *timing);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
