@@ -24,6 +24,18 @@ expect 1 "not a safetensors file" inspect "$tmpd/bad.safetensors"
 printf '\x10\0\0\0\0\0\0\0{"a":{"dtype":"F3' > "$tmpd/trunc.safetensors"
 expect 1 "not a JSON object" inspect "$tmpd/trunc.safetensors"
 expect 0 "" inspect "$data/io/py_basic.safetensors"
+# generate: argument errors (exit 2), bad input at load (exit 1), a real run
+flux="$data/flux/dev"
+expect 2 "--prompt TEXT is required" generate --model "$flux"
+expect 2 "must be an integer in 1..10000" generate --model "$flux" --prompt x --steps 0
+expect 2 "must be f32 or bf16" generate --model "$flux" --prompt x --dtype f64
+expect 2 "unknown option" generate --model "$flux" --prompt x --frobnicate 1
+expect 1 "multiples of 4" generate --model "$flux" --prompt x --width 30 --height 32 --max-sequence-length 32
+expect 1 "does not exist" generate --model /nonexistent --prompt x
+out="$tmpd/a.png"
+expect 0 "denoise" generate --model "$flux" --prompt "a red circle" --width 32 --height 48 --steps 3 \
+  --max-sequence-length 32 --seed 7 -o "$out"
+if head -c 8 "$out" 2>/dev/null | od -An -c | grep -q "P   N   G"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $out is not a PNG"; fi
 expect 0 "" inspect "$data/io/clip_sharded/model.safetensors.index.json"
 expect 0 "" --help
 out=$("$bin" version) && [[ "$out" == difflet* ]] && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: version output: $out"; }

@@ -80,6 +80,13 @@ dl_status dl_st_writer_add(dl_st_writer *w, const char *name, dl_st_dtype dt, in
 dl_status dl_st_writer_meta(dl_st_writer *w, const char *key, const char *value);
 dl_status dl_st_writer_save(dl_st_writer *w, const char *path);
 
+/* ---- images ------------------------------------------------------------------------ */
+
+/* 8-bit RGB (row-major, width*height*3) to PNG bytes (malloc'd) or to a file,
+ * written atomically. */
+dl_status dl_png_encode(const uint8_t *rgb, int width, int height, uint8_t **out, size_t *len);
+dl_status dl_png_write(const char *path, const uint8_t *rgb, int width, int height);
+
 /* ---- diffusers model folders ------------------------------------------------------ */
 
 typedef struct dl_model_dir dl_model_dir;

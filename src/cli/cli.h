@@ -4,5 +4,6 @@
 
 int cli_bench_kernels(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
+int cli_generate(int argc, char **argv);
 
 #endif

@@ -13,6 +13,11 @@ static void usage(FILE *f) {
             "usage: difflet <command> [options]\n"
             "\n"
             "commands:\n"
+            "  generate             prompt in, PNG out, from a diffusers FluxPipeline folder:\n"
+            "                       --model DIR --prompt TEXT [--negative-prompt TEXT]\n"
+            "                       [--width W --height H] [--steps N] [--guidance G]\n"
+            "                       [--true-cfg S] [--seed S] [--dtype f32|bf16] [--threads N]\n"
+            "                       [--max-sequence-length N] [--latents FILE] [-o out.png]\n"
             "  selfcheck            check every CPU kernel of this machine's fast path against\n"
             "                       the plain C references (f32, bf16, f16) and the fused\n"
             "                       attention against its reference\n"
@@ -96,6 +101,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "selfcheck")) return cmd_selfcheck();
     if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate")) return cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {
             fprintf(stderr, "difflet: bench needs a target: kernels\n");

@@ -1,0 +1,164 @@
+/* `difflet generate`: prompt in, PNG out, through a diffusers-layout FLUX folder.
+ * Argument errors: one line, exit 2. Runtime failures: the library's message,
+ * exit 1. A progress line on a terminal, a per-stage timing summary at the end. */
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "difflet/pipeline.h"
+
+typedef struct {
+    int tty;
+} progress;
+
+static void on_step(void *ctx, int step, int steps, double elapsed) {
+    progress *p = ctx;
+    double per = elapsed / step, eta = per * (steps - step);
+    if (p->tty) {
+        int w = 30, fill = step * w / steps;
+        fprintf(stderr, "\r  denoise [%.*s%*s] %d/%d  %.2f s/step  ETA %.0f s ", fill,
+                "##############################", w - fill, "", step, steps, per, eta);
+        if (step == steps) fputc('\n', stderr);
+    } else if (step == steps || step % 10 == 0) {
+        fprintf(stderr, "  step %d/%d  %.2f s/step\n", step, steps, per);
+    }
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_float(const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || *end || end == s || v != v) return 0;
+    *out = v;
+    return 1;
+}
+
+/* Initial latents from a safetensors file: tensor "latents", packed [N, C] (or
+ * [1, N, C]) as FluxPipeline takes them. */
+static int load_latents(const char *path, int64_t n, int64_t c, float **out) {
+    dl_checkpoint *ck;
+    if (dl_ckpt_open(&ck, path, NULL) != DL_OK) {
+        fprintf(stderr, "difflet: %s\n", dl_last_error());
+        return 0;
+    }
+    const dl_st_tensor *t = dl_ckpt_find(ck, "latents");
+    int ok = t && t->numel == n * c && (t->dtype == DL_ST_F32 || t->dtype == DL_ST_BF16 || t->dtype == DL_ST_F16);
+    if (!ok) {
+        fprintf(stderr, "difflet: %s: needs a float tensor \"latents\" of %lld x %lld (packed) values\n", path,
+                (long long)n, (long long)c);
+        dl_ckpt_free(ck);
+        return 0;
+    }
+    *out = malloc((size_t)(n * c) * 4);
+    ok = *out && dl_ckpt_read(t, DL_F32, *out) == DL_OK;
+    dl_ckpt_free(ck);
+    return ok;
+}
+
+int cli_generate(int argc, char **argv) {
+    const char *model = getenv("DIFFLET_MODEL"), *prompt = NULL, *neg = NULL, *outp = "out.png", *lat_path = NULL;
+    long width = 0, height = 0, steps = 28, maxseq = 512, threads = 0, seed = 0;
+    float guidance = 3.5f, true_cfg = 1.f;
+    dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED()                                                                  \
+    do {                                                                        \
+        if (!v) {                                                               \
+            fprintf(stderr, "difflet: generate: %s needs a value\n", a);        \
+            return 2;                                                           \
+        }                                                                       \
+        i++;                                                                    \
+    } while (0)
+#define BAD(what)                                                               \
+    do {                                                                        \
+        fprintf(stderr, "difflet: generate: %s %s: %s\n", a, v, what);          \
+        return 2;                                                               \
+    } while (0)
+        if (!strcmp(a, "--model")) { NEED(); model = v; }
+        else if (!strcmp(a, "--prompt")) { NEED(); prompt = v; }
+        else if (!strcmp(a, "--negative-prompt")) { NEED(); neg = v; }
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { NEED(); outp = v; }
+        else if (!strcmp(a, "--latents")) { NEED(); lat_path = v; }
+        else if (!strcmp(a, "--width")) { NEED(); if (!parse_int(v, 1, 8192, &width)) BAD("must be an integer in 1..8192"); }
+        else if (!strcmp(a, "--height")) { NEED(); if (!parse_int(v, 1, 8192, &height)) BAD("must be an integer in 1..8192"); }
+        else if (!strcmp(a, "--steps")) { NEED(); if (!parse_int(v, 1, 10000, &steps)) BAD("must be an integer in 1..10000"); }
+        else if (!strcmp(a, "--max-sequence-length")) { NEED(); if (!parse_int(v, 2, 512, &maxseq)) BAD("must be in 2..512"); }
+        else if (!strcmp(a, "--threads")) { NEED(); if (!parse_int(v, 1, 1024, &threads)) BAD("must be a positive integer"); }
+        else if (!strcmp(a, "--seed")) { NEED(); if (!parse_int(v, 0, 0x7fffffffffffffffL, &seed)) BAD("must be a non-negative integer"); }
+        else if (!strcmp(a, "--guidance")) { NEED(); if (!parse_float(v, &guidance)) BAD("must be a number"); }
+        else if (!strcmp(a, "--true-cfg")) { NEED(); if (!parse_float(v, &true_cfg) || true_cfg < 0) BAD("must be a number >= 0"); }
+        else if (!strcmp(a, "--dtype")) {
+            NEED();
+            if (!strcmp(v, "f32")) dt = DL_F32;
+            else if (!strcmp(v, "bf16")) dt = DL_BF16;
+            else BAD("must be f32 or bf16");
+        } else {
+            fprintf(stderr, "difflet: generate: unknown option '%s' (see difflet --help)\n", a);
+            return 2;
+        }
+#undef NEED
+#undef BAD
+    }
+    if (!model) {
+        fprintf(stderr, "difflet: generate: no model: pass --model DIR (a diffusers FluxPipeline folder) or set DIFFLET_MODEL\n");
+        return 2;
+    }
+    if (!prompt) {
+        fprintf(stderr, "difflet: generate: --prompt TEXT is required\n");
+        return 2;
+    }
+    if (threads) dl_set_threads((int)threads);
+    if (!width) width = height ? height : 1024;
+    if (!height) height = width;
+    dl_flux_shape shape = {.width = (int)width, .height = (int)height, .max_sequence_length = (int)maxseq, .dt = dt};
+    fprintf(stderr, "difflet: loading %s for %ldx%ld (%s, %d threads)\n", model, width, height, dl_dtype_name(dt), dl_threads());
+    double t0 = dl_now();
+    dl_flux_pipeline *p;
+    if (dl_flux_pipeline_load(&p, model, &shape) != DL_OK) {
+        fprintf(stderr, "difflet: %s\n", dl_last_error());
+        return 1;
+    }
+    double load_s = dl_now() - t0;
+    float *init = NULL;
+    int64_t n, c;
+    dl_flux_pipeline_latent_shape(p, &n, &c);
+    if (lat_path && !load_latents(lat_path, n, c, &init)) {
+        dl_flux_pipeline_free(p);
+        return 1;
+    }
+    uint8_t *rgb = malloc((size_t)(width * height * 3));
+    progress pr = {isatty(2)};
+    dl_flux_request r = {.prompt = prompt, .negative_prompt = neg, .steps = (int)steps, .guidance = guidance,
+                         .true_cfg = true_cfg, .seed = (uint64_t)seed, .init_latents = init, .on_step = on_step, .ctx = &pr};
+    dl_flux_timing tm;
+    int rc = 0;
+    if (!rgb || dl_flux_generate(p, &r, rgb, NULL, &tm) != DL_OK) {
+        fprintf(stderr, "difflet: %s\n", rgb ? dl_last_error() : "out of memory");
+        rc = 1;
+    } else if (dl_png_write(outp, rgb, (int)width, (int)height) != DL_OK) {
+        fprintf(stderr, "difflet: %s\n", dl_last_error());
+        rc = 1;
+    } else {
+        fprintf(stderr, "difflet: load %.2f s | encode %.2f s | denoise %.2f s (%d transformer calls, %.3f s each) | decode %.2f s\n",
+                load_s, tm.encode_s, tm.denoise_s, tm.transformer_calls,
+                tm.transformer_calls ? tm.denoise_s / tm.transformer_calls : 0.0, tm.decode_s);
+        printf("%s\n", outp);
+    }
+    free(rgb), free(init);
+    dl_flux_pipeline_free(p);
+    return rc;
+}
