@@ -110,6 +110,8 @@ dl_status dl_file_read(const char *path, size_t max_bytes, char **data, size_t *
  * rename. A crash leaves either the old file or the new one, never a mix. */
 dl_status dl_file_write_atomic(const char *path, const void *data, size_t len);
 int dl_file_exists(const char *path);
+/* mkdir -p (mode 0755); an existing directory is fine. */
+dl_status dl_mkdir_p(const char *path);
 
 /* The same, streamed: open a temporary file beside `path`, write pieces, then
  * commit (fsync, rename, fsync the directory) or abort (unlink). */

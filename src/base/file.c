@@ -146,6 +146,21 @@ dl_status dl_file_write_atomic(const char *path, const void *data, size_t len) {
     return dl_atomic_commit(&f);
 }
 
+dl_status dl_mkdir_p(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return dl_fail(DL_ERR_INVALID, "mkdir: bad path");
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        char c = buf[i];
+        buf[i] = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return dl_fail(DL_ERR_IO, "mkdir %s: %s", buf, strerror(errno));
+        buf[i] = c;
+    }
+    return DL_OK;
+}
+
 int dl_file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;

@@ -5,5 +5,6 @@
 int cli_bench_kernels(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_generate(int argc, char **argv);
+int cli_bench_flux(int argc, char **argv);
 
 #endif

@@ -25,6 +25,9 @@ static void usage(FILE *f) {
             "                       same-run oneDNN matmul and memcpy  [--json FILE] [--quick]\n"
             "  inspect PATH         validate and summarise a diffusers model folder or a\n"
             "                       safetensors checkpoint (file or .index.json)\n"
+            "  bench flux-step      one FLUX-width denoiser step (1 double + 1 single block,\n"
+            "                       4096 + 512 tokens, bf16) vs diffusers on the same weights\n"
+            "                       (needs make tools-venv)  [--json FILE] [--quick]\n"
             "  version              engine version, kernel path, oneDNN version\n"
             "\n"
             "environment: DIFFLET_KERNELS=ref|avx2|avx512  DIFFLET_LOG=debug|info|warn|error\n"
@@ -104,11 +107,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {
-            fprintf(stderr, "difflet: bench needs a target: kernels\n");
+            fprintf(stderr, "difflet: bench needs a target: kernels, flux-step\n");
             return 2;
         }
         if (!strcmp(argv[2], "kernels")) return cli_bench_kernels(argc - 3, argv + 3);
-        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels)\n", argv[2]);
+        if (!strcmp(argv[2], "flux-step")) return cli_bench_flux(argc - 3, argv + 3);
+        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels, flux-step)\n", argv[2]);
         return 2;
     }
     fprintf(stderr, "difflet: unknown command '%s' (try 'difflet --help')\n", cmd);
