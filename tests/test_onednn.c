@@ -146,9 +146,54 @@ static void test_conv(void) {
     CHECK(dl_conv_new(&c, &bad, w, DL_F32, NULL) == DL_ERR_INVALID, "ndim 4 refused");
 }
 
+/* Packed weights taken out of one primitive and used in place by another give the
+ * same bits (the program artifact path); a wrong size is refused. */
+static void test_packed(void) {
+    for (int dti = 0; dti < 2; dti++) {
+        dl_dtype dt = dti ? DL_BF16 : DL_F32;
+        const int64_t M = 33, K = 96, N = 80;
+        float *w = malloc((size_t)(N * K) * 4), *b = malloc((size_t)N * 4);
+        void *x = malloc((size_t)(M * K) * 4), *y1 = malloc((size_t)(M * N) * 4), *y2 = malloc((size_t)(M * N) * 4);
+        dl_fill_uniform(DL_F32, w, N * K, -0.5f, 0.5f, 1);
+        dl_fill_uniform(DL_F32, b, N, -1.f, 1.f, 2);
+        dl_fill_uniform(dt, x, M * K, -1.f, 1.f, 3);
+        dl_matmul_desc d = {.m = M, .k = K, .n = N, .dt = dt, .dst_dt = DL_F32, .act = DL_ACT_GELU_TANH};
+        dl_matmul *a, *c;
+        CHECK(dl_matmul_new(&a, &d, w, DL_F32, b) == DL_OK, "%s", dl_last_error());
+        size_t bytes;
+        const void *pk = dl_matmul_packed(a, &bytes);
+        void *copy = dl_aligned_alloc(bytes);
+        memcpy(copy, pk, bytes);
+        CHECK(dl_matmul_new_packed(&c, &d, copy, bytes, b) == DL_OK, "%s", dl_last_error());
+        dl_matmul_run(a, x, y1);
+        dl_matmul_run(c, x, y2);
+        CHECK(!memcmp(y1, y2, (size_t)(M * N) * 4), "%s: packed round trip gives the same bits", dl_dtype_name(dt));
+        dl_matmul *bad;
+        CHECK(dl_matmul_new_packed(&bad, &d, copy, bytes - 4, b) == DL_ERR_FORMAT && strstr(dl_last_error(), "bytes"),
+              "wrong packed size refused: %s", dl_last_error());
+        dl_matmul_free(a), dl_matmul_free(c);
+        dl_aligned_free(copy);
+        /* conv */
+        dl_conv_desc cd = {.ndim = 2, .cin = 8, .cout = 16, .in = {9, 7}, .kernel = {3, 3}, .stride = {1, 1}, .pad = {1, 1}, .dt = dt};
+        dl_conv *c1, *c2;
+        CHECK(dl_conv_new(&c1, &cd, w, DL_F32, b) == DL_OK, "%s", dl_last_error());
+        pk = dl_conv_packed(c1, &bytes);
+        copy = dl_aligned_alloc(bytes);
+        memcpy(copy, pk, bytes);
+        CHECK(dl_conv_new_packed(&c2, &cd, copy, bytes, b) == DL_OK, "%s", dl_last_error());
+        dl_conv_run(c1, x, y1);
+        dl_conv_run(c2, x, y2);
+        CHECK(!memcmp(y1, y2, (size_t)(16 * 63) * dl_dtype_size(dt)), "conv packed round trip");
+        dl_conv_free(c1), dl_conv_free(c2);
+        dl_aligned_free(copy);
+        free(w), free(b), free(x), free(y1), free(y2);
+    }
+}
+
 int main(void) {
     printf("oneDNN %s\n", dl_onednn_version());
     test_matmul();
     test_conv();
+    test_packed();
     return test_done("test_onednn");
 }

@@ -166,6 +166,13 @@ typedef struct dl_matmul dl_matmul;
 /* w: [N, K] in w_dt (any dtype; converted), bias: [N] f32 or NULL. */
 dl_status dl_matmul_new(dl_matmul **out, const dl_matmul_desc *d, const void *w, dl_dtype w_dt,
                         const float *bias);
+/* The same from weights already in the packed layout (a program artifact): the
+ * primitive is created for `d` and must want exactly `bytes` bytes of weights;
+ * `packed` is used in place (e.g. a read-only mapping) and must outlive mm. */
+dl_status dl_matmul_new_packed(dl_matmul **out, const dl_matmul_desc *d, const void *packed, size_t bytes,
+                               const float *bias);
+/* The packed weights (for writing them into an artifact). */
+const void *dl_matmul_packed(const dl_matmul *mm, size_t *bytes);
 /* Runs on the OpenMP pool. Allocates nothing. */
 dl_status dl_matmul_run(dl_matmul *mm, const void *x, void *y);
 void dl_matmul_free(dl_matmul *mm);
@@ -187,6 +194,9 @@ dl_status dl_conv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dt
                       const float *bias);
 /* Output spatial size along axis i (of ndim). */
 int64_t dl_conv_out_dim(const dl_conv_desc *d, int i);
+dl_status dl_conv_new_packed(dl_conv **out, const dl_conv_desc *d, const void *packed, size_t bytes,
+                             const float *bias);
+const void *dl_conv_packed(const dl_conv *c, size_t *bytes);
 dl_status dl_conv_run(dl_conv *c, const void *x, void *y);
 void dl_conv_free(dl_conv *c);
 

@@ -43,7 +43,7 @@ typedef struct dl_flux_pipeline dl_flux_pipeline;
 
 typedef struct {
     int width, height;    /* pixels; multiples of 2 * the VAE's scale (16 for FLUX) */
-    int max_sequence_length; /* T5 tokens (FluxPipeline's default: 512) */
+    int max_sequence_length; /* T5 tokens; 0: tokenizer_2's model_max_length if below 512, else 512 */
     dl_dtype dt;
 } dl_flux_shape;
 
@@ -53,6 +53,9 @@ void dl_flux_pipeline_free(dl_flux_pipeline *p);
 /* Packed latent token count and channels (the shape of an initial latent). */
 void dl_flux_pipeline_latent_shape(const dl_flux_pipeline *p, int64_t *tokens, int64_t *channels);
 int dl_flux_pipeline_has_guidance(const dl_flux_pipeline *p);
+int dl_flux_pipeline_max_sequence_length(const dl_flux_pipeline *p);
+/* The size a model was made for: its VAE's sample_size (1024 for FLUX.1). */
+int dl_flux_default_size(const char *model_dir);
 
 typedef struct {
     const char *prompt;          /* used for both text encoders, as FluxPipeline's prompt_2 = prompt */

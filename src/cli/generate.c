@@ -11,6 +11,10 @@
 #include "cli/cli.h"
 #include "difflet/pipeline.h"
 
+#ifndef DIFFLET_SOURCE_DIR
+#define DIFFLET_SOURCE_DIR "."
+#endif
+
 typedef struct {
     int tty;
 } progress;
@@ -70,7 +74,7 @@ static int load_latents(const char *path, int64_t n, int64_t c, float **out) {
 
 int cli_generate(int argc, char **argv) {
     const char *model = getenv("DIFFLET_MODEL"), *prompt = NULL, *neg = NULL, *outp = "out.png", *lat_path = NULL;
-    long width = 0, height = 0, steps = 28, maxseq = 512, threads = 0, seed = 0;
+    long width = 0, height = 0, steps = 28, maxseq = 0, threads = 0, seed = 0;
     float guidance = 3.5f, true_cfg = 1.f;
     dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
     for (int i = 0; i < argc; i++) {
@@ -113,16 +117,19 @@ int cli_generate(int argc, char **argv) {
 #undef NEED
 #undef BAD
     }
-    if (!model) {
-        fprintf(stderr, "difflet: generate: no model: pass --model DIR (a diffusers FluxPipeline folder) or set DIFFLET_MODEL\n");
-        return 2;
+    if (!model) { /* the embedded default: difflet-tiny, beside the sources */
+        model = DIFFLET_SOURCE_DIR "/models/difflet-tiny";
+        if (!dl_file_exists(model)) {
+            fprintf(stderr, "difflet: generate: no model: pass --model DIR (a diffusers FluxPipeline folder) or set DIFFLET_MODEL\n");
+            return 2;
+        }
     }
     if (!prompt) {
         fprintf(stderr, "difflet: generate: --prompt TEXT is required\n");
         return 2;
     }
     if (threads) dl_set_threads((int)threads);
-    if (!width) width = height ? height : 1024;
+    if (!width) width = height ? height : dl_flux_default_size(model);
     if (!height) height = width;
     dl_flux_shape shape = {.width = (int)width, .height = (int)height, .max_sequence_length = (int)maxseq, .dt = dt};
     fprintf(stderr, "difflet: loading %s for %ldx%ld (%s, %d threads)\n", model, width, height, dl_dtype_name(dt), dl_threads());

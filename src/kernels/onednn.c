@@ -61,6 +61,7 @@ typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_t src, wei, bias, dst, scratch;
     void *wbuf, *sbuf, *bbuf;
+    const void *wext; /* packed weights owned by the caller (artifact mapping) */
     size_t wbytes;
 } prim_state;
 
@@ -77,9 +78,10 @@ static void prim_state_free(prim_state *p) {
 
 /* From a primitive descriptor and user weights (`user_w_md` over `w`): create the
  * primitive, reorder the weights into the layout the primitive wants, bind bias,
- * and allocate the scratchpad. Takes ownership of nothing it is given. */
+ * and allocate the scratchpad. With user_w_md NULL, `w` is already in that layout
+ * (packed_bytes long) and is used in place. Takes ownership of nothing given. */
 static dl_status prim_state_build(prim_state *p, const_dnnl_primitive_desc_t pd,
-                                  const dnnl_memory_desc_t *user_w_md, const void *w,
+                                  const dnnl_memory_desc_t *user_w_md, const void *w, size_t packed_bytes,
                                   const float *bias) {
     dl_status s = DL_OK;
     dnnl_memory_t user_w = NULL;
@@ -95,19 +97,29 @@ static dl_status prim_state_build(prim_state *p, const_dnnl_primitive_desc_t pd,
     DNNL_TRY(dnnl_memory_create(&p->dst, dst_md, g_eng, DNNL_MEMORY_NONE), "dst memory");
 
     p->wbytes = dnnl_memory_desc_get_size(wei_md);
-    p->wbuf = dl_aligned_alloc(p->wbytes);
-    if (!p->wbuf) {
-        s = dl_fail(DL_ERR_NOMEM, "oneDNN: cannot allocate %zu bytes of packed weights", p->wbytes);
-        goto err;
+    if (!user_w_md) { /* already packed: use the caller's buffer in place */
+        if (packed_bytes != p->wbytes) {
+            s = dl_fail(DL_ERR_FORMAT, "packed weights are %zu bytes, this primitive wants %zu (compiled by another oneDNN or ISA?)",
+                        packed_bytes, p->wbytes);
+            goto err;
+        }
+        p->wext = w;
+        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, g_eng, (void *)w), "weights memory");
+    } else {
+        p->wbuf = dl_aligned_alloc(p->wbytes);
+        if (!p->wbuf) {
+            s = dl_fail(DL_ERR_NOMEM, "oneDNN: cannot allocate %zu bytes of packed weights", p->wbytes);
+            goto err;
+        }
+        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, g_eng, p->wbuf), "weights memory");
+        DNNL_TRY(dnnl_memory_create(&user_w, user_w_md, g_eng, (void *)w), "user weights memory");
+        DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, user_w_md, g_eng, wei_md, g_eng, NULL),
+                 "weights reorder descriptor");
+        DNNL_TRY(dnnl_primitive_create(&reorder, rpd), "weights reorder");
+        dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, p->wei}};
+        DNNL_TRY(dnnl_primitive_execute(reorder, g_stream, 2, rargs), "weights reorder run");
+        DNNL_TRY(dnnl_stream_wait(g_stream), "stream wait");
     }
-    DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, g_eng, p->wbuf), "weights memory");
-    DNNL_TRY(dnnl_memory_create(&user_w, user_w_md, g_eng, (void *)w), "user weights memory");
-    DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, user_w_md, g_eng, wei_md, g_eng, NULL),
-             "weights reorder descriptor");
-    DNNL_TRY(dnnl_primitive_create(&reorder, rpd), "weights reorder");
-    dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, p->wei}};
-    DNNL_TRY(dnnl_primitive_execute(reorder, g_stream, 2, rargs), "weights reorder run");
-    DNNL_TRY(dnnl_stream_wait(g_stream), "stream wait");
 
     if (bias) { /* copied: the caller's buffer need not outlive the primitive */
         const dnnl_memory_desc_t *b_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
@@ -183,8 +195,10 @@ struct dl_matmul {
     prim_state p;
 };
 
-dl_status dl_matmul_new(dl_matmul **out, const dl_matmul_desc *d0, const void *w, dl_dtype w_dt,
-                        const float *bias) {
+/* Shared by both constructors: w is [N, K] in w_dt (converted and reordered), or,
+ * with packed_bytes != 0, already packed. */
+static dl_status matmul_make(dl_matmul **out, const dl_matmul_desc *d0, const void *w, dl_dtype w_dt,
+                             size_t packed_bytes, const float *bias) {
     *out = NULL;
     dl_status s = engine();
     if (s != DL_OK) return s;
@@ -206,7 +220,7 @@ dl_status dl_matmul_new(dl_matmul **out, const dl_matmul_desc *d0, const void *w
 
     /* weights in the compute dtype, still [N, K] */
     size_t nw = (size_t)(d.n * d.k);
-    if (w_dt != d.dt) {
+    if (!packed_bytes && w_dt != d.dt) {
         wconv = dl_aligned_alloc(nw * dl_dtype_size(d.dt));
         if (!wconv) {
             s = dl_fail(DL_ERR_NOMEM, "matmul: cannot allocate %zu weight bytes", nw * dl_dtype_size(d.dt));
@@ -228,7 +242,8 @@ dl_status dl_matmul_new(dl_matmul **out, const dl_matmul_desc *d0, const void *w
     DNNL_TRY(dnnl_matmul_desc_init(&md, &src_md, &wei_md, bias ? &bias_md : NULL, &dst_md), "matmul desc");
     if ((s = make_attr(&attr, d.act)) != DL_OK) goto err;
     DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, attr, g_eng, NULL), "matmul primitive descriptor");
-    if ((s = prim_state_build(&mm->p, pd, &user_w_md, wconv ? wconv : w, bias)) != DL_OK) goto err;
+    if ((s = prim_state_build(&mm->p, pd, packed_bytes ? NULL : &user_w_md, wconv ? wconv : w, packed_bytes, bias)) != DL_OK)
+        goto err;
     {
         const char *impl = NULL;
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
@@ -245,6 +260,21 @@ err:
     }
     *out = mm;
     return DL_OK;
+}
+
+dl_status dl_matmul_new(dl_matmul **out, const dl_matmul_desc *d, const void *w, dl_dtype w_dt, const float *bias) {
+    return matmul_make(out, d, w, w_dt, 0, bias);
+}
+
+dl_status dl_matmul_new_packed(dl_matmul **out, const dl_matmul_desc *d, const void *packed, size_t bytes,
+                               const float *bias) {
+    if (!bytes) return dl_fail(DL_ERR_INVALID, "matmul: empty packed weights");
+    return matmul_make(out, d, packed, d->dt, bytes, bias);
+}
+
+const void *dl_matmul_packed(const dl_matmul *mm, size_t *bytes) {
+    *bytes = mm->p.wbytes;
+    return mm->p.wext ? mm->p.wext : mm->p.wbuf;
 }
 
 dl_status dl_matmul_run(dl_matmul *mm, const void *x, void *y) { return prim_state_run(&mm->p, x, y); }
@@ -268,8 +298,8 @@ int64_t dl_conv_out_dim(const dl_conv_desc *d, int i) {
     return (d->in[i] + 2 * d->pad[i] - d->kernel[i]) / d->stride[i] + 1;
 }
 
-dl_status dl_conv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt,
-                      const float *bias) {
+static dl_status conv_make(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, size_t packed_bytes,
+                           const float *bias) {
     *out = NULL;
     dl_status s = engine();
     if (s != DL_OK) return s;
@@ -302,7 +332,7 @@ dl_status dl_conv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dt
         pad[i] = d->pad[i];
         wn *= d->kernel[i];
     }
-    if (w_dt != d->dt) {
+    if (!packed_bytes && w_dt != d->dt) {
         wconv = dl_aligned_alloc((size_t)wn * dl_dtype_size(d->dt));
         if (!wconv) {
             s = dl_fail(DL_ERR_NOMEM, "conv: cannot allocate weights");
@@ -324,7 +354,8 @@ dl_status dl_conv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dt
              "convolution desc");
     if ((s = make_attr(&attr, DL_ACT_NONE)) != DL_OK) goto err;
     DNNL_TRY(dnnl_primitive_desc_create(&pd, &cd, attr, g_eng, NULL), "convolution primitive descriptor");
-    if ((s = prim_state_build(&c->p, pd, &user_w_md, wconv ? wconv : w, bias)) != DL_OK) goto err;
+    if ((s = prim_state_build(&c->p, pd, packed_bytes ? NULL : &user_w_md, wconv ? wconv : w, packed_bytes, bias)) != DL_OK)
+        goto err;
     {
         const char *impl = NULL;
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
@@ -341,6 +372,21 @@ err:
     }
     *out = c;
     return DL_OK;
+}
+
+dl_status dl_conv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const float *bias) {
+    return conv_make(out, d, w, w_dt, 0, bias);
+}
+
+dl_status dl_conv_new_packed(dl_conv **out, const dl_conv_desc *d, const void *packed, size_t bytes,
+                             const float *bias) {
+    if (!bytes) return dl_fail(DL_ERR_INVALID, "conv: empty packed weights");
+    return conv_make(out, d, packed, d->dt, bytes, bias);
+}
+
+const void *dl_conv_packed(const dl_conv *c, size_t *bytes) {
+    *bytes = c->p.wbytes;
+    return c->p.wext ? c->p.wext : c->p.wbuf;
 }
 
 dl_status dl_conv_run(dl_conv *c, const void *x, void *y) { return prim_state_run(&c->p, x, y); }

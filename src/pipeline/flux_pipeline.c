@@ -48,15 +48,47 @@ void dl_flux_pipeline_latent_shape(const dl_flux_pipeline *p, int64_t *tokens, i
 
 int dl_flux_pipeline_has_guidance(const dl_flux_pipeline *p) { return dl_flux_has_guidance(p->tr); }
 
+/* FluxPipeline's max_sequence_length default is 512; a model whose tokenizer_2
+ * declares a shorter model_max_length (difflet-tiny: 32) was trained at that length */
+static int default_t5_len(const char *model_dir) {
+    char path[4096], *txt;
+    size_t len;
+    int n = 512;
+    snprintf(path, sizeof path, "%s/tokenizer_2/tokenizer_config.json", model_dir);
+    if (dl_file_read(path, 1 << 20, &txt, &len) != DL_OK) return n;
+    cJSON *j = cJSON_ParseWithLength(txt, len);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model_max_length");
+    if (cJSON_IsNumber(m) && m->valuedouble >= 2 && m->valuedouble < 512) n = (int)m->valuedouble;
+    cJSON_Delete(j);
+    free(txt);
+    return n;
+}
+
+int dl_flux_default_size(const char *model_dir) {
+    char path[4096], *txt;
+    size_t len;
+    int n = 1024;
+    snprintf(path, sizeof path, "%s/vae/config.json", model_dir);
+    if (dl_file_read(path, 1 << 20, &txt, &len) != DL_OK) return n;
+    cJSON *j = cJSON_ParseWithLength(txt, len);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "sample_size");
+    if (cJSON_IsNumber(m) && m->valuedouble >= 16 && m->valuedouble <= 8192) n = (int)m->valuedouble;
+    cJSON_Delete(j);
+    free(txt);
+    return n;
+}
+
+int dl_flux_pipeline_max_sequence_length(const dl_flux_pipeline *p) { return (int)p->T; }
+
 dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, const dl_flux_shape *shape) {
     *out = NULL;
     dl_flux_pipeline *p = calloc(1, sizeof *p);
     if (!p) return dl_fail(DL_ERR_NOMEM, "out of memory");
     p->shape = *shape;
-    if (!p->shape.max_sequence_length) p->shape.max_sequence_length = 512;
     char path[4096];
     dl_status s = dl_model_dir_open(&p->dir, model_dir);
     if (s != DL_OK) goto fail;
+    if (!p->shape.max_sequence_length) p->shape.max_sequence_length = default_t5_len(model_dir);
     if (strcmp(dl_model_dir_class(p->dir), "FluxPipeline")) {
         s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: pipeline %s is not a FluxPipeline", model_dir, dl_model_dir_class(p->dir));
         goto fail;
