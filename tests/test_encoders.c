@@ -70,7 +70,7 @@ static int32_t *ids_of(const char *key, int64_t *n) {
 
 static void test_clip(dl_model_dir *dir, const char *comp, dl_dtype dt) {
     dl_clip_text *m;
-    if (dl_clip_text_load(&m, dir, comp, 77, dt) != DL_OK) {
+    if (dl_clip_text_load(&m, dir, comp, 77, dt, NULL) != DL_OK) {
         CHECK(0, "load %s: %s", comp, dl_last_error());
         return;
     }
@@ -106,7 +106,7 @@ static void test_t5(dl_model_dir *dir, const char *comp, dl_dtype dt) {
         int64_t n;
         int32_t *ids = ids_of(key, &n);
         dl_t5_encoder *m;
-        if (dl_t5_encoder_load(&m, dir, comp, n, dt) != DL_OK) {
+        if (dl_t5_encoder_load(&m, dir, comp, n, dt, NULL) != DL_OK) {
             CHECK(0, "load %s: %s", comp, dl_last_error());
             free(ids);
             return;
@@ -142,10 +142,10 @@ static void test_buckets(void) {
 
 static void test_errors(dl_model_dir *dir) {
     dl_clip_text *m;
-    CHECK(dl_clip_text_load(&m, dir, "clip", 78, DL_F32) == DL_ERR_INVALID && strstr(dl_last_error(), "max_position"),
+    CHECK(dl_clip_text_load(&m, dir, "clip", 78, DL_F32, NULL) == DL_ERR_INVALID && strstr(dl_last_error(), "max_position"),
           "sequence past max_position_embeddings: %s", dl_last_error());
-    CHECK(dl_clip_text_load(&m, dir, "nothing", 77, DL_F32) != DL_OK, "missing component");
-    if (dl_clip_text_load(&m, dir, "clip", 77, DL_F32) == DL_OK) {
+    CHECK(dl_clip_text_load(&m, dir, "nothing", 77, DL_F32, NULL) != DL_OK, "missing component");
+    if (dl_clip_text_load(&m, dir, "clip", 77, DL_F32, NULL) == DL_OK) {
         int32_t ids[77] = {0};
         ids[5] = 1 << 20;
         float h[77 * 64];

@@ -56,7 +56,7 @@ static void test_step(const char *variant) {
     }
     dl_flux *m;
     const int64_t gh = 12, gw = 8, T = 32, N = gh * gw;
-    if (dl_flux_load(&m, md, "transformer", gh, gw, T, DL_F32) != DL_OK) {
+    if (dl_flux_load(&m, md, "transformer", gh, gw, T, DL_F32, NULL) != DL_OK) {
         CHECK(0, "load %s: %s", variant, dl_last_error());
         dl_model_dir_free(md);
         return;
@@ -96,7 +96,7 @@ static void test_vae(void) {
         return;
     }
     dl_vae_decoder *v;
-    if (dl_vae_decoder_load(&v, md, "vae", 24, 16, DL_F32) != DL_OK) {
+    if (dl_vae_decoder_load(&v, md, "vae", 24, 16, DL_F32, NULL) != DL_OK) {
         CHECK(0, "vae: %s", dl_last_error());
         dl_model_dir_free(md);
         return;

@@ -15,6 +15,10 @@
 extern "C" {
 #endif
 
+/* Where a model's load gets its weights (program.h): NULL means the component's
+ * checkpoint in the model folder, converted and packed at load. */
+typedef struct dl_wsrc dl_wsrc;
+
 /* ---- CLIPTextModel (transformers) --------------------------------------------------
  * Token + position embeddings, pre-LN layers with causal self-attention and an MLP
  * (quick_gelu / gelu / gelu_new), final layer norm; pooled output at the EOS
@@ -23,7 +27,7 @@ extern "C" {
  * without the `text_model.` prefix. */
 typedef struct dl_clip_text dl_clip_text;
 dl_status dl_clip_text_load(dl_clip_text **out, dl_model_dir *dir, const char *component, int64_t seq_len,
-                            dl_dtype dt);
+                            dl_dtype dt, dl_wsrc *src);
 int64_t dl_clip_text_width(const dl_clip_text *m);
 int dl_clip_text_layers(const dl_clip_text *m);
 /* ids: [seq_len]. hidden: [seq_len, width] last_hidden_state; pooled: [width] (may be
@@ -38,7 +42,7 @@ void dl_clip_text_free(dl_clip_text *m);
  * norm. Every position is attended (FLUX passes no attention mask). */
 typedef struct dl_t5_encoder dl_t5_encoder;
 dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char *component, int64_t seq_len,
-                             dl_dtype dt);
+                             dl_dtype dt, dl_wsrc *src);
 int64_t dl_t5_encoder_width(const dl_t5_encoder *m);
 int dl_t5_encoder_layers(const dl_t5_encoder *m);
 /* hidden: [seq_len, d_model]; all_hidden as for CLIP (the last entry is after the
@@ -53,7 +57,7 @@ void dl_t5_encoder_free(dl_t5_encoder *m);
  * has guidance_embeds. */
 typedef struct dl_flux dl_flux;
 dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, int64_t grid_h, int64_t grid_w,
-                       int64_t txt_len, dl_dtype dt);
+                       int64_t txt_len, dl_dtype dt, dl_wsrc *src);
 int64_t dl_flux_in_channels(const dl_flux *m);
 int64_t dl_flux_out_channels(const dl_flux *m);
 int64_t dl_flux_width(const dl_flux *m);
@@ -75,7 +79,7 @@ void dl_flux_free(dl_flux *m);
  * conv_out. Built for a fixed latent size. */
 typedef struct dl_vae_decoder dl_vae_decoder;
 dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const char *component, int64_t lat_h,
-                              int64_t lat_w, dl_dtype dt);
+                              int64_t lat_w, dl_dtype dt, dl_wsrc *src);
 int64_t dl_vae_latent_channels(const dl_vae_decoder *m);
 /* 2^(levels - 1): image pixels per latent pixel along each axis */
 int dl_vae_scale(const dl_vae_decoder *m);

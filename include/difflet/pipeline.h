@@ -45,6 +45,7 @@ typedef struct {
     int width, height;    /* pixels; multiples of 2 * the VAE's scale (16 for FLUX) */
     int max_sequence_length; /* T5 tokens; 0: tokenizer_2's model_max_length if below 512, else 512 */
     dl_dtype dt;
+    int cache;               /* dl_cache_mode (program.h): 0 = load or compile and cache */
 } dl_flux_shape;
 
 /* Load every component of a diffusers FluxPipeline folder for this shape. */
@@ -54,6 +55,8 @@ void dl_flux_pipeline_free(dl_flux_pipeline *p);
 void dl_flux_pipeline_latent_shape(const dl_flux_pipeline *p, int64_t *tokens, int64_t *channels);
 int dl_flux_pipeline_has_guidance(const dl_flux_pipeline *p);
 int dl_flux_pipeline_max_sequence_length(const dl_flux_pipeline *p);
+/* The program id of component 0..3 (CLIP, T5, VAE, transformer). */
+const char *dl_flux_pipeline_program_id(const dl_flux_pipeline *p, int component);
 /* The size a model was made for: its VAE's sample_size (1024 for FLUX.1). */
 int dl_flux_default_size(const char *model_dir);
 

@@ -198,7 +198,7 @@ int cli_bench_flux(int argc, char **argv) {
     }
     /* difflet */
     double t0 = dl_now();
-    if (dl_model_dir_open(&md, dir) != DL_OK || dl_flux_load(&m, md, "transformer", c.gh, c.gw, c.T, DL_BF16) != DL_OK) {
+    if (dl_model_dir_open(&md, dir) != DL_OK || dl_flux_load(&m, md, "transformer", c.gh, c.gw, c.T, DL_BF16, NULL) != DL_OK) {
         fprintf(stderr, "difflet: bench: %s\n", dl_last_error());
         goto done;
     }

@@ -62,7 +62,7 @@ static dl_status act_from(const char *name, const char *file, dl_act *a) {
 }
 
 dl_status dl_clip_text_load(dl_clip_text **out, dl_model_dir *dir, const char *component, int64_t seq_len,
-                            dl_dtype dt) {
+                            dl_dtype dt, dl_wsrc *src) {
     *out = NULL;
     char file[512], nb[4][256];
     snprintf(file, sizeof file, "%s/config.json", component);
@@ -77,7 +77,7 @@ dl_status dl_clip_text_load(dl_clip_text **out, dl_model_dir *dir, const char *c
     double eps;
     const char *act_name;
     dl_act act = DL_ACT_QUICK_GELU;
-    dl_checkpoint *ck = NULL;
+    dl_wsrc *ck = NULL;
     if ((s = dl_cfg_int(cfg, file, "hidden_size", 512, &m->D)) || (s = dl_cfg_int(cfg, file, "intermediate_size", 2048, &m->F)) ||
         (s = dl_cfg_int(cfg, file, "num_attention_heads", 8, &m->H)) || (s = dl_cfg_int(cfg, file, "num_hidden_layers", 12, &L)) ||
         (s = dl_cfg_int(cfg, file, "vocab_size", 49408, &m->V)) ||
@@ -98,9 +98,9 @@ dl_status dl_clip_text_load(dl_clip_text **out, dl_model_dir *dir, const char *c
                     (long long)seq_len, (long long)m->P);
         goto fail;
     }
-    if ((s = dl_model_dir_checkpoint(dir, component, &ck)) != DL_OK) goto fail;
+    if ((s = ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     /* transformers 4 checkpoints prefix every name with "text_model." */
-    const char *pre = dl_ckpt_find(ck, "text_model.embeddings.token_embedding.weight") ? "text_model." : "";
+    const char *pre = ws_find(ck, "text_model.embeddings.token_embedding.weight") ? "text_model." : "";
     int64_t D = m->D, S = m->S, F = m->F;
     int64_t sh_tok[2] = {m->V, D}, sh_pos[2] = {m->P, D}, sh_d[1] = {D};
     if ((s = param_f32(ck, pname(nb[0], 256, pre, "embeddings.token_embedding.weight"), 2, sh_tok, &m->tok)) ||
@@ -137,24 +137,24 @@ dl_status dl_clip_text_load(dl_clip_text **out, dl_model_dir *dir, const char *c
         if ((s = lin_load(&l->fc2, ck, f2w, f2b, 1, pd, S, F, dt, DL_F32, DL_ACT_NONE))) goto fail;
     }
     size_t es = dl_dtype_size(dt);
-    m->x = dl_aligned_alloc((size_t)(S * D) * 4);
-    m->h = dl_aligned_alloc((size_t)(S * D) * es);
-    m->qkv = dl_aligned_alloc((size_t)(S * 3 * D) * es);
-    m->att = dl_aligned_alloc((size_t)(S * D) * es);
-    m->o = dl_aligned_alloc((size_t)(S * D) * 4);
-    m->f = dl_aligned_alloc((size_t)(S * F) * es);
+    m->x = ws_alloc(ck, (size_t)(S * D) * 4);
+    m->h = ws_alloc(ck, (size_t)(S * D) * es);
+    m->qkv = ws_alloc(ck, (size_t)(S * 3 * D) * es);
+    m->att = ws_alloc(ck, (size_t)(S * D) * es);
+    m->o = ws_alloc(ck, (size_t)(S * D) * 4);
+    m->f = ws_alloc(ck, (size_t)(S * F) * es);
     dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = m->H, .head_dim = D / m->H, .q = m->qkv, .k = m->qkv, .v = m->qkv,
                       .q_stride = 3 * D, .k_stride = 3 * D, .v_stride = 3 * D, .out = m->att, .kv_end = S, .causal = 1};
-    m->scratch = dl_aligned_alloc(dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
+    m->scratch = ws_alloc(ck, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
     if (!m->x || !m->h || !m->qkv || !m->att || !m->o || !m->f || !m->scratch) {
         s = dl_fail(DL_ERR_NOMEM, "CLIP text encoder: cannot allocate activations");
         goto fail;
     }
-    dl_ckpt_free(ck);
+    ws_close(ck);
     *out = m;
     return DL_OK;
 fail:
-    dl_ckpt_free(ck);
+    ws_close(ck);
     dl_clip_text_free(m);
     return s;
 }

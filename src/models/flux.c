@@ -93,7 +93,7 @@ void dl_flux_free(dl_flux *m) {
 }
 
 /* one linear with bias, named `<base>.weight` / `<base>.bias`, output rows ldy apart */
-static dl_status lin1_ld(lin *l, const dl_checkpoint *ck, const char *base, int64_t m, int64_t k, int64_t n, dl_dtype dt,
+static dl_status lin1_ld(lin *l, dl_wsrc *ck, const char *base, int64_t m, int64_t k, int64_t n, dl_dtype dt,
                          dl_dtype dst, dl_act act, int64_t ldy) {
     char w[256], b[256];
     snprintf(w, sizeof w, "%s.weight", base);
@@ -102,12 +102,12 @@ static dl_status lin1_ld(lin *l, const dl_checkpoint *ck, const char *base, int6
     return lin_load_ld(l, ck, wn, bn, 1, &n, m, k, dt, dst, act, ldy);
 }
 
-static dl_status lin1(lin *l, const dl_checkpoint *ck, const char *base, int64_t m, int64_t k, int64_t n, dl_dtype dt,
+static dl_status lin1(lin *l, dl_wsrc *ck, const char *base, int64_t m, int64_t k, int64_t n, dl_dtype dt,
                       dl_dtype dst, dl_act act) {
     return lin1_ld(l, ck, base, m, k, n, dt, dst, act, 0);
 }
 
-static dl_status lin3(lin *l, const dl_checkpoint *ck, const char *p, const char *a, const char *b, const char *c,
+static dl_status lin3(lin *l, dl_wsrc *ck, const char *p, const char *a, const char *b, const char *c,
                       int64_t m, int64_t D, dl_dtype dt) {
     char w[3][256], bb[3][256];
     const char *names[3] = {a, b, c};
@@ -120,13 +120,13 @@ static dl_status lin3(lin *l, const dl_checkpoint *ck, const char *p, const char
     return lin_load(l, ck, wn, bn, 3, parts, m, D, dt, dt, DL_ACT_NONE);
 }
 
-static dl_status vecp(const dl_checkpoint *ck, const char *name, int64_t n, float **out) {
+static dl_status vecp(dl_wsrc *ck, const char *name, int64_t n, float **out) {
     int64_t shape[1] = {n};
     return param_f32(ck, name, 1, shape, out);
 }
 
 dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, int64_t grid_h, int64_t grid_w,
-                       int64_t txt_len, dl_dtype dt) {
+                       int64_t txt_len, dl_dtype dt, dl_wsrc *src) {
     *out = NULL;
     char file[512], p[128], nm[256];
     snprintf(file, sizeof file, "%s/config.json", component);
@@ -135,7 +135,7 @@ dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, 
     if (s != DL_OK) return s;
     dl_flux *m = calloc(1, sizeof *m);
     if (!m) return dl_fail(DL_ERR_NOMEM, "out of memory");
-    dl_checkpoint *ck = NULL;
+    dl_wsrc *ck = NULL;
     int64_t patch, nd, ns, out_ch;
     int guid;
     const cJSON *axes = cJSON_GetObjectItemCaseSensitive(cfg, "axes_dims_rope");
@@ -183,7 +183,7 @@ dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, 
         s = dl_fail(DL_ERR_INVALID, "FLUX transformer: empty image grid or text");
         goto fail;
     }
-    if ((s = dl_model_dir_checkpoint(dir, component, &ck)) != DL_OK) goto fail;
+    if ((s = ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t D = m->D, T = m->T, N = m->N, S = m->S, F = m->F;
     /* embedders: one-row matmuls */
     if ((s = lin1(&m->t1, ck, "time_text_embed.timestep_embedder.linear_1", 1, 256, D, dt, dt, DL_ACT_SILU)) ||
@@ -197,7 +197,7 @@ dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, 
         (s = lin1(&m->norm_out, ck, "norm_out.linear", 1, D, 2 * D, dt, DL_F32, DL_ACT_NONE)) ||
         (s = lin1(&m->proj_out, ck, "proj_out", N, D, m->Cout, dt, DL_F32, DL_ACT_NONE)))
         goto fail;
-    if (!guid && dl_ckpt_find(ck, "time_text_embed.guidance_embedder.linear_1.weight")) {
+    if (!guid && ws_find(ck, "time_text_embed.guidance_embedder.linear_1.weight")) {
         s = dl_fail(DL_ERR_FORMAT, "`%s`: the checkpoint has a guidance embedder but guidance_embeds is false", file);
         goto fail;
     }
@@ -261,33 +261,33 @@ dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, 
     size_t es = dl_dtype_size(dt);
     int64_t vmax = 256 > m->Pd ? 256 : m->Pd;
     if (D > vmax) vmax = D;
-    m->x = dl_aligned_alloc((size_t)(S * D) * 4);
-    m->o = dl_aligned_alloc((size_t)(S * D) * 4);
-    m->h = dl_aligned_alloc((size_t)(S * D) * es);
-    m->qkv = dl_aligned_alloc((size_t)(S * 3 * D) * es);
-    m->att = dl_aligned_alloc((size_t)(S * 5 * D) * es);
-    m->f = dl_aligned_alloc((size_t)(S * F) * es);
-    m->in_lat = dl_aligned_alloc((size_t)(N * m->Cin) * es);
-    m->in_txt = dl_aligned_alloc((size_t)(T * m->Jd) * es);
-    m->temb = dl_aligned_alloc((size_t)D * 4);
-    m->mod_img = dl_aligned_alloc((size_t)(6 * D) * 4);
-    m->mod_txt = dl_aligned_alloc((size_t)(6 * D) * 4);
-    m->tproj = dl_aligned_alloc(256 * 4);
-    m->vec_in = dl_aligned_alloc((size_t)vmax * es);
-    m->vec_h = dl_aligned_alloc((size_t)vmax * es);
+    m->x = ws_alloc(ck, (size_t)(S * D) * 4);
+    m->o = ws_alloc(ck, (size_t)(S * D) * 4);
+    m->h = ws_alloc(ck, (size_t)(S * D) * es);
+    m->qkv = ws_alloc(ck, (size_t)(S * 3 * D) * es);
+    m->att = ws_alloc(ck, (size_t)(S * 5 * D) * es);
+    m->f = ws_alloc(ck, (size_t)(S * F) * es);
+    m->in_lat = ws_alloc(ck, (size_t)(N * m->Cin) * es);
+    m->in_txt = ws_alloc(ck, (size_t)(T * m->Jd) * es);
+    m->temb = ws_alloc(ck, (size_t)D * 4);
+    m->mod_img = ws_alloc(ck, (size_t)(6 * D) * 4);
+    m->mod_txt = ws_alloc(ck, (size_t)(6 * D) * 4);
+    m->tproj = ws_alloc(ck, 256 * 4);
+    m->vec_in = ws_alloc(ck, (size_t)vmax * es);
+    m->vec_h = ws_alloc(ck, (size_t)vmax * es);
     dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = m->H, .head_dim = m->Dh, .q = m->qkv, .k = m->qkv,
                       .v = m->qkv, .q_stride = 3 * D, .k_stride = 3 * D, .v_stride = 3 * D, .out = m->att, .kv_end = S};
-    m->scratch = dl_aligned_alloc(dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
+    m->scratch = ws_alloc(ck, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
     if (!m->x || !m->o || !m->h || !m->qkv || !m->att || !m->f || !m->in_lat || !m->in_txt || !m->temb ||
         !m->mod_img || !m->mod_txt || !m->tproj || !m->vec_in || !m->vec_h || !m->scratch) {
         s = dl_fail(DL_ERR_NOMEM, "FLUX transformer: cannot allocate activations");
         goto fail;
     }
-    dl_ckpt_free(ck);
+    ws_close(ck);
     *out = m;
     return DL_OK;
 fail:
-    dl_ckpt_free(ck);
+    ws_close(ck);
     dl_flux_free(m);
     return s;
 }

@@ -1,4 +1,7 @@
-/* Building blocks shared by the model files. */
+/* Building blocks shared by the model files, and the weight sources: a model's
+ * load asks for parameters and layers by checkpoint name; the source reads the
+ * checkpoint (converting and packing; recording into an artifact when compiling)
+ * or reads an artifact compiled earlier (packed weights used in place). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,14 +18,67 @@ const char *pname(char *buf, size_t n, const char *prefix, const char *fmt, ...)
     return buf;
 }
 
-dl_status param_f32(const dl_checkpoint *ck, const char *name, int ndim, const int64_t *shape, float **out) {
-    const dl_st_tensor *t;
+dl_status ws_open(dl_wsrc **ws, dl_wsrc *given, dl_model_dir *dir, const char *component) {
+    *ws = NULL;
+    if (given) {
+        *ws = given;
+        return DL_OK;
+    }
+    dl_wsrc *w = calloc(1, sizeof *w);
+    if (!w) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    dl_status s = dl_model_dir_checkpoint(dir, component, &w->ck);
+    if (s != DL_OK) {
+        free(w);
+        return s;
+    }
+    w->owned = 1;
+    *ws = w;
+    return DL_OK;
+}
+
+void ws_close(dl_wsrc *ws) {
+    if (!ws || !ws->owned) return;
+    dl_ckpt_free(ws->ck);
+    free(ws);
+}
+
+int ws_find(const dl_wsrc *ws, const char *name) {
+    size_t b;
+    if (ws->ck) return dl_ckpt_find(ws->ck, name) != NULL;
+    return dl_artifact_get(ws->art, name, "f32", &b) != NULL;
+}
+
+const char *ws_label(const dl_wsrc *ws) { return ws->ck ? dl_ckpt_label(ws->ck) : "program artifact"; }
+
+void *ws_alloc(dl_wsrc *ws, size_t bytes) {
+    ws->arena += dl_align_up(bytes, DL_ALIGN);
+    return dl_aligned_alloc(bytes);
+}
+
+static dl_status art_missing(const char *name) {
+    return dl_fail(DL_ERR_FORMAT, "program artifact has no tensor `%s` (compiled for another model?)", name);
+}
+
+dl_status param_f32(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out) {
     *out = NULL;
-    dl_status s = dl_ckpt_expect(ck, name, ndim, shape, &t);
-    if (s != DL_OK) return s;
-    float *p = malloc((size_t)(t->numel ? t->numel : 1) * sizeof *p);
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) numel *= shape[i];
+    float *p = malloc((size_t)(numel ? numel : 1) * sizeof *p);
     if (!p) return dl_fail(DL_ERR_NOMEM, "out of memory loading `%s`", name);
-    if ((s = dl_ckpt_read(t, DL_F32, p)) != DL_OK) {
+    dl_status s = DL_OK;
+    if (ws->ck) {
+        const dl_st_tensor *t;
+        s = dl_ckpt_expect(ws->ck, name, ndim, shape, &t);
+        if (s == DL_OK) s = dl_ckpt_read(t, DL_F32, p);
+        if (s == DL_OK && ws->rec) s = dl_artifact_writer_add(ws->rec, name, "f32", p, (size_t)numel * 4);
+    } else {
+        size_t bytes;
+        const void *d = dl_artifact_get(ws->art, name, "f32", &bytes);
+        if (!d) s = art_missing(name);
+        else if (bytes != (size_t)numel * 4) s = dl_fail(DL_ERR_FORMAT, "program artifact: `%s` has %zu bytes, expected %lld", name, bytes, (long long)numel * 4);
+        else memcpy(p, d, bytes);
+    }
+    if (s != DL_OK) {
         free(p);
         return s;
     }
@@ -30,20 +86,34 @@ dl_status param_f32(const dl_checkpoint *ck, const char *name, int ndim, const i
     return DL_OK;
 }
 
-dl_status lin_load(lin *l, const dl_checkpoint *ck, const char *const *names, const char *const *bnames, int nparts,
+dl_status lin_load(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                    const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act) {
-    return lin_load_ld(l, ck, names, bnames, nparts, n_parts, m, k, dt, dst_dt, act, 0);
+    return lin_load_ld(l, ws, names, bnames, nparts, n_parts, m, k, dt, dst_dt, act, 0);
 }
 
-dl_status lin_load_ld(lin *l, const dl_checkpoint *ck, const char *const *names, const char *const *bnames,
-                      int nparts, const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt,
-                      dl_act act, int64_t ldy) {
+dl_status lin_load_ld(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
+                      const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
+                      int64_t ldy) {
     memset(l, 0, sizeof *l);
     int64_t n = 0;
     for (int i = 0; i < nparts; i++) n += n_parts[i];
-    float *w = malloc((size_t)(n * k) * sizeof *w), *b = NULL;
     int any_bias = 0;
     for (int i = 0; bnames && i < nparts; i++) any_bias |= bnames[i] != NULL;
+    dl_matmul_desc d = {.m = m, .k = k, .n = n, .dt = dt, .dst_dt = dst_dt, .act = act, .ldy = ldy};
+    char pk[300], bk[300];
+    snprintf(pk, sizeof pk, "%s#packed", names[0]);
+    snprintf(bk, sizeof bk, "%s#bias", names[0]);
+    l->k = k;
+    l->n = n;
+    if (!ws->ck) { /* artifact: packed weights in place, bias copied by oneDNN's wrapper */
+        size_t wb, bb;
+        const void *w = dl_artifact_get(ws->art, pk, "onednn", &wb);
+        const void *b = any_bias ? dl_artifact_get(ws->art, bk, "f32", &bb) : NULL;
+        if (!w) return art_missing(pk);
+        if (any_bias && (!b || bb != (size_t)n * 4)) return art_missing(bk);
+        return dl_matmul_new_packed(&l->mm, &d, w, wb, b);
+    }
+    float *w = malloc((size_t)(n * k) * sizeof *w), *b = NULL;
     if (any_bias) b = calloc((size_t)n, sizeof *b);
     if (!w || (any_bias && !b)) {
         free(w), free(b);
@@ -54,26 +124,64 @@ dl_status lin_load_ld(lin *l, const dl_checkpoint *ck, const char *const *names,
     for (int i = 0; i < nparts && s == DL_OK; i++) {
         const dl_st_tensor *t;
         int64_t shape[2] = {n_parts[i], k};
-        s = dl_ckpt_expect(ck, names[i], 2, shape, &t);
+        s = dl_ckpt_expect(ws->ck, names[i], 2, shape, &t);
         if (s == DL_OK) s = dl_ckpt_read(t, DL_F32, w + row * k);
         if (s == DL_OK && any_bias && bnames[i]) {
             int64_t bs[1] = {n_parts[i]};
-            s = dl_ckpt_expect(ck, bnames[i], 1, bs, &t);
+            s = dl_ckpt_expect(ws->ck, bnames[i], 1, bs, &t);
             if (s == DL_OK) s = dl_ckpt_read(t, DL_F32, b + row);
         }
         row += n_parts[i];
     }
-    if (s == DL_OK) {
-        dl_matmul_desc d = {.m = m, .k = k, .n = n, .dt = dt, .dst_dt = dst_dt, .act = act, .ldy = ldy};
-        s = dl_matmul_new(&l->mm, &d, w, DL_F32, b);
+    if (s == DL_OK) s = dl_matmul_new(&l->mm, &d, w, DL_F32, b);
+    if (s == DL_OK && ws->rec) {
+        size_t bytes;
+        const void *packed = dl_matmul_packed(l->mm, &bytes);
+        s = dl_artifact_writer_add(ws->rec, pk, "onednn", packed, bytes);
+        if (s == DL_OK && any_bias) s = dl_artifact_writer_add(ws->rec, bk, "f32", b, (size_t)n * 4);
     }
     free(w), free(b);
-    l->k = k;
-    l->n = n;
     return s;
 }
 
 void lin_free(lin *l) {
     dl_matmul_free(l->mm);
     l->mm = NULL;
+}
+
+dl_status conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_desc *d) {
+    char wn[300], bn[300], pk[300];
+    snprintf(wn, sizeof wn, "%s.weight", base);
+    snprintf(bn, sizeof bn, "%s.bias", base);
+    snprintf(pk, sizeof pk, "%s#packed", base);
+    *c = NULL;
+    int64_t ws_[5] = {d->cout, d->cin, d->kernel[0], d->kernel[1], d->kernel[2]}, bsh[1] = {d->cout};
+    float *bs = NULL;
+    dl_status s = param_f32(ws, bn, 1, bsh, &bs); /* bias: a plain parameter (recorded as such) */
+    if (s != DL_OK) return s;
+    if (!ws->ck) {
+        size_t bytes;
+        const void *w = dl_artifact_get(ws->art, pk, "onednn", &bytes);
+        s = w ? dl_conv_new_packed(c, d, w, bytes, bs) : art_missing(pk);
+        free(bs);
+        return s;
+    }
+    float *wt = NULL;
+    if ((s = param_f32_nr(ws, wn, 2 + d->ndim, ws_, &wt)) == DL_OK) s = dl_conv_new(c, d, wt, DL_F32, bs);
+    if (s == DL_OK && ws->rec) {
+        size_t bytes;
+        const void *packed = dl_conv_packed(*c, &bytes);
+        s = dl_artifact_writer_add(ws->rec, pk, "onednn", packed, bytes);
+    }
+    free(wt), free(bs);
+    return s;
+}
+
+/* param_f32 from the checkpoint without recording (weights recorded packed instead) */
+dl_status param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out) {
+    dl_artifact_writer *rec = ws->rec;
+    ws->rec = NULL;
+    dl_status s = param_f32(ws, name, ndim, shape, out);
+    ws->rec = rec;
+    return s;
 }

@@ -1,10 +1,23 @@
-/* Shared building blocks of the model files: linear layers loaded from a checkpoint
- * (shape-checked, converted, packed by oneDNN), parameter vectors, and running a
- * kernel over the thread pool. */
+/* Shared building blocks of the model files: weight sources (checkpoint or program
+ * artifact), linear layers and convolutions built through them, parameter vectors,
+ * and running a kernel over the thread pool. */
 #ifndef DIFFLET_MODELS_IMPL_H
 #define DIFFLET_MODELS_IMPL_H
 
+#include <omp.h>
+
 #include "difflet/models.h"
+#include "difflet/program.h"
+
+/* The source a model loads through: `given` (a program's), or the component's
+ * checkpoint opened here (closed by ws_close). */
+dl_status ws_open(dl_wsrc **ws, dl_wsrc *given, dl_model_dir *dir, const char *component);
+void ws_close(dl_wsrc *ws);
+/* Is a parameter present (checkpoint name; in an artifact, recorded under it)? */
+int ws_find(const dl_wsrc *ws, const char *name);
+const char *ws_label(const dl_wsrc *ws);
+/* Activation buffer, counted into the model's arena size. */
+void *ws_alloc(dl_wsrc *ws, size_t bytes);
 
 typedef struct {
     dl_matmul *mm;
@@ -14,20 +27,24 @@ typedef struct {
 /* y[m, n] = act(x[m, k] W^T + b) where W (and b) are the checkpoint tensors
  * `names[0..nparts)` concatenated along N (a fused QKV from q, k, v), each [n_i, k].
  * bnames may be NULL (no bias) or have NULL entries (zero bias for that part). */
-dl_status lin_load(lin *l, const dl_checkpoint *ck, const char *const *names, const char *const *bnames, int nparts,
+dl_status lin_load(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                    const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act);
 /* The same with output rows ldy elements apart (writing into a wider buffer). */
-dl_status lin_load_ld(lin *l, const dl_checkpoint *ck, const char *const *names, const char *const *bnames,
-                      int nparts, const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt,
-                      dl_act act, int64_t ldy);
+dl_status lin_load_ld(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
+                      const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
+                      int64_t ldy);
 void lin_free(lin *l);
 static inline dl_status lin_run(lin *l, const void *x, void *y) { return dl_matmul_run(l->mm, x, y); }
 
-/* A float tensor of exactly `numel` elements as malloc'd f32 (shape checked by the
- * caller through ndim/shape). */
-dl_status param_f32(const dl_checkpoint *ck, const char *name, int ndim, const int64_t *shape, float **out);
+/* Convolution `<base>.weight` / `<base>.bias` for desc d. */
+dl_status conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_desc *d);
 
-/* Run f(ctx, ith, nth) on the pool: the pattern every layer uses for kernels. */
+/* A float parameter of exactly this shape as malloc'd f32 (recorded when compiling). */
+dl_status param_f32(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out);
+/* The same, never recorded (for weights that are recorded packed). */
+dl_status param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out);
+
+/* Run a statement on every thread of the pool with ith / nth in scope. */
 #define DL_PAR(...)                                                      \
     do {                                                                 \
         _Pragma("omp parallel") {                                        \

@@ -73,7 +73,7 @@ int64_t dl_t5_encoder_width(const dl_t5_encoder *m) { return m->D; }
 int dl_t5_encoder_layers(const dl_t5_encoder *m) { return m->L; }
 
 dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char *component, int64_t seq_len,
-                             dl_dtype dt) {
+                             dl_dtype dt, dl_wsrc *src) {
     *out = NULL;
     char file[512], nb[4][256];
     snprintf(file, sizeof file, "%s/config.json", component);
@@ -87,7 +87,7 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
     int64_t L = 0;
     double eps;
     const char *ff;
-    dl_checkpoint *ck = NULL;
+    dl_wsrc *ck = NULL;
     if ((s = dl_cfg_int(cfg, file, "d_model", 512, &m->D)) || (s = dl_cfg_int(cfg, file, "d_kv", 64, &m->DK)) ||
         (s = dl_cfg_int(cfg, file, "d_ff", 2048, &m->F)) || (s = dl_cfg_int(cfg, file, "num_heads", 8, &m->H)) ||
         (s = dl_cfg_int(cfg, file, "num_layers", 6, &L)) || (s = dl_cfg_int(cfg, file, "vocab_size", 32128, &m->V)) ||
@@ -112,11 +112,11 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
         s = dl_fail(DL_ERR_INVALID, "T5 encoder: sequence length %lld is outside 1..65536", (long long)seq_len);
         goto fail;
     }
-    if ((s = dl_model_dir_checkpoint(dir, component, &ck)) != DL_OK) goto fail;
+    if ((s = ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t D = m->D, S = m->S, I = m->H * m->DK, F = m->F;
     int64_t sh_emb[2] = {m->V, D}, sh_d[1] = {D}, sh_rb[2] = {m->nbuckets, m->H};
     /* the embedding is `shared.weight`, or `encoder.embed_tokens.weight` when only that is stored */
-    const char *emb = dl_ckpt_find(ck, "shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
+    const char *emb = ws_find(ck, "shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
     float *rb = NULL;
     if ((s = param_f32(ck, emb, 2, sh_emb, &m->emb)) ||
         (s = param_f32(ck, "encoder.final_layer_norm.weight", 1, sh_d, &m->ln_final)) ||
@@ -165,25 +165,25 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
         if ((s = lin_load(&l->wo, ck, wo, NULL, 1, pd, S, F, dt, DL_F32, DL_ACT_NONE))) goto fail;
     }
     size_t es = dl_dtype_size(dt);
-    m->x = dl_aligned_alloc((size_t)(S * D) * 4);
-    m->o = dl_aligned_alloc((size_t)(S * D) * 4);
-    m->h = dl_aligned_alloc((size_t)(S * D) * es);
-    m->qkv = dl_aligned_alloc((size_t)(S * 3 * I) * es);
-    m->att = dl_aligned_alloc((size_t)(S * I) * es);
-    m->f0 = dl_aligned_alloc((size_t)(S * F) * es);
-    m->f1 = dl_aligned_alloc((size_t)(S * F) * es);
+    m->x = ws_alloc(ck, (size_t)(S * D) * 4);
+    m->o = ws_alloc(ck, (size_t)(S * D) * 4);
+    m->h = ws_alloc(ck, (size_t)(S * D) * es);
+    m->qkv = ws_alloc(ck, (size_t)(S * 3 * I) * es);
+    m->att = ws_alloc(ck, (size_t)(S * I) * es);
+    m->f0 = ws_alloc(ck, (size_t)(S * F) * es);
+    m->f1 = ws_alloc(ck, (size_t)(S * F) * es);
     dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = m->H, .head_dim = m->DK, .q = m->qkv, .k = m->qkv,
                       .v = m->qkv, .q_stride = 3 * I, .k_stride = 3 * I, .v_stride = 3 * I, .out = m->att, .kv_end = S};
-    m->scratch = dl_aligned_alloc(dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
+    m->scratch = ws_alloc(ck, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
     if (!m->x || !m->o || !m->h || !m->qkv || !m->att || !m->f0 || !m->f1 || !m->scratch) {
         s = dl_fail(DL_ERR_NOMEM, "T5 encoder: cannot allocate activations");
         goto fail;
     }
-    dl_ckpt_free(ck);
+    ws_close(ck);
     *out = m;
     return DL_OK;
 fail:
-    dl_ckpt_free(ck);
+    ws_close(ck);
     dl_t5_encoder_free(m);
     return s;
 }

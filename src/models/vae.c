@@ -70,26 +70,14 @@ void dl_vae_decoder_free(dl_vae_decoder *m) {
 }
 
 /* conv `<base>.weight/bias`: [cout, cin, k, k], stride 1, pad k/2, at h x w */
-static dl_status conv_load(dl_conv **c, const dl_checkpoint *ck, const char *base, int64_t cin, int64_t cout, int64_t k,
-                           int64_t h, int64_t w, dl_dtype dt) {
-    char wn[256], bn[256];
-    snprintf(wn, sizeof wn, "%s.weight", base);
-    snprintf(bn, sizeof bn, "%s.bias", base);
-    float *wt = NULL, *bs = NULL;
-    int64_t ws[4] = {cout, cin, k, k}, bsh[1] = {cout};
-    dl_status s;
-    if ((s = param_f32(ck, wn, 4, ws, &wt)) || (s = param_f32(ck, bn, 1, bsh, &bs))) {
-        free(wt);
-        return s;
-    }
+static dl_status vconv(dl_conv **c, dl_wsrc *ck, const char *base, int64_t cin, int64_t cout, int64_t k, int64_t h,
+                       int64_t w, dl_dtype dt) {
     dl_conv_desc d = {.ndim = 2, .cin = cin, .cout = cout, .in = {h, w}, .kernel = {k, k}, .stride = {1, 1},
                       .pad = {k / 2, k / 2}, .dt = dt};
-    s = dl_conv_new(c, &d, wt, DL_F32, bs);
-    free(wt), free(bs);
-    return s;
+    return conv_load(c, ck, base, &d);
 }
 
-static dl_status gn_load(const dl_checkpoint *ck, const char *base, int64_t c, float **w, float **b) {
+static dl_status gn_load(dl_wsrc *ck, const char *base, int64_t c, float **w, float **b) {
     char n[300];
     int64_t sh[1] = {c};
     dl_status s;
@@ -99,25 +87,25 @@ static dl_status gn_load(const dl_checkpoint *ck, const char *base, int64_t c, f
     return param_f32(ck, n, 1, sh, b);
 }
 
-static dl_status resnet_load(resnet *r, const dl_checkpoint *ck, const char *p, int64_t cin, int64_t cout, int64_t h,
+static dl_status resnet_load(resnet *r, dl_wsrc *ck, const char *p, int64_t cin, int64_t cout, int64_t h,
                              int64_t w, dl_dtype dt) {
     char n[256];
     dl_status s;
     r->cin = cin, r->cout = cout, r->h = h, r->w = w;
 #define N(x) (snprintf(n, sizeof n, "%s%s", p, x), n)
     if ((s = gn_load(ck, N("norm1"), cin, &r->g1w, &r->g1b)) || (s = gn_load(ck, N("norm2"), cout, &r->g2w, &r->g2b)) ||
-        (s = conv_load(&r->c1, ck, N("conv1"), cin, cout, 3, h, w, dt)) ||
-        (s = conv_load(&r->c2, ck, N("conv2"), cout, cout, 3, h, w, dt)))
+        (s = vconv(&r->c1, ck, N("conv1"), cin, cout, 3, h, w, dt)) ||
+        (s = vconv(&r->c2, ck, N("conv2"), cout, cout, 3, h, w, dt)))
         return s;
-    if (cin != cout) return conv_load(&r->sc, ck, N("conv_shortcut"), cin, cout, 1, h, w, dt);
-    if (dl_ckpt_find(ck, N("conv_shortcut.weight")))
-        return dl_fail(DL_ERR_FORMAT, "`%s`: unexpected conv_shortcut (in and out channels are equal)", dl_ckpt_label(ck));
+    if (cin != cout) return vconv(&r->sc, ck, N("conv_shortcut"), cin, cout, 1, h, w, dt);
+    if (ws_find(ck, N("conv_shortcut.weight")))
+        return dl_fail(DL_ERR_FORMAT, "`%s`: unexpected conv_shortcut (in and out channels are equal)", ws_label(ck));
 #undef N
     return DL_OK;
 }
 
 dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const char *component, int64_t lat_h,
-                              int64_t lat_w, dl_dtype dt) {
+                              int64_t lat_w, dl_dtype dt, dl_wsrc *src) {
     *out = NULL;
     char file[512], p[128];
     snprintf(file, sizeof file, "%s/config.json", component);
@@ -126,7 +114,7 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
     if (s != DL_OK) return s;
     dl_vae_decoder *m = calloc(1, sizeof *m);
     if (!m) return dl_fail(DL_ERR_NOMEM, "out of memory");
-    dl_checkpoint *ck = NULL;
+    dl_wsrc *ck = NULL;
     int64_t lpb, outc, ch[8];
     int pq = 0, mid_attn = 1;
     const char *act;
@@ -163,10 +151,10 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
     m->lpb = (int)lpb;
     m->dt = dt;
     m->h0 = lat_h, m->w0 = lat_w;
-    if ((s = dl_model_dir_checkpoint(dir, component, &ck)) != DL_OK) goto fail;
+    if ((s = ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t top = ch[m->levels - 1];
-    if (pq && (s = conv_load(&m->pq, ck, "post_quant_conv", m->zc, m->zc, 1, lat_h, lat_w, dt))) goto fail;
-    if ((s = conv_load(&m->cin, ck, "decoder.conv_in", m->zc, top, 3, lat_h, lat_w, dt))) goto fail;
+    if (pq && (s = vconv(&m->pq, ck, "post_quant_conv", m->zc, m->zc, 1, lat_h, lat_w, dt))) goto fail;
+    if ((s = vconv(&m->cin, ck, "decoder.conv_in", m->zc, top, 3, lat_h, lat_w, dt))) goto fail;
     m->nres = 2 + m->levels * (m->lpb + 1);
     m->res = calloc((size_t)m->nres, sizeof *m->res);
     m->up = calloc((size_t)m->levels, sizeof *m->up);
@@ -209,7 +197,7 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
         if (i < m->levels - 1) {
             h *= 2, w *= 2;
             snprintf(p, sizeof p, "decoder.up_blocks.%d.upsamplers.0.conv", i);
-            if ((s = conv_load(&m->up[i], ck, p, oc, oc, 3, h, w, dt))) goto fail;
+            if ((s = vconv(&m->up[i], ck, p, oc, oc, 3, h, w, dt))) goto fail;
             if ((size_t)(oc * h * w) > maxel) maxel = (size_t)(oc * h * w);
         }
     }
@@ -217,29 +205,29 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
     m->c_last = prev;
     m->out_h = h, m->out_w = w;
     if ((s = gn_load(ck, "decoder.conv_norm_out", prev, &m->gow, &m->gob)) ||
-        (s = conv_load(&m->cout, ck, "decoder.conv_out", prev, 3, 3, h, w, dt)))
+        (s = vconv(&m->cout, ck, "decoder.conv_out", prev, 3, 3, h, w, dt)))
         goto fail;
     size_t es = dl_dtype_size(dt);
     if ((size_t)(3 * h * w) > maxel) maxel = (size_t)(3 * h * w);
     m->maxel = maxel;
-    m->a = dl_aligned_alloc(maxel * es), m->b = dl_aligned_alloc(maxel * es);
-    m->c = dl_aligned_alloc(maxel * es), m->d = dl_aligned_alloc(maxel * es);
-    m->t1 = dl_aligned_alloc((size_t)(HW * top) * es);
-    m->t2 = dl_aligned_alloc((size_t)(HW * 3 * top) * es);
-    m->tf = dl_aligned_alloc((size_t)(HW * top) * 4);
-    m->tf2 = dl_aligned_alloc((size_t)(HW * top) * 4);
+    m->a = ws_alloc(ck, maxel * es), m->b = ws_alloc(ck, maxel * es);
+    m->c = ws_alloc(ck, maxel * es), m->d = ws_alloc(ck, maxel * es);
+    m->t1 = ws_alloc(ck, (size_t)(HW * top) * es);
+    m->t2 = ws_alloc(ck, (size_t)(HW * 3 * top) * es);
+    m->tf = ws_alloc(ck, (size_t)(HW * top) * 4);
+    m->tf2 = ws_alloc(ck, (size_t)(HW * top) * 4);
     dl_attn_args a = {.dt = dt, .sq = HW, .sk = HW, .heads = 1, .head_dim = top, .q = m->t2, .k = m->t2, .v = m->t2,
                       .q_stride = 3 * top, .k_stride = 3 * top, .v_stride = 3 * top, .out = m->t1, .kv_end = HW};
-    m->scratch = dl_aligned_alloc(dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
+    m->scratch = ws_alloc(ck, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
     if (!m->a || !m->b || !m->c || !m->d || !m->t1 || !m->t2 || !m->tf || !m->tf2 || !m->scratch) {
         s = dl_fail(DL_ERR_NOMEM, "VAE decoder: cannot allocate activations");
         goto fail;
     }
-    dl_ckpt_free(ck);
+    ws_close(ck);
     *out = m;
     return DL_OK;
 fail:
-    dl_ckpt_free(ck);
+    ws_close(ck);
     dl_vae_decoder_free(m);
     return s;
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "difflet/pipeline.h"
+#include "difflet/program.h"
 #include "difflet/text.h"
 
 struct dl_flux_pipeline {
@@ -29,12 +30,15 @@ struct dl_flux_pipeline {
     float *pe, *pooled, *ne, *npooled; /* prompt / negative embeddings */
     float *hidden77, *unpacked, *img;
     int32_t *ids;
+    dl_artifact *art[4]; /* the programs' mapped weights, kept while the models live */
+    char prog_id[4][17];
 };
 
 void dl_flux_pipeline_free(dl_flux_pipeline *p) {
     if (!p) return;
     dl_tokenizer_free(p->tok), dl_tokenizer_free(p->tok2);
     dl_clip_text_free(p->clip), dl_t5_encoder_free(p->t5), dl_flux_free(p->tr), dl_vae_decoder_free(p->vae);
+    for (int i = 0; i < 4; i++) dl_artifact_close(p->art[i]);
     dl_model_dir_free(p->dir);
     free(p->lat), free(p->v), free(p->v2), free(p->sigmas), free(p->pe), free(p->pooled), free(p->ne);
     free(p->npooled), free(p->hidden77), free(p->unpacked), free(p->img), free(p->ids);
@@ -47,6 +51,27 @@ void dl_flux_pipeline_latent_shape(const dl_flux_pipeline *p, int64_t *tokens, i
 }
 
 int dl_flux_pipeline_has_guidance(const dl_flux_pipeline *p) { return dl_flux_has_guidance(p->tr); }
+
+typedef struct {
+    dl_flux_pipeline *p;
+    int which;
+} build_ctx;
+
+static dl_status build_component(void *ctx, dl_wsrc *ws) {
+    build_ctx *b = ctx;
+    dl_flux_pipeline *p = b->p;
+    dl_dtype dt = p->shape.dt;
+    switch (b->which) {
+    case 0: return dl_clip_text_load(&p->clip, p->dir, "text_encoder", p->clip_len, dt, ws);
+    case 1: return dl_t5_encoder_load(&p->t5, p->dir, "text_encoder_2", p->T, dt, ws);
+    case 2: return dl_vae_decoder_load(&p->vae, p->dir, "vae", p->lh, p->lw, dt, ws);
+    default: return dl_flux_load(&p->tr, p->dir, "transformer", p->lh / 2, p->lw / 2, p->T, dt, ws);
+    }
+}
+
+const char *dl_flux_pipeline_program_id(const dl_flux_pipeline *p, int component) {
+    return component >= 0 && component < 4 ? p->prog_id[component] : "";
+}
 
 /* FluxPipeline's max_sequence_length default is 512; a model whose tokenizer_2
  * declares a shorter model_max_length (difflet-tiny: 32) was trained at that length */
@@ -117,12 +142,21 @@ dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, c
     if ((s = dl_tokenizer_load(&p->tok, path))) goto fail;
     snprintf(path, sizeof path, "%s/tokenizer_2", model_dir);
     if ((s = dl_tokenizer_load(&p->tok2, path))) goto fail;
-    if ((s = dl_clip_text_load(&p->clip, p->dir, "text_encoder", p->clip_len, shape->dt)) ||
-        (s = dl_t5_encoder_load(&p->t5, p->dir, "text_encoder_2", p->T, shape->dt)) ||
-        (s = dl_vae_decoder_load(&p->vae, p->dir, "vae", p->lh, p->lw, shape->dt)) ||
-        (s = dl_flowmatch_load(p->dir, &p->fm)) ||
-        (s = dl_flux_load(&p->tr, p->dir, "transformer", p->lh / 2, p->lw / 2, p->T, shape->dt)))
-        goto fail;
+    /* each component is a program: loaded from the cache, or compiled and cached */
+    static const char *comps[4] = {"text_encoder", "text_encoder_2", "vae", "transformer"};
+    for (int c = 0; c < 4 && s == DL_OK; c++) {
+        char shp[256], *key = NULL;
+        if (c == 0) snprintf(shp, sizeof shp, "{\"seq\":%d}", p->clip_len);
+        else if (c == 1) snprintf(shp, sizeof shp, "{\"seq\":%lld}", (long long)p->T);
+        else if (c == 2) snprintf(shp, sizeof shp, "{\"height\":%d,\"width\":%d}", shape->height, shape->width);
+        else snprintf(shp, sizeof shp, "{\"height\":%d,\"text\":%lld,\"width\":%d}", shape->height, (long long)p->T, shape->width);
+        s = dl_program_key(p->dir, comps[c], shp, shape->dt, 0, &key, p->prog_id[c]);
+        build_ctx b = {p, c};
+        if (s == DL_OK) s = dl_program_get(p->dir, comps[c], key, p->prog_id[c], shape->cache, build_component, &b, &p->art[c]);
+        free(key);
+    }
+    if (s == DL_OK) s = dl_flowmatch_load(p->dir, &p->fm);
+    if (s != DL_OK) goto fail;
     p->C = dl_vae_latent_channels(p->vae);
     p->N = (p->lh / 2) * (p->lw / 2);
     p->Cp = 4 * p->C;

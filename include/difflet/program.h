@@ -1,0 +1,110 @@
+/* difflet programs: each component (text encoder, denoiser, VAE decoder) compiled
+ * once for a fixed key and cached on disk as an artifact: manifest.json (every key
+ * field in clear text, the tensor table with offsets, bytes, layout and checksum,
+ * the activation arena size, compile time) and one 64-byte aligned weight blob with
+ * the weights already converted and packed in the layout oneDNN chose. Loading maps
+ * the blob read-only and builds the primitives over it: no conversion, no reorder,
+ * no copy. Runtime settings (steps, guidance, seed, prompt, caching) are not in the
+ * key: changing them recompiles nothing. */
+#ifndef DIFFLET_PROGRAM_H
+#define DIFFLET_PROGRAM_H
+
+#include "difflet/models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- artifacts ---------------------------------------------------------------------- */
+typedef struct dl_artifact_writer dl_artifact_writer;
+typedef struct dl_artifact dl_artifact;
+
+/* Start an artifact in directory `dir` (which must exist): weights.bin is streamed. */
+dl_status dl_artifact_writer_open(dl_artifact_writer **w, const char *dir);
+/* Append a tensor: `layout` says what the bytes are ("f32", "onednn") */
+dl_status dl_artifact_writer_add(dl_artifact_writer *w, const char *name, const char *layout, const void *data,
+                                 size_t bytes);
+/* Write manifest.json (key fields `key`, a JSON object string, plus the table and
+ * `arena_bytes`, `compile_seconds`), fsync both files. Frees w. */
+dl_status dl_artifact_writer_finish(dl_artifact_writer *w, const char *key_json, size_t arena_bytes,
+                                    double compile_seconds);
+void dl_artifact_writer_abort(dl_artifact_writer *w);
+
+/* Open dir/manifest.json and map dir/weights.bin; with `verify`, every tensor's
+ * checksum is checked (a flipped byte is an error naming the tensor). */
+dl_status dl_artifact_open(dl_artifact **a, const char *dir, int verify);
+void dl_artifact_close(dl_artifact *a);
+/* The tensor `name` with `layout`, or NULL. */
+const void *dl_artifact_get(const dl_artifact *a, const char *name, const char *layout, size_t *bytes);
+/* The manifest's "key" object as canonical JSON text (owned by a). */
+const char *dl_artifact_key(const dl_artifact *a);
+size_t dl_artifact_weight_bytes(const dl_artifact *a);
+size_t dl_artifact_arena_bytes(const dl_artifact *a);
+
+/* ---- weight sources ------------------------------------------------------------------
+ * How a model's load gets its weights: from the checkpoint (converting and packing),
+ * optionally recording everything it produces into an artifact (compile), or from an
+ * artifact (load). Also counts the activation bytes the model allocates. */
+struct dl_wsrc {
+    dl_checkpoint *ck;         /* checkpoint mode */
+    dl_artifact_writer *rec;   /* compile: record every produced tensor */
+    const dl_artifact *art;    /* artifact mode (ck NULL) */
+    size_t arena;              /* activation bytes allocated by the model */
+    int owned;                 /* internal: opened by the model itself */
+};
+
+/* ---- program keys and the cache ------------------------------------------------------ */
+
+/* The cache root: $DIFFLET_CACHE, else ~/.cache/difflet. */
+const char *dl_cache_dir(void);
+
+/* Content hash of a component's checkpoint (every tensor's name, dtype, shape, bytes),
+ * remembered in the cache per (file path, size, mtime) so it is computed once. */
+dl_status dl_component_hash(dl_model_dir *dir, const char *component, uint64_t *hash);
+
+/* The canonical key JSON of a component: fields sorted, no whitespace; `shape` is a
+ * JSON object string with the component's shape fields. *id: 16 hex digits. */
+dl_status dl_program_key(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, int probe,
+                         char **key_json, char id[17]);
+
+/* Statistics of program use in this process (tests: "changing the seed compiles nothing"). */
+typedef struct {
+    int compiles, loads;
+} dl_program_stats;
+dl_program_stats dl_program_stats_get(void);
+
+typedef enum {
+    DL_CACHE_USE = 0,               /* load on a hit, compile and cache on a miss */
+    DL_CACHE_OFF,                   /* build from the checkpoint, write nothing */
+    DL_CACHE_RECOMPILE_ON_MISMATCH, /* a corrupt or mismatched artifact is rebuilt */
+    DL_CACHE_NO_COMPILE,            /* a miss is an error naming the program */
+} dl_cache_mode;
+
+/* Open the cached program `id` (whose key is key_json) for a component, or compile
+ * it and cache it. `build(ctx, ws)` loads the model through ws (from the checkpoint
+ * while recording, or from the artifact); on success the model is the caller's and
+ * *keep the artifact it maps (close it after the model; NULL after a compile).
+ * Concurrent compiles of one key are serialised by a lock; a compile killed at any
+ * point leaves nothing a later load accepts. Logs one line per compile. */
+typedef dl_status (*dl_program_build_fn)(void *ctx, dl_wsrc *ws);
+dl_status dl_program_get(dl_model_dir *dir, const char *component, const char *key_json, const char *id,
+                         dl_cache_mode mode, dl_program_build_fn build, void *ctx, dl_artifact **keep);
+
+/* `difflet cache ls | verify | rm` */
+typedef struct {
+    char id[17];
+    int ok;
+    size_t weight_bytes, arena_bytes;
+    char key[2048];
+} dl_cache_entry;
+dl_status dl_cache_list(dl_cache_entry **entries, int *n); /* caller frees *entries */
+dl_status dl_cache_verify(const char *id);                  /* every checksum */
+dl_status dl_cache_remove(const char *id);
+
+/* Fault injection for tests (DIFFLET_FAULT_KILL_COMPILE=N: SIGKILL after N tensors). */
+void dl_fault_after_tensor(int written);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

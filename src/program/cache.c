@@ -1,0 +1,332 @@
+/* The program cache: $DIFFLET_CACHE/programs/<id>/ where id = xxh3 of the canonical
+ * key JSON. A compile builds into programs/.tmp-<id>-<pid>/, fsyncs, and renames; a
+ * lock file (flock) serialises concurrent compiles of one key. Loads verify every
+ * checksum and compare the stored key with the requested one. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "difflet/program.h"
+
+static dl_program_stats g_stats;
+dl_program_stats dl_program_stats_get(void) { return g_stats; }
+
+const char *dl_cache_dir(void) {
+    static char buf[1024];
+    const char *e = getenv("DIFFLET_CACHE");
+    if (e && *e) snprintf(buf, sizeof buf, "%s", e);
+    else snprintf(buf, sizeof buf, "%s/.cache/difflet", getenv("HOME") ? getenv("HOME") : "/tmp");
+    return buf;
+}
+
+static int by_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+dl_status dl_component_hash(dl_model_dir *dir, const char *component, uint64_t *hash) {
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", dl_model_dir_path(dir), component);
+    DIR *d = opendir(path);
+    if (!d) return dl_fail(DL_ERR_IO, "cannot list %s: %s", path, strerror(errno));
+    char *names[1024];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 1024) {
+        size_t l = strlen(de->d_name);
+        if ((l > 12 && !strcmp(de->d_name + l - 12, ".safetensors")) || (l > 5 && !strcmp(de->d_name + l - 5, ".json")))
+            names[n++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, by_str);
+    /* which file versions: path, size, mtime of each */
+    dl_hasher *h = dl_hasher_new(1);
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        char fp[8600];
+        snprintf(fp, sizeof fp, "%s/%s", path, names[i]);
+        if (stat(fp, &st) == 0) {
+            int64_t v[3] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec};
+            dl_hasher_update(h, fp, strlen(fp) + 1);
+            dl_hasher_update(h, v, sizeof v);
+        }
+        free(names[i]);
+    }
+    uint64_t statkey = dl_hasher_digest(h);
+    dl_hasher_free(h);
+    char memo[4200];
+    snprintf(memo, sizeof memo, "%s/hashes/%016llx", dl_cache_dir(), (unsigned long long)statkey);
+    char *txt;
+    size_t len;
+    if (dl_file_read(memo, 64, &txt, &len) == DL_OK) {
+        char *end;
+        unsigned long long v = strtoull(txt, &end, 16);
+        int ok = end != txt;
+        free(txt);
+        if (ok) {
+            *hash = v;
+            return DL_OK;
+        }
+    }
+    dl_checkpoint *ck;
+    dl_status s = dl_model_dir_checkpoint(dir, component, &ck);
+    if (s != DL_OK) return s;
+    *hash = dl_ckpt_content_hash(ck);
+    dl_ckpt_free(ck);
+    char hex[32];
+    snprintf(path, sizeof path, "%s/hashes", dl_cache_dir());
+    snprintf(hex, sizeof hex, "%016llx\n", (unsigned long long)*hash);
+    if (dl_mkdir_p(path) == DL_OK) dl_file_write_atomic(memo, hex, strlen(hex)); /* a memo: failure is harmless */
+    return DL_OK;
+}
+
+dl_status dl_program_key(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, int probe,
+                         char **key_json, char id[17]) {
+    *key_json = NULL;
+    char path[4096], hex[32], *cfg;
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s/config.json", dl_model_dir_path(dir), component);
+    dl_status s = dl_file_read(path, 16u << 20, &cfg, &len);
+    if (s != DL_OK) return s;
+    uint64_t cfg_hash = dl_hash64(cfg, len, 0), ck_hash;
+    free(cfg);
+    if ((s = dl_component_hash(dir, component, &ck_hash)) != DL_OK) return s;
+    cJSON *shape = cJSON_Parse(shape_json);
+    if (!cJSON_IsObject(shape)) {
+        cJSON_Delete(shape);
+        return dl_fail(DL_ERR_INVALID, "program key: bad shape JSON");
+    }
+    /* fields in sorted order: the printed object is canonical */
+    cJSON *k = cJSON_CreateObject();
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)ck_hash);
+    cJSON_AddStringToObject(k, "checkpoint_xxh3", hex);
+    const char *cls = dl_model_dir_component_class(dir, component);
+    cJSON_AddStringToObject(k, "class", cls ? cls : "");
+    cJSON_AddStringToObject(k, "component", component);
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)cfg_hash);
+    cJSON_AddStringToObject(k, "config_xxh3", hex);
+    cJSON_AddStringToObject(k, "dtype", dl_dtype_name(dt));
+    cJSON_AddStringToObject(k, "engine", DIFFLET_VERSION);
+    cJSON_AddNumberToObject(k, "format", 1);
+    cJSON_AddStringToObject(k, "isa", dl_isa_name(dl_kernel_isa()));
+    cJSON_AddStringToObject(k, "onednn", dl_onednn_version());
+    cJSON_AddStringToObject(k, "parallel", "single");
+    cJSON_AddBoolToObject(k, "probe", probe);
+    cJSON_AddNumberToObject(k, "rank", 0);
+    cJSON_AddItemToObject(k, "shape", shape);
+    *key_json = cJSON_PrintUnformatted(k);
+    cJSON_Delete(k);
+    if (!*key_json) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    snprintf(id, 17, "%016llx", (unsigned long long)dl_hash64(*key_json, strlen(*key_json), 0));
+    return DL_OK;
+}
+
+/* "field: have X, want Y" for the first field where two keys differ */
+static void key_diff(const char *have, const char *want, char *out, size_t n) {
+    cJSON *a = cJSON_Parse(have), *b = cJSON_Parse(want);
+    snprintf(out, n, "the keys differ");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, b) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(a, e->string);
+        char *x = o ? cJSON_PrintUnformatted(o) : NULL, *y = cJSON_PrintUnformatted(e);
+        int same = x && y && !strcmp(x, y);
+        if (!same) snprintf(out, n, "%s: compiled for %s, requested %s", e->string, x ? x : "(absent)", y ? y : "?");
+        free(x), free(y);
+        if (!same) break;
+    }
+    cJSON_Delete(a), cJSON_Delete(b);
+}
+
+static void rm_rf(const char *path) {
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+            struct stat st;
+            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rm_rf(p);
+            else unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+dl_status dl_cache_remove(const char *id) {
+    char p[4096];
+    if (strlen(id) != 16 || strspn(id, "0123456789abcdef") != 16) return dl_fail(DL_ERR_INVALID, "`%s` is not a program id", id);
+    snprintf(p, sizeof p, "%s/programs/%s", dl_cache_dir(), id);
+    if (!dl_file_exists(p)) return dl_fail(DL_ERR_IO, "no program %s in %s/programs", id, dl_cache_dir());
+    rm_rf(p);
+    return DL_OK;
+}
+
+/* Try the cached artifact. DL_OK with *art set; DL_ERR_IO when absent; other
+ * errors say why it cannot be used. */
+static dl_status try_load(const char *dir, const char *key_json, dl_artifact **art) {
+    char mf[2400];
+    snprintf(mf, sizeof mf, "%s/manifest.json", dir);
+    if (!dl_file_exists(mf)) return DL_ERR_IO;
+    dl_status s = dl_artifact_open(art, dir, 1);
+    if (s != DL_OK) return s;
+    if (strcmp(dl_artifact_key(*art), key_json)) {
+        char why[512];
+        key_diff(dl_artifact_key(*art), key_json, why, sizeof why);
+        dl_artifact_close(*art);
+        *art = NULL;
+        return dl_fail(DL_ERR_FORMAT, "%s", why);
+    }
+    return DL_OK;
+}
+
+dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *key_json, const char *id,
+                         dl_cache_mode mode, dl_program_build_fn build, void *ctx, dl_artifact **keep) {
+    *keep = NULL;
+    char root[2048], dir[2200], lock[2200], tmp[2300];
+    dl_status s;
+    snprintf(root, sizeof root, "%s/programs", dl_cache_dir());
+    snprintf(dir, sizeof dir, "%s/%s", root, id);
+    if (mode == DL_CACHE_OFF) { /* straight from the checkpoint, nothing written */
+        dl_wsrc ws = {0};
+        if ((s = dl_model_dir_checkpoint(mdir, component, &ws.ck)) != DL_OK) return s;
+        s = build(ctx, &ws);
+        dl_ckpt_free(ws.ck);
+        return s;
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        dl_artifact *art = NULL;
+        s = try_load(dir, key_json, &art);
+        if (s == DL_OK) {
+            dl_wsrc ws = {.art = art};
+            s = build(ctx, &ws);
+            if (s == DL_OK) {
+                g_stats.loads++;
+                *keep = art;
+                return DL_OK;
+            }
+            dl_artifact_close(art);
+        }
+        if (s != DL_ERR_IO) { /* present but unusable */
+            if (mode != DL_CACHE_RECOMPILE_ON_MISMATCH)
+                return dl_fail(s, "program %s (%s) cannot be used: %s; run `difflet cache rm %s` or pass --recompile-on-mismatch",
+                               component, id, dl_last_error(), id);
+            DL_WARN("program %s (%s): %s; recompiling", component, id, dl_last_error());
+            rm_rf(dir);
+        }
+        if (mode == DL_CACHE_NO_COMPILE)
+            return dl_fail(DL_ERR_IO, "program %s (%s) is not compiled, and compiling is off: run `difflet compile` for this profile",
+                           component, id);
+        /* compile, under the key's lock; another process may finish it meanwhile */
+        if ((s = dl_mkdir_p(root)) != DL_OK) return s;
+        snprintf(lock, sizeof lock, "%s/%s.lock", root, id);
+        int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (lfd < 0) return dl_fail(DL_ERR_IO, "cannot open %s: %s", lock, strerror(errno));
+        if (flock(lfd, LOCK_EX) != 0) {
+            close(lfd);
+            return dl_fail(DL_ERR_IO, "cannot lock %s: %s", lock, strerror(errno));
+        }
+        char mf[2400];
+        snprintf(mf, sizeof mf, "%s/manifest.json", dir);
+        if (attempt == 0 && dl_file_exists(mf)) { /* compiled by someone else while we waited */
+            close(lfd);
+            continue;
+        }
+        snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", root, id, (int)getpid());
+        rm_rf(tmp);
+        dl_wsrc ws = {0};
+        double t0 = dl_now();
+        if (mkdir(tmp, 0755) != 0) s = dl_fail(DL_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+        else if ((s = dl_artifact_writer_open(&ws.rec, tmp)) == DL_OK &&
+                 (s = dl_model_dir_checkpoint(mdir, component, &ws.ck)) == DL_OK)
+            s = build(ctx, &ws);
+        dl_ckpt_free(ws.ck);
+        double secs = dl_now() - t0;
+        if (s == DL_OK) {
+            size_t arena = ws.arena;
+            s = dl_artifact_writer_finish(ws.rec, key_json, arena, secs);
+            ws.rec = NULL;
+            if (s == DL_OK && rename(tmp, dir) != 0) s = dl_fail(DL_ERR_IO, "rename %s: %s", tmp, strerror(errno));
+            if (s == DL_OK) {
+                int dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dfd >= 0) fsync(dfd), close(dfd);
+                dl_artifact *a;
+                size_t wb = 0;
+                if (dl_artifact_open(&a, dir, 0) == DL_OK) wb = dl_artifact_weight_bytes(a), dl_artifact_close(a);
+                g_stats.compiles++;
+                DL_INFO("compiled %s: key %s, %.2f s, weights %.1f MiB, arena %.1f MiB", component, id, secs,
+                        (double)wb / 1048576.0, (double)arena / 1048576.0);
+            }
+        }
+        if (s != DL_OK) {
+            dl_artifact_writer_abort(ws.rec);
+            rm_rf(tmp);
+        }
+        close(lfd);
+        return s;
+    }
+    return dl_fail(DL_ERR_IO, "program %s (%s): could not be loaded after another process compiled it", component, id);
+}
+
+dl_status dl_cache_list(dl_cache_entry **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    char root[2048];
+    snprintf(root, sizeof root, "%s/programs", dl_cache_dir());
+    DIR *d = opendir(root);
+    if (!d) return DL_OK; /* no cache yet: empty */
+    struct dirent *de;
+    int cap = 0;
+    while ((de = readdir(d))) {
+        if (strlen(de->d_name) != 16 || strspn(de->d_name, "0123456789abcdef") != 16) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 32;
+            dl_cache_entry *e = realloc(*out, (size_t)cap * sizeof *e);
+            if (!e) break;
+            *out = e;
+        }
+        dl_cache_entry *e = &(*out)[(*n)++];
+        memset(e, 0, sizeof *e);
+        snprintf(e->id, sizeof e->id, "%s", de->d_name);
+        char dir[2400];
+        snprintf(dir, sizeof dir, "%s/%s", root, de->d_name);
+        dl_artifact *a;
+        if (dl_artifact_open(&a, dir, 0) == DL_OK) {
+            e->ok = 1;
+            e->weight_bytes = dl_artifact_weight_bytes(a);
+            e->arena_bytes = dl_artifact_arena_bytes(a);
+            snprintf(e->key, sizeof e->key, "%s", dl_artifact_key(a));
+            dl_artifact_close(a);
+        } else {
+            snprintf(e->key, sizeof e->key, "unreadable: %s", dl_last_error());
+        }
+    }
+    closedir(d);
+    return DL_OK;
+}
+
+dl_status dl_cache_verify(const char *id) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/programs/%s", dl_cache_dir(), id);
+    dl_artifact *a;
+    dl_status s = dl_artifact_open(&a, dir, 1);
+    if (s == DL_OK) dl_artifact_close(a);
+    return s;
+}
+
+/* Test hook for the atomicity test: DIFFLET_FAULT_KILL_COMPILE=N kills the process
+ * (SIGKILL, like an OOM kill or power cut) after N tensors of a compile. */
+void dl_fault_after_tensor(int written) {
+    static int limit = -2;
+    if (limit == -2) {
+        const char *e = getenv("DIFFLET_FAULT_KILL_COMPILE");
+        limit = e ? atoi(e) : -1;
+    }
+    if (limit >= 0 && written >= limit) raise(SIGKILL);
+}
