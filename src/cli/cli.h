@@ -6,5 +6,7 @@ int cli_bench_kernels(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_bench_flux(int argc, char **argv);
+int cli_compile(int argc, char **argv);
+int cli_cache(int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "difflet/pipeline.h"
+#include "difflet/program.h"
 
 #ifndef DIFFLET_SOURCE_DIR
 #define DIFFLET_SOURCE_DIR "."
@@ -76,6 +77,7 @@ int cli_generate(int argc, char **argv) {
     const char *model = getenv("DIFFLET_MODEL"), *prompt = NULL, *neg = NULL, *outp = "out.png", *lat_path = NULL;
     long width = 0, height = 0, steps = 28, maxseq = 0, threads = 0, seed = 0;
     float guidance = 3.5f, true_cfg = 1.f;
+    int cache = DL_CACHE_USE;
     dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -97,6 +99,8 @@ int cli_generate(int argc, char **argv) {
         else if (!strcmp(a, "--negative-prompt")) { NEED(); neg = v; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { NEED(); outp = v; }
         else if (!strcmp(a, "--latents")) { NEED(); lat_path = v; }
+        else if (!strcmp(a, "--no-cache")) cache = DL_CACHE_OFF;
+        else if (!strcmp(a, "--recompile-on-mismatch")) cache = DL_CACHE_RECOMPILE_ON_MISMATCH;
         else if (!strcmp(a, "--width")) { NEED(); if (!parse_int(v, 1, 8192, &width)) BAD("must be an integer in 1..8192"); }
         else if (!strcmp(a, "--height")) { NEED(); if (!parse_int(v, 1, 8192, &height)) BAD("must be an integer in 1..8192"); }
         else if (!strcmp(a, "--steps")) { NEED(); if (!parse_int(v, 1, 10000, &steps)) BAD("must be an integer in 1..10000"); }
@@ -131,7 +135,8 @@ int cli_generate(int argc, char **argv) {
     if (threads) dl_set_threads((int)threads);
     if (!width) width = height ? height : dl_flux_default_size(model);
     if (!height) height = width;
-    dl_flux_shape shape = {.width = (int)width, .height = (int)height, .max_sequence_length = (int)maxseq, .dt = dt};
+    dl_flux_shape shape = {.width = (int)width, .height = (int)height, .max_sequence_length = (int)maxseq, .dt = dt,
+                           .cache = cache};
     fprintf(stderr, "difflet: loading %s for %ldx%ld (%s, %d threads)\n", model, width, height, dl_dtype_name(dt), dl_threads());
     double t0 = dl_now();
     dl_flux_pipeline *p;

@@ -18,6 +18,11 @@ static void usage(FILE *f) {
             "                       [--width W --height H] [--steps N] [--guidance G]\n"
             "                       [--true-cfg S] [--seed S] [--dtype f32|bf16] [--threads N]\n"
             "                       [--max-sequence-length N] [--latents FILE] [-o out.png]\n"
+            "                       [--no-cache] [--recompile-on-mismatch]\n"
+            "  compile              build and cache the programs of a serving shape:\n"
+            "                       --model DIR [--size WxH] [--dtype f32|bf16]\n"
+            "                       [--max-sequence-length N] [--recompile-on-mismatch]\n"
+            "  cache ls|verify|rm   list, check every checksum of, or remove cached programs\n"
             "  selfcheck            check every CPU kernel of this machine's fast path against\n"
             "                       the plain C references (f32, bf16, f16) and the fused\n"
             "                       attention against its reference\n"
@@ -31,6 +36,7 @@ static void usage(FILE *f) {
             "  version              engine version, kernel path, oneDNN version\n"
             "\n"
             "environment: DIFFLET_KERNELS=ref|avx2|avx512  DIFFLET_LOG=debug|info|warn|error\n"
+            "             DIFFLET_CACHE=DIR (programs; default ~/.cache/difflet)\n"
             "             OMP_NUM_THREADS=N (threads for kernels and oneDNN)\n");
 }
 
@@ -105,6 +111,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "selfcheck")) return cmd_selfcheck();
     if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cli_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "compile")) return cli_compile(argc - 2, argv + 2);
+    if (!strcmp(cmd, "cache")) return cli_cache(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {
             fprintf(stderr, "difflet: bench needs a target: kernels, flux-step\n");

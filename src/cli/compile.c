@@ -1,0 +1,137 @@
+/* `difflet compile` (build every program a serving shape needs) and `difflet cache
+ * ls | verify | rm`. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "difflet/pipeline.h"
+#include "difflet/program.h"
+
+/* "WxH" */
+static int parse_size(const char *s, int *w, int *h) {
+    char x;
+    return sscanf(s, "%d%c%d", w, &x, h) == 3 && (x == 'x' || x == 'X') && *w > 0 && *h > 0;
+}
+
+int cli_compile(int argc, char **argv) {
+    const char *model = NULL;
+    int w = 0, h = 0, maxseq = 0, recompile = 0;
+    dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--recompile-on-mismatch")) {
+            recompile = 1;
+            continue;
+        }
+        if (!strcmp(a, "--probe")) {
+            fprintf(stderr, "difflet: compile: --probe is not available yet (the step-caching probe program is a later issue)\n");
+            return 2;
+        }
+        if (!v) {
+            fprintf(stderr, "difflet: compile: %s needs a value (or is unknown)\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--size")) {
+            if (!parse_size(v, &w, &h)) {
+                fprintf(stderr, "difflet: compile: --size %s: expected WxH, e.g. 1024x768\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "f32")) dt = DL_F32;
+            else if (!strcmp(v, "bf16")) dt = DL_BF16;
+            else {
+                fprintf(stderr, "difflet: compile: --dtype %s: must be f32 or bf16\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--max-sequence-length")) {
+            maxseq = atoi(v);
+        } else if (!strcmp(a, "--parallel")) {
+            if (strcmp(v, "single") && strcmp(v, "1")) {
+                fprintf(stderr, "difflet: compile: --parallel %s: only a single rank is available in this build (parallel execution is a later issue)\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--frames")) {
+            if (atoi(v) != 1) {
+                fprintf(stderr, "difflet: compile: --frames %s: video models are not supported yet\n", v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "difflet: compile: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!model) {
+        fprintf(stderr, "difflet: compile: --model DIR is required\n");
+        return 2;
+    }
+    if (!w) w = h = dl_flux_default_size(model);
+    dl_flux_shape shape = {.width = w, .height = h, .max_sequence_length = maxseq, .dt = dt,
+                           .cache = recompile ? DL_CACHE_RECOMPILE_ON_MISMATCH : DL_CACHE_USE};
+    dl_log_set_level(DL_LOG_INFO < dl_log_get_level() ? dl_log_get_level() : DL_LOG_INFO);
+    dl_program_stats before = dl_program_stats_get();
+    double t0 = dl_now();
+    dl_flux_pipeline *p;
+    if (dl_flux_pipeline_load(&p, model, &shape) != DL_OK) {
+        fprintf(stderr, "difflet: %s\n", dl_last_error());
+        return 1;
+    }
+    dl_program_stats after = dl_program_stats_get();
+    printf("%s %dx%d %s: %d compiled, %d already cached, %.2f s; cache %s\n", model, w, h, dl_dtype_name(dt),
+           after.compiles - before.compiles, after.loads - before.loads, dl_now() - t0, dl_cache_dir());
+    static const char *names[4] = {"text_encoder", "text_encoder_2", "vae", "transformer"};
+    for (int c = 0; c < 4; c++) printf("  %-15s %s\n", names[c], dl_flux_pipeline_program_id(p, c));
+    dl_flux_pipeline_free(p);
+    return 0;
+}
+
+int cli_cache(int argc, char **argv) {
+    if (argc < 1) {
+        fprintf(stderr, "difflet: cache needs ls, verify [ID...] or rm ID... | --all\n");
+        return 2;
+    }
+    dl_cache_entry *e;
+    int n;
+    if (dl_cache_list(&e, &n) != DL_OK) {
+        fprintf(stderr, "difflet: %s\n", dl_last_error());
+        return 1;
+    }
+    int rc = 0;
+    if (!strcmp(argv[0], "ls")) {
+        printf("%s/programs: %d programs\n", dl_cache_dir(), n);
+        for (int i = 0; i < n; i++)
+            printf("%s  %8.1f MiB weights  %8.1f MiB arena  %s\n", e[i].id, (double)e[i].weight_bytes / 1048576.0,
+                   (double)e[i].arena_bytes / 1048576.0, e[i].key);
+    } else if (!strcmp(argv[0], "verify")) {
+        int bad = 0;
+        for (int i = 0; i < n; i++) {
+            int want = argc == 1;
+            for (int k = 1; k < argc; k++) want |= !strcmp(argv[k], e[i].id);
+            if (!want) continue;
+            if (dl_cache_verify(e[i].id) == DL_OK) printf("%s ok\n", e[i].id);
+            else printf("%s CORRUPT: %s\n", e[i].id, dl_last_error()), bad++;
+        }
+        rc = bad ? 1 : 0;
+    } else if (!strcmp(argv[0], "rm")) {
+        if (argc < 2) {
+            fprintf(stderr, "difflet: cache rm needs program ids or --all\n");
+            rc = 2;
+        } else if (!strcmp(argv[1], "--all")) {
+            for (int i = 0; i < n; i++) dl_cache_remove(e[i].id);
+            printf("removed %d programs\n", n);
+        } else {
+            for (int k = 1; k < argc; k++)
+                if (dl_cache_remove(argv[k]) != DL_OK) {
+                    fprintf(stderr, "difflet: %s\n", dl_last_error());
+                    rc = 1;
+                }
+        }
+    } else {
+        fprintf(stderr, "difflet: cache: unknown action '%s' (ls, verify, rm)\n", argv[0]);
+        rc = 2;
+    }
+    free(e);
+    return rc;
+}
