@@ -33,6 +33,8 @@ static void usage(FILE *f) {
             "  bench flux-step      one FLUX-width denoiser step (1 double + 1 single block,\n"
             "                       4096 + 512 tokens, bf16) vs diffusers on the same weights\n"
             "                       (needs make tools-venv)  [--json FILE] [--quick]\n"
+            "  bench startup        restart cost: checkpoint load vs compile vs artifact load,\n"
+            "                       resident memory, first image cold / warm  [--json FILE]\n"
             "  version              engine version, kernel path, oneDNN version\n"
             "\n"
             "environment: DIFFLET_KERNELS=ref|avx2|avx512  DIFFLET_LOG=debug|info|warn|error\n"
@@ -120,7 +122,9 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(argv[2], "kernels")) return cli_bench_kernels(argc - 3, argv + 3);
         if (!strcmp(argv[2], "flux-step")) return cli_bench_flux(argc - 3, argv + 3);
-        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels, flux-step)\n", argv[2]);
+        if (!strcmp(argv[2], "startup")) return cli_bench_startup(argc - 3, argv + 3);
+        if (!strcmp(argv[2], "startup-child")) return cli_bench_startup_child(argc - 3, argv + 3);
+        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels, flux-step, startup)\n", argv[2]);
         return 2;
     }
     fprintf(stderr, "difflet: unknown command '%s' (try 'difflet --help')\n", cmd);
