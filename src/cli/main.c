@@ -22,6 +22,9 @@ static void usage(FILE *f) {
             "  compile              build and cache the programs of a serving shape:\n"
             "                       --model DIR [--size WxH] [--dtype f32|bf16]\n"
             "                       [--max-sequence-length N] [--recompile-on-mismatch]\n"
+            "  eval-tiny            prompt-following table of difflet-tiny on held-out prompts\n"
+            "                       [--model DIR] [--prompts N] [--steps N] [--true-cfg S]\n"
+            "                       [--min-bg F --min-fg F --min-pos F] [--json F] [--save-grid PNG]\n"
             "  cache ls|verify|rm   list, check every checksum of, or remove cached programs\n"
             "  selfcheck            check every CPU kernel of this machine's fast path against\n"
             "                       the plain C references (f32, bf16, f16) and the fused\n"
@@ -114,6 +117,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "compile")) return cli_compile(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval-tiny")) return cli_eval_tiny(argc - 2, argv + 2);
     if (!strcmp(cmd, "cache")) return cli_cache(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {
