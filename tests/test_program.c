@@ -162,6 +162,10 @@ int main(int argc, char **argv) {
     p = load(32, 64, DL_F32, DL_CACHE_USE);
     CHECK(p && delta_compiles(st) == 0 && delta_loads(st) == 4, "their programs load, all checksums good");
     dl_flux_pipeline_free(p);
+    /* with compiling off, a missing program is named with its nearest cached relative */
+    p = load(96, 48, DL_F32, DL_CACHE_NO_COMPILE);
+    CHECK(!p && strstr(dl_last_error(), "not compiled") && strstr(dl_last_error(), "shape: compiled for"),
+          "--no-compile names what differs: %s", dl_last_error());
     snprintf(cmd, sizeof cmd, "%s cache verify >/dev/null 2>&1", g_bin);
     CHECK(system(cmd) == 0, "difflet cache verify passes on everything");
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_cache);

@@ -142,6 +142,42 @@ static void key_diff(const char *have, const char *want, char *out, size_t n) {
     cJSON_Delete(a), cJSON_Delete(b);
 }
 
+/* The cached program of the same component, class and checkpoint whose key differs
+ * from `want` in the fewest fields: its first difference, in `out`. */
+static void nearest(const char *want, char *out, size_t n) {
+    dl_cache_entry *e;
+    int cnt;
+    out[0] = 0;
+    if (dl_cache_list(&e, &cnt) != DL_OK) return;
+    cJSON *w = cJSON_Parse(want);
+    int best = 1 << 30;
+    for (int i = 0; i < cnt; i++) {
+        if (!e[i].ok) continue;
+        cJSON *h = cJSON_Parse(e[i].key);
+        const char *same[] = {"component", "class", "checkpoint_xxh3"};
+        int ok = 1, diff = 0;
+        for (int k = 0; k < 3 && ok; k++) {
+            char *a = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(h, same[k]));
+            char *b = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(w, same[k]));
+            ok = a && b && !strcmp(a, b);
+            free(a), free(b);
+        }
+        const cJSON *f;
+        cJSON_ArrayForEach(f, w) {
+            char *a = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(h, f->string)), *b = cJSON_PrintUnformatted(f);
+            diff += !(a && b && !strcmp(a, b));
+            free(a), free(b);
+        }
+        if (ok && diff < best) {
+            best = diff;
+            key_diff(e[i].key, want, out, n);
+        }
+        cJSON_Delete(h);
+    }
+    cJSON_Delete(w);
+    free(e);
+}
+
 static void rm_rf(const char *path) {
     DIR *d = opendir(path);
     if (d) {
@@ -220,9 +256,12 @@ dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *
             DL_WARN("program %s (%s): %s; recompiling", component, id, dl_last_error());
             rm_rf(dir);
         }
-        if (mode == DL_CACHE_NO_COMPILE)
-            return dl_fail(DL_ERR_IO, "program %s (%s) is not compiled, and compiling is off: run `difflet compile` for this profile",
-                           component, id);
+        if (mode == DL_CACHE_NO_COMPILE) { /* name the nearest program of this component, if any */
+            char why[600] = "";
+            nearest(key_json, why, sizeof why);
+            return dl_fail(DL_ERR_IO, "program %s (%s) is not compiled, and compiling is off%s%s; run `difflet compile` for this profile",
+                           component, id, why[0] ? ": the cached one " : "", why);
+        }
         /* compile, under the key's lock; another process may finish it meanwhile */
         if ((s = dl_mkdir_p(root)) != DL_OK) return s;
         snprintf(lock, sizeof lock, "%s/%s.lock", root, id);
