@@ -72,6 +72,15 @@ int dl_flux_blocks(const dl_flux *m, int *n_single);
 dl_status dl_flux_run(dl_flux *m, const float *latents, const float *txt, const float *pooled, float timestep,
                       float guidance, float *out, float *block_out);
 void dl_flux_free(dl_flux *m);
+/* The step-caching probe, fused into the denoiser: the first block's modulated
+ * image input (x_embedder, then LN * (1 + scale) + shift of block 0) for these
+ * inputs, compared with the last call of the same slot (0 or 1, one per CFG
+ * branch): *score = relative L1 change (0 on a slot's first call). */
+dl_status dl_flux_probe(dl_flux *m, int slot, const float *latents, const float *pooled, float timestep,
+                        float guidance, double *score);
+void dl_flux_probe_reset(dl_flux *m);
+/* Memory the probe holds (its feature buffers), once used. */
+size_t dl_flux_probe_bytes(const dl_flux *m);
 
 /* ---- AutoencoderKL decoder (diffusers) -----------------------------------------
  * post_quant_conv (when configured), conv_in, mid block (resnet, single-head

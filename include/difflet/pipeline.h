@@ -30,6 +30,43 @@ double dl_flowmatch_mu(const dl_flowmatch *fm, int64_t image_seq_len);
  * 0. sigmas: steps + 1 entries. */
 dl_status dl_flowmatch_sigmas(const dl_flowmatch *fm, int steps, double mu, float *sigmas);
 
+/* ---- step caching (stepcache.c) ---------------------------------------------------- */
+typedef enum { DL_STEPCACHE_OFF = 0, DL_STEPCACHE_CADENCE, DL_STEPCACHE_ONLINE_DELTA, DL_STEPCACHE_CALIBRATED } dl_stepcache_mode;
+#define DL_STEPCACHE_MAX_COEF 8
+
+typedef struct {
+    dl_stepcache_mode mode;
+    int cadence;                 /* cadence:N */
+    float alpha;                 /* online-delta (default 0.6) */
+    float threshold;             /* calibrated */
+    int keep_first, keep_last;   /* K initial and K final full steps (default 5, 5) */
+    double coef[DL_STEPCACHE_MAX_COEF]; /* calibration polynomial, highest degree first */
+    int ncoef, accumulate;       /* accumulate: TeaCache's accumulated threshold */
+} dl_stepcache_config;
+
+/* "off" | "cadence:N" | "online-delta[:ALPHA]" | "calibrated:FILE[:THRESHOLD]" */
+dl_status dl_stepcache_parse(const char *spec, dl_stepcache_config *c);
+/* {"coefficients": [...], "threshold": t, "accumulate": true} */
+dl_status dl_stepcache_load_calibration(const char *path, dl_stepcache_config *c);
+double dl_stepcache_poly(const dl_stepcache_config *c, double x);
+
+/* Per request and per CFG branch: the estimator's memory (prev, delta: n floats,
+ * owned by the caller) and the decision state. Reset at every request start. */
+typedef struct {
+    float *prev, *delta;
+    int64_t n;
+    int have_prev, have_delta, have_first, arm, cached_last;
+    double first_change, last_change, acc;
+} dl_stepcache_state;
+void dl_stepcache_reset(dl_stepcache_state *s);
+/* 1: estimate step `step` of `steps` instead of running the denoiser. probe: the
+ * probe's score for this step (calibrated mode only). */
+int dl_stepcache_decide(const dl_stepcache_config *c, dl_stepcache_state *s, int step, int steps, double probe);
+/* after a full step: record out, return its relative L1 change */
+double dl_stepcache_full(const dl_stepcache_config *c, dl_stepcache_state *s, const float *out);
+/* a cached step: out = prev + delta, which becomes prev */
+void dl_stepcache_estimate(dl_stepcache_state *s, float *out);
+
 /* ---- the latent noise generator ----------------------------------------------------
  * Standard normal f32 values from a 64-bit seed: xoshiro256** seeded through
  * splitmix64, Box-Muller on pairs of 24-bit uniforms in (0, 1]. Stable across
@@ -68,14 +105,18 @@ typedef struct {
     float true_cfg;              /* > 1 with a negative prompt: two passes per step */
     uint64_t seed;
     const float *init_latents;   /* packed [tokens, channels] or NULL (then dl_randn(seed)) */
+    const dl_stepcache_config *cache; /* NULL or mode off: every step runs the denoiser */
     /* called after each step (may be NULL) */
     void (*on_step)(void *ctx, int step, int steps, double elapsed);
     void *ctx;
+    /* calibration (may be NULL): per step and branch, the probe score and the
+     * relative L1 change of the denoiser output (full steps only) */
+    void (*on_probe)(void *ctx, int step, int branch, double probe, double change);
 } dl_flux_request;
 
 typedef struct {
-    double encode_s, denoise_s, decode_s;
-    int transformer_calls;
+    double encode_s, denoise_s, decode_s, probe_s;
+    int transformer_calls, cached_steps;
 } dl_flux_timing;
 
 /* Generate one image: rgb is height*width*3 bytes (row-major, RGB); image (may be

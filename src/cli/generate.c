@@ -77,7 +77,9 @@ int cli_generate(int argc, char **argv) {
     const char *model = getenv("DIFFLET_MODEL"), *prompt = NULL, *neg = NULL, *outp = "out.png", *lat_path = NULL;
     long width = 0, height = 0, steps = 28, maxseq = 0, threads = 0, seed = 0;
     float guidance = 3.5f, true_cfg = 1.f;
-    int cache = DL_CACHE_USE;
+    int cache = DL_CACHE_USE, have_sc = 0, keep_a = -1, keep_b = -1;
+    dl_stepcache_config sc;
+    dl_stepcache_parse("off", &sc);
     dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -100,6 +102,17 @@ int cli_generate(int argc, char **argv) {
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { NEED(); outp = v; }
         else if (!strcmp(a, "--latents")) { NEED(); lat_path = v; }
         else if (!strcmp(a, "--no-cache")) cache = DL_CACHE_OFF;
+        else if (!strcmp(a, "--cache")) {
+            NEED();
+            if (dl_stepcache_parse(v, &sc) != DL_OK) {
+                fprintf(stderr, "difflet: generate: --cache %s: %s\n", v, dl_last_error());
+                return 2;
+            }
+            have_sc = 1;
+        } else if (!strcmp(a, "--cache-keep")) {
+            NEED();
+            if (sscanf(v, "%d,%d", &keep_a, &keep_b) != 2 || keep_a < 0 || keep_b < 0) BAD("expected FIRST,LAST, e.g. 5,5");
+        }
         else if (!strcmp(a, "--recompile-on-mismatch")) cache = DL_CACHE_RECOMPILE_ON_MISMATCH;
         else if (!strcmp(a, "--width")) { NEED(); if (!parse_int(v, 1, 8192, &width)) BAD("must be an integer in 1..8192"); }
         else if (!strcmp(a, "--height")) { NEED(); if (!parse_int(v, 1, 8192, &height)) BAD("must be an integer in 1..8192"); }
@@ -154,8 +167,11 @@ int cli_generate(int argc, char **argv) {
     }
     uint8_t *rgb = malloc((size_t)(width * height * 3));
     progress pr = {isatty(2)};
+    if (keep_a >= 0) sc.keep_first = keep_a, sc.keep_last = keep_b;
+    (void)have_sc;
     dl_flux_request r = {.prompt = prompt, .negative_prompt = neg, .steps = (int)steps, .guidance = guidance,
-                         .true_cfg = true_cfg, .seed = (uint64_t)seed, .init_latents = init, .on_step = on_step, .ctx = &pr};
+                         .true_cfg = true_cfg, .seed = (uint64_t)seed, .init_latents = init, .cache = &sc,
+                         .on_step = on_step, .ctx = &pr};
     dl_flux_timing tm;
     int rc = 0;
     if (!rgb || dl_flux_generate(p, &r, rgb, NULL, &tm) != DL_OK) {
@@ -165,9 +181,9 @@ int cli_generate(int argc, char **argv) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
         rc = 1;
     } else {
-        fprintf(stderr, "difflet: load %.2f s | encode %.2f s | denoise %.2f s (%d transformer calls, %.3f s each) | decode %.2f s\n",
+        fprintf(stderr, "difflet: load %.2f s | encode %.2f s | denoise %.2f s (%d transformer calls, %.3f s each; %d cached steps) | decode %.2f s\n",
                 load_s, tm.encode_s, tm.denoise_s, tm.transformer_calls,
-                tm.transformer_calls ? tm.denoise_s / tm.transformer_calls : 0.0, tm.decode_s);
+                tm.transformer_calls ? tm.denoise_s / tm.transformer_calls : 0.0, tm.cached_steps, tm.decode_s);
         printf("%s\n", outp);
     }
     free(rgb), free(init);

@@ -19,6 +19,8 @@ static void usage(FILE *f) {
             "                       [--true-cfg S] [--seed S] [--dtype f32|bf16] [--threads N]\n"
             "                       [--max-sequence-length N] [--latents FILE] [-o out.png]\n"
             "                       [--no-cache] [--recompile-on-mismatch]\n"
+            "                       [--cache off|cadence:N|online-delta[:A]|calibrated:FILE[:T]]\n"
+            "                       [--cache-keep FIRST,LAST]  (step caching; default keep 5,5)\n"
             "  compile              build and cache the programs of a serving shape:\n"
             "                       --model DIR [--size WxH] [--dtype f32|bf16]\n"
             "                       [--max-sequence-length N] [--recompile-on-mismatch]\n"

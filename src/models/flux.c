@@ -58,6 +58,8 @@ struct dl_flux {
     float *temb, *mod_img, *mod_txt, *tproj; /* [D], [6D], [6D], [256] */
     void *vec_in, *vec_h;           /* [max(256, Pd, D)] dt: one-row matmul inputs */
     void *scratch;
+    float *probe_prev[2], *probe_cur; /* [N, D] each, allocated on first probe use */
+    int probe_have[2];
 };
 
 int64_t dl_flux_in_channels(const dl_flux *m) { return m->Cin; }
@@ -87,7 +89,7 @@ void dl_flux_free(dl_flux *m) {
     }
     free(m->dbl), free(m->sgl), free(m->rope_cos), free(m->rope_sin);
     void *bufs[] = {m->x, m->o, m->h, m->qkv, m->att, m->f, m->in_lat, m->in_txt, m->temb, m->mod_img,
-                    m->mod_txt, m->tproj, m->vec_in, m->vec_h, m->scratch};
+                    m->mod_txt, m->tproj, m->vec_in, m->vec_h, m->scratch, m->probe_prev[0], m->probe_prev[1], m->probe_cur};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dl_aligned_free(bufs[i]);
     free(m);
 }
@@ -354,6 +356,8 @@ static void attention(dl_flux *m, int64_t out_stride) {
     DL_PAR(dl_attn_t(&a, m->scratch, ith, nth));
 }
 
+static dl_status conditioning(dl_flux *m, const float *pooled, float timestep, float guidance);
+
 #define RUN(l, x, y)                                   \
     do {                                               \
         if ((s = lin_run((l), (x), (y))) != DL_OK) return s; \
@@ -366,18 +370,8 @@ dl_status dl_flux_run(dl_flux *m, const float *latents, const float *txt, const 
     dl_status s;
     if (!isfinite(timestep) || (m->guidance && !isfinite(guidance)))
         return dl_fail(DL_ERR_INVALID, "FLUX transformer: timestep or guidance is not finite");
-    /* conditioning vector */
-    memset(m->temb, 0, (size_t)D * 4);
-    timestep_proj(timestep * 1000.f, m->tproj);
-    if ((s = embed(m, &m->t1, &m->t2, m->tproj, 256, m->temb))) return s;
-    if (m->guidance) {
-        timestep_proj(guidance * 1000.f, m->tproj);
-        if ((s = embed(m, &m->g1, &m->g2, m->tproj, 256, m->temb))) return s;
-    }
-    if ((s = embed(m, &m->p1, &m->p2, pooled, m->Pd, m->temb))) return s;
-    /* silu(temb) is the input of every modulation linear */
-    for (int64_t i = 0; i < D; i++) m->o[i] = m->temb[i] / (1.f + expf(-m->temb[i]));
-    to_dt(m->dt, m->vec_in, m->o, D);
+    /* conditioning vector; silu(temb) is the input of every modulation linear */
+    if ((s = conditioning(m, pooled, timestep, guidance))) return s;
     /* embed inputs: text rows then image rows of x */
     to_dt(m->dt, m->in_txt, txt, T * m->Jd);
     to_dt(m->dt, m->in_lat, latents, N * m->Cin);
@@ -427,5 +421,59 @@ dl_status dl_flux_run(dl_flux *m, const float *latents, const float *txt, const 
     RUN(&m->norm_out, m->vec_in, m->mod_img); /* scale, shift */
     ln_mod(m, T, N, m->mod_img, m->mod_img + D);
     RUN(&m->proj_out, h_img, out);
+    return DL_OK;
+}
+
+/* the conditioning vector temb and silu(temb) in vec_in, for a timestep */
+static dl_status conditioning(dl_flux *m, const float *pooled, float timestep, float guidance) {
+    const int64_t D = m->D;
+    dl_status s;
+    memset(m->temb, 0, (size_t)D * 4);
+    timestep_proj(timestep * 1000.f, m->tproj);
+    if ((s = embed(m, &m->t1, &m->t2, m->tproj, 256, m->temb))) return s;
+    if (m->guidance) {
+        timestep_proj(guidance * 1000.f, m->tproj);
+        if ((s = embed(m, &m->g1, &m->g2, m->tproj, 256, m->temb))) return s;
+    }
+    if ((s = embed(m, &m->p1, &m->p2, pooled, m->Pd, m->temb))) return s;
+    for (int64_t i = 0; i < D; i++) m->o[i] = m->temb[i] / (1.f + expf(-m->temb[i]));
+    to_dt(m->dt, m->vec_in, m->o, D);
+    return DL_OK;
+}
+
+void dl_flux_probe_reset(dl_flux *m) { m->probe_have[0] = m->probe_have[1] = 0; }
+
+size_t dl_flux_probe_bytes(const dl_flux *m) {
+    return m->probe_cur ? 3 * (size_t)(m->N * m->D) * sizeof(float) : 0;
+}
+
+dl_status dl_flux_probe(dl_flux *m, int slot, const float *latents, const float *pooled, float timestep,
+                        float guidance, double *score) {
+    const int64_t D = m->D, N = m->N, T = m->T;
+    dl_status s;
+    *score = 0;
+    if (slot < 0 || slot > 1 || m->nd < 1) return dl_fail(DL_ERR_UNSUPPORTED, "probe: needs a double block and slot 0 or 1");
+    if (!m->probe_cur) { /* once per model: the probe's own persistent buffers */
+        for (int i = 0; i < 2; i++) m->probe_prev[i] = dl_aligned_alloc((size_t)(N * D) * 4);
+        m->probe_cur = dl_aligned_alloc((size_t)(N * D) * 4);
+        if (!m->probe_prev[0] || !m->probe_prev[1] || !m->probe_cur) return dl_fail(DL_ERR_NOMEM, "probe: out of memory");
+    }
+    if ((s = conditioning(m, pooled, timestep, guidance))) return s;
+    to_dt(m->dt, m->in_lat, latents, N * m->Cin);
+    RUN(&m->xemb, m->in_lat, m->x + T * D);
+    RUN(&m->dbl[0].mod_img, m->vec_in, m->mod_img); /* shift1, scale1, ... */
+    float *cur = m->probe_cur, *x = m->x + T * D, *sc = m->mod_img + D, *sh = m->mod_img;
+    DL_PAR(dl_layernorm_x_t(DL_F32, cur, DL_F32, x, N, D, NULL, NULL, sc, sh, 1e-6f, ith, nth));
+    if (m->probe_have[slot]) {
+        double num = 0, den = 0;
+        const float *prev = m->probe_prev[slot];
+        for (int64_t i = 0; i < N * D; i++) {
+            num += fabs((double)cur[i] - prev[i]);
+            den += fabs((double)prev[i]);
+        }
+        *score = den > 0 ? num / den : 0;
+    }
+    memcpy(m->probe_prev[slot], cur, (size_t)(N * D) * 4);
+    m->probe_have[slot] = 1;
     return DL_OK;
 }

@@ -27,6 +27,7 @@ struct dl_flux_pipeline {
     int64_t lh, lw, C, N, T, Cp; /* latent grid, latent channels, tokens, text length, packed channels */
     int clip_len;
     float *lat, *v, *v2, *sigmas;
+    float *sc_buf[4];            /* step cache: prev and delta for each CFG branch */
     float *pe, *pooled, *ne, *npooled; /* prompt / negative embeddings */
     float *hidden77, *unpacked, *img;
     int32_t *ids;
@@ -40,6 +41,7 @@ void dl_flux_pipeline_free(dl_flux_pipeline *p) {
     dl_clip_text_free(p->clip), dl_t5_encoder_free(p->t5), dl_flux_free(p->tr), dl_vae_decoder_free(p->vae);
     for (int i = 0; i < 4; i++) dl_artifact_close(p->art[i]);
     dl_model_dir_free(p->dir);
+    for (int i = 0; i < 4; i++) free(p->sc_buf[i]);
     free(p->lat), free(p->v), free(p->v2), free(p->sigmas), free(p->pe), free(p->pooled), free(p->ne);
     free(p->npooled), free(p->hidden77), free(p->unpacked), free(p->img), free(p->ids);
     free(p);
@@ -170,6 +172,11 @@ dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, c
     p->v = malloc((size_t)(p->N * p->Cp) * 4);
     p->v2 = malloc((size_t)(p->N * p->Cp) * 4);
     p->sigmas = malloc(10001 * 4);
+    for (int i = 0; i < 4; i++)
+        if (!(p->sc_buf[i] = malloc((size_t)(p->N * p->Cp) * 4))) {
+            s = dl_fail(DL_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
     p->pe = malloc((size_t)(p->T * D2) * 4), p->ne = malloc((size_t)(p->T * D2) * 4);
     p->pooled = malloc((size_t)D1 * 4), p->npooled = malloc((size_t)D1 * 4);
     p->hidden77 = malloc((size_t)(p->clip_len * D1) * 4);
@@ -226,18 +233,42 @@ dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_
     }
     double mu = dl_flowmatch_mu(&p->fm, N);
     if ((s = dl_flowmatch_sigmas(&p->fm, r->steps, mu, p->sigmas))) return s;
+    /* step cache: fresh state for this request, one per CFG branch */
+    static const dl_stepcache_config off = {0};
+    const dl_stepcache_config *sc = r->cache ? r->cache : &off;
+    int probing = sc->mode == DL_STEPCACHE_CALIBRATED || r->on_probe;
+    dl_stepcache_state st[2];
+    for (int b = 0; b < 2; b++) {
+        st[b] = (dl_stepcache_state){.prev = p->sc_buf[2 * b], .delta = p->sc_buf[2 * b + 1], .n = N * Cp};
+        dl_stepcache_reset(&st[b]);
+    }
+    if (probing) dl_flux_probe_reset(p->tr);
     t0 = dl_now();
     for (int i = 0; i < r->steps; i++) {
         /* the pipeline hands the transformer t / 1000 with t = sigma * num_train_timesteps, in f32 */
         float t = p->sigmas[i] * (float)p->fm.num_train_timesteps;
         float tin = t / 1000.f;
-        if ((s = dl_flux_run(p->tr, p->lat, p->pe, p->pooled, tin, r->guidance, p->v, NULL))) return s;
-        tm.transformer_calls++;
-        if (cfg) {
-            if ((s = dl_flux_run(p->tr, p->lat, p->ne, p->npooled, tin, r->guidance, p->v2, NULL))) return s;
-            tm.transformer_calls++;
-            for (int64_t k = 0; k < N * Cp; k++) p->v[k] = p->v2[k] + r->true_cfg * (p->v[k] - p->v2[k]);
+        for (int b = 0; b < 1 + cfg; b++) { /* branch 0: the prompt; 1: the negative prompt */
+            float *out = b ? p->v2 : p->v;
+            const float *emb = b ? p->ne : p->pe, *pool = b ? p->npooled : p->pooled;
+            double score = 0, change = -1;
+            if (probing) {
+                double tp = dl_now();
+                if ((s = dl_flux_probe(p->tr, b, p->lat, pool, tin, r->guidance, &score))) return s;
+                tm.probe_s += dl_now() - tp;
+            }
+            if (dl_stepcache_decide(sc, &st[b], i, r->steps, score)) {
+                dl_stepcache_estimate(&st[b], out);
+                tm.cached_steps++;
+            } else {
+                if ((s = dl_flux_run(p->tr, p->lat, emb, pool, tin, r->guidance, out, NULL))) return s;
+                tm.transformer_calls++;
+                change = dl_stepcache_full(sc, &st[b], out);
+            }
+            if (r->on_probe) r->on_probe(r->ctx, i, b, score, change);
         }
+        if (cfg)
+            for (int64_t k = 0; k < N * Cp; k++) p->v[k] = p->v2[k] + r->true_cfg * (p->v[k] - p->v2[k]);
         float dt = p->sigmas[i + 1] - p->sigmas[i];
         for (int64_t k = 0; k < N * Cp; k++) p->lat[k] = p->lat[k] + dt * p->v[k];
         if (r->on_step) r->on_step(r->ctx, i + 1, r->steps, dl_now() - t0);
