@@ -115,7 +115,7 @@ typedef struct {
 } dl_flux_request;
 
 typedef struct {
-    double encode_s, denoise_s, decode_s, probe_s;
+    double encode_s, denoise_s, decode_s, probe_s, cached_s; /* cached_s: time in estimated steps */
     int transformer_calls, cached_steps;
 } dl_flux_timing;
 

@@ -10,6 +10,8 @@ int cli_generate(int argc, char **argv);
 int cli_bench_flux(int argc, char **argv);
 int cli_compile(int argc, char **argv);
 int cli_eval_tiny(int argc, char **argv);
+int cli_calibrate(int argc, char **argv);
+int cli_eval_cache(int argc, char **argv);
 int cli_bench_startup(int argc, char **argv);
 int cli_bench_startup_child(int argc, char **argv);
 int bench_flux_model(const char *dir, int quick, int64_t *grid, int64_t *txt);

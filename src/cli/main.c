@@ -27,6 +27,11 @@ static void usage(FILE *f) {
             "  eval-tiny            prompt-following table of difflet-tiny on held-out prompts\n"
             "                       [--model DIR] [--prompts N] [--steps N] [--true-cfg S]\n"
             "                       [--min-bg F --min-fg F --min-pos F] [--json F] [--save-grid PNG]\n"
+            "  calibrate            fit the probe -> output-change polynomial for step caching:\n"
+            "                       --prompts FILE [--model DIR] [--steps 50] [--degree 4]\n"
+            "                       [--skip-budget N] [--size WxH] [--true-cfg S] [-o calib.json]\n"
+            "  eval-cache           step caching quality and speed per mode vs uncached and vs\n"
+            "                       fewer steps: --prompts FILE [--modes m1,m2] [--steps 50] ...\n"
             "  cache ls|verify|rm   list, check every checksum of, or remove cached programs\n"
             "  selfcheck            check every CPU kernel of this machine's fast path against\n"
             "                       the plain C references (f32, bf16, f16) and the fused\n"
@@ -120,6 +125,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "compile")) return cli_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval-tiny")) return cli_eval_tiny(argc - 2, argv + 2);
+    if (!strcmp(cmd, "calibrate")) return cli_calibrate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval-cache")) return cli_eval_cache(argc - 2, argv + 2);
     if (!strcmp(cmd, "cache")) return cli_cache(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {

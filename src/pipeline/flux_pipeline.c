@@ -258,7 +258,9 @@ dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_
                 tm.probe_s += dl_now() - tp;
             }
             if (dl_stepcache_decide(sc, &st[b], i, r->steps, score)) {
+                double tc = dl_now();
                 dl_stepcache_estimate(&st[b], out);
+                tm.cached_s += dl_now() - tc;
                 tm.cached_steps++;
             } else {
                 if ((s = dl_flux_run(p->tr, p->lat, emb, pool, tin, r->guidance, out, NULL))) return s;
