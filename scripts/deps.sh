@@ -2,11 +2,12 @@
 # Installs the Debian packages difflet needs, skipping what is already installed.
 # Idempotent; needs root (or sudo) only when something is missing.
 set -euo pipefail
-pkgs=(cmake make gcc pkg-config libdnnl-dev libxxhash-dev libcjson-dev libutf8proc-dev libpng-dev)
+pkgs=(cmake make gcc pkg-config libdnnl-dev libxxhash-dev libcjson-dev libutf8proc-dev libpng-dev libmicrohttpd-dev libsqlite3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+command -v python3 >/dev/null 2>&1 || missing+=(python3) # the serve test's HTTP client (standard library only)
 if [ ${#missing[@]} -eq 0 ]; then
     echo "deps: all ${#pkgs[@]} packages present"
     exit 0

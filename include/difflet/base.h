@@ -23,6 +23,7 @@ typedef enum {
     DL_ERR_FORMAT,      /* malformed file (header, JSON, checkpoint) */
     DL_ERR_UNSUPPORTED, /* valid request that this build or CPU cannot serve */
     DL_ERR_BACKEND,     /* oneDNN or another library returned an error */
+    DL_ERR_CANCELLED,   /* the caller asked to stop (a request cancelled or timed out) */
 } dl_status;
 
 /* Short name of a status ("invalid argument", ...). Never NULL. */

@@ -106,6 +106,7 @@ typedef struct {
     uint64_t seed;
     const float *init_latents;   /* packed [tokens, channels] or NULL (then dl_randn(seed)) */
     const dl_stepcache_config *cache; /* NULL or mode off: every step runs the denoiser */
+    volatile int *cancel;        /* checked before every step: nonzero stops with DL_ERR_CANCELLED */
     /* called after each step (may be NULL) */
     void (*on_step)(void *ctx, int step, int steps, double elapsed);
     void *ctx;

@@ -18,6 +18,7 @@ const char *dl_status_str(dl_status s) {
     case DL_ERR_FORMAT: return "malformed input";
     case DL_ERR_UNSUPPORTED: return "unsupported";
     case DL_ERR_BACKEND: return "backend error";
+    case DL_ERR_CANCELLED: return "cancelled";
     }
     return "unknown status";
 }

@@ -32,6 +32,9 @@ static void usage(FILE *f) {
             "                       [--skip-budget N] [--size WxH] [--true-cfg S] [-o calib.json]\n"
             "  eval-cache           step caching quality and speed per mode vs uncached and vs\n"
             "                       fewer steps: --prompts FILE [--modes m1,m2] [--steps 50] ...\n"
+            "  serve                HTTP API (OpenAI-style images + async jobs) with a resident\n"
+            "                       model process: [--profile FILE] [--port N] [--host H]\n"
+            "                       [--api-key K] [--model DIR] [--results DIR] [--no-compile]\n"
             "  cache ls|verify|rm   list, check every checksum of, or remove cached programs\n"
             "  selfcheck            check every CPU kernel of this machine's fast path against\n"
             "                       the plain C references (f32, bf16, f16) and the fused\n"
@@ -126,6 +129,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compile")) return cli_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval-tiny")) return cli_eval_tiny(argc - 2, argv + 2);
     if (!strcmp(cmd, "calibrate")) return cli_calibrate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return cli_serve(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve-worker")) return cli_serve_worker(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval-cache")) return cli_eval_cache(argc - 2, argv + 2);
     if (!strcmp(cmd, "cache")) return cli_cache(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {

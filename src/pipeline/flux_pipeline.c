@@ -245,6 +245,7 @@ dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_
     if (probing) dl_flux_probe_reset(p->tr);
     t0 = dl_now();
     for (int i = 0; i < r->steps; i++) {
+        if (r->cancel && *r->cancel) return dl_fail(DL_ERR_CANCELLED, "cancelled at step %d of %d", i, r->steps);
         /* the pipeline hands the transformer t / 1000 with t = sigma * num_train_timesteps, in f32 */
         float t = p->sigmas[i] * (float)p->fm.num_train_timesteps;
         float tin = t / 1000.f;

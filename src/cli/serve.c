@@ -1,0 +1,69 @@
+/* `difflet serve` (the API process) and `difflet serve-worker` (the model process it
+ * starts; not for direct use). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "serve/serve_impl.h"
+
+int cli_serve(int argc, char **argv) {
+    const char *profile = NULL;
+    serve_profile p;
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[i + 1];
+    if (profile_load(&p, profile) != DL_OK) {
+        fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
+        return 2;
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--no-compile")) {
+            p.no_compile = 1;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "difflet: serve: %s needs a value (or is unknown)\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--profile")) continue;
+        else if (!strcmp(a, "--port")) p.port = atoi(v);
+        else if (!strcmp(a, "--host")) snprintf(p.host, sizeof p.host, "%s", v);
+        else if (!strcmp(a, "--api-key")) snprintf(p.api_key, sizeof p.api_key, "%s", v);
+        else if (!strcmp(a, "--model")) snprintf(p.model, sizeof p.model, "%s", v);
+        else if (!strcmp(a, "--results")) {
+            snprintf(p.results, sizeof p.results, "%s", v);
+            snprintf(p.db, sizeof p.db, "%.1000s/jobs.sqlite", v);
+        } else {
+            fprintf(stderr, "difflet: serve: unknown option '%s'\n", a);
+            return 2;
+        }
+    }
+    if (p.port < 0 || p.port > 65535) {
+        fprintf(stderr, "difflet: serve: --port must be in 0..65535\n");
+        return 2;
+    }
+    if (!dl_file_exists(p.model)) {
+        fprintf(stderr, "difflet: serve: model folder %s does not exist\n", p.model);
+        return 1;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        fprintf(stderr, "difflet: serve: cannot find its own executable\n");
+        return 1;
+    }
+    exe[n] = 0;
+    return serve_api_main(&p, exe);
+}
+
+int cli_serve_worker(int argc, char **argv) {
+    serve_profile p;
+    if (argc != 2 || profile_load(&p, argv[1]) != DL_OK) {
+        fprintf(stderr, "difflet: serve-worker: %s\n", argc != 2 ? "usage: serve-worker FD PROFILE (started by serve)" : dl_last_error());
+        return 2;
+    }
+    return serve_worker_main(atoi(argv[0]), &p);
+}

@@ -1,0 +1,181 @@
+/* The job store: one SQLite database in WAL mode, so an accepted job survives an
+ * API restart. Every call is a single statement (autocommit): a crash between two
+ * calls leaves a consistent row. The API process serialises calls with its lock. */
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve/serve_impl.h"
+
+struct jobstore {
+    sqlite3 *db;
+};
+
+static double wall(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static dl_status exec(jobstore *js, const char *sql) {
+    char *err = NULL;
+    if (sqlite3_exec(js->db, sql, NULL, NULL, &err) != SQLITE_OK) {
+        dl_status s = dl_fail(DL_ERR_IO, "job store: %s", err ? err : "error");
+        sqlite3_free(err);
+        return s;
+    }
+    return DL_OK;
+}
+
+dl_status jobs_open(jobstore **out, const char *path) {
+    *out = NULL;
+    jobstore *js = calloc(1, sizeof *js);
+    if (!js) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    if (sqlite3_open_v2(path, &js->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
+        dl_status s = dl_fail(DL_ERR_IO, "job store %s: %s", path, js->db ? sqlite3_errmsg(js->db) : "cannot open");
+        sqlite3_close(js->db);
+        free(js);
+        return s;
+    }
+    sqlite3_busy_timeout(js->db, 5000);
+    dl_status s = exec(js, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                           "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, status TEXT NOT NULL, request TEXT NOT NULL,"
+                           " created REAL, started REAL, finished REAL, deadline REAL, error TEXT, result TEXT,"
+                           " step INTEGER DEFAULT 0, steps INTEGER DEFAULT 0, cached INTEGER DEFAULT 0);"
+                           "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, created);");
+    if (s != DL_OK) {
+        jobs_close(js);
+        return s;
+    }
+    *out = js;
+    return DL_OK;
+}
+
+void jobs_close(jobstore *js) {
+    if (!js) return;
+    sqlite3_close(js->db);
+    free(js);
+}
+
+int jobs_recover(jobstore *js, double ttl_s) {
+    char sql[256];
+    exec(js, "UPDATE jobs SET status='queued', started=NULL, step=0 WHERE status='in_progress';");
+    int n = sqlite3_changes(js->db);
+    snprintf(sql, sizeof sql, "DELETE FROM jobs WHERE status IN ('completed','failed','cancelled') AND finished < %.3f;",
+             wall() - ttl_s);
+    exec(js, sql);
+    return n;
+}
+
+dl_status jobs_insert(jobstore *js, const char *id, const char *req, double deadline) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(js->db, "INSERT INTO jobs (id, status, request, created, deadline) VALUES (?, 'queued', ?, ?, ?);",
+                           -1, &st, NULL) != SQLITE_OK)
+        return dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, req, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 3, wall());
+    sqlite3_bind_double(st, 4, deadline);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+}
+
+int jobs_count(jobstore *js, const char *status) {
+    sqlite3_stmt *st;
+    int n = 0;
+    if (sqlite3_prepare_v2(js->db, "SELECT COUNT(*) FROM jobs WHERE status = ?;", -1, &st, NULL) != SQLITE_OK) return 0;
+    sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+int jobs_next(jobstore *js, char *id, size_t idn, char **req, double *deadline) {
+    sqlite3_stmt *st;
+    int found = 0;
+    if (sqlite3_prepare_v2(js->db, "SELECT id, request, deadline FROM jobs WHERE status='queued' ORDER BY created LIMIT 1;", -1,
+                           &st, NULL) != SQLITE_OK)
+        return 0;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        snprintf(id, idn, "%s", (const char *)sqlite3_column_text(st, 0));
+        *req = strdup((const char *)sqlite3_column_text(st, 1));
+        *deadline = sqlite3_column_double(st, 2);
+        found = *req != NULL;
+    }
+    sqlite3_finalize(st);
+    return found;
+}
+
+dl_status jobs_set(jobstore *js, const char *id, const char *status, const char *error, const char *result) {
+    sqlite3_stmt *st;
+    const char *sql = !strcmp(status, "in_progress")
+                          ? "UPDATE jobs SET status=?, error=?, result=?, started=? WHERE id=?;"
+                          : "UPDATE jobs SET status=?, error=?, result=?, finished=? WHERE id=?;";
+    if (sqlite3_prepare_v2(js->db, sql, -1, &st, NULL) != SQLITE_OK) return dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+    sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
+    if (error) sqlite3_bind_text(st, 2, error, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 2);
+    if (result) sqlite3_bind_text(st, 3, result, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 3);
+    sqlite3_bind_double(st, 4, wall());
+    sqlite3_bind_text(st, 5, id, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+}
+
+dl_status jobs_progress(jobstore *js, const char *id, int step, int steps, int cached) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET step=?, steps=?, cached=? WHERE id=?;", -1, &st, NULL) != SQLITE_OK)
+        return DL_ERR_IO;
+    sqlite3_bind_int(st, 1, step);
+    sqlite3_bind_int(st, 2, steps);
+    sqlite3_bind_int(st, 3, cached);
+    sqlite3_bind_text(st, 4, id, -1, SQLITE_TRANSIENT);
+    sqlite3_step(st);
+    sqlite3_finalize(st);
+    return DL_OK;
+}
+
+cJSON *jobs_get(jobstore *js, const char *id) {
+    sqlite3_stmt *st;
+    cJSON *j = NULL;
+    if (sqlite3_prepare_v2(js->db, "SELECT status, created, error, result, step, steps, cached, request FROM jobs WHERE id=?;", -1,
+                           &st, NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "id", id);
+        cJSON_AddStringToObject(j, "status", (const char *)sqlite3_column_text(st, 0));
+        cJSON_AddNumberToObject(j, "created", (double)(int64_t)sqlite3_column_double(st, 1));
+        if (sqlite3_column_type(st, 2) != SQLITE_NULL) cJSON_AddStringToObject(j, "error", (const char *)sqlite3_column_text(st, 2));
+        if (sqlite3_column_type(st, 3) != SQLITE_NULL) cJSON_AddStringToObject(j, "result", (const char *)sqlite3_column_text(st, 3));
+        int step = sqlite3_column_int(st, 4), steps = sqlite3_column_int(st, 5);
+        cJSON_AddNumberToObject(j, "steps_done", step);
+        cJSON_AddNumberToObject(j, "steps", steps);
+        cJSON_AddNumberToObject(j, "steps_cached", sqlite3_column_int(st, 6));
+        cJSON_AddNumberToObject(j, "progress", steps ? 100.0 * step / steps : 0.0);
+        cJSON *req = cJSON_Parse((const char *)sqlite3_column_text(st, 7));
+        if (req) cJSON_AddItemToObject(j, "request", req);
+    }
+    sqlite3_finalize(st);
+    return j;
+}
+
+int jobs_position(jobstore *js, const char *id) {
+    sqlite3_stmt *st;
+    int pos = 0;
+    if (sqlite3_prepare_v2(js->db,
+                           "SELECT COUNT(*) FROM jobs WHERE status='queued' AND created <= "
+                           "(SELECT created FROM jobs WHERE id=? AND status='queued');",
+                           -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW) pos = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return pos;
+}

@@ -1,0 +1,120 @@
+/* The serving profile: one JSON file (all fields optional), defaults serve
+ * difflet-tiny at 64x64 on 127.0.0.1:8080. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/serve_impl.h"
+
+#ifndef DIFFLET_SOURCE_DIR
+#define DIFFLET_SOURCE_DIR "."
+#endif
+
+static void defaults(serve_profile *p) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->model, sizeof p->model, "%s/models/difflet-tiny", DIFFLET_SOURCE_DIR);
+    snprintf(p->results, sizeof p->results, "difflet-results");
+    snprintf(p->host, sizeof p->host, "127.0.0.1");
+    snprintf(p->dtype, sizeof p->dtype, "f32");
+    snprintf(p->cache, sizeof p->cache, "off");
+    p->port = 8080;
+    p->queue_capacity = 16;
+    p->max_steps = 200;
+    p->max_prompt_bytes = 2000;
+    p->nsizes = 1;
+    p->sizes[0][0] = p->sizes[0][1] = 64;
+    p->timeout_s = 300;
+    p->grace_s = 5;
+    p->result_ttl_s = 86400;
+}
+
+static int str_field(const cJSON *j, const char *k, char *dst, size_t n) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    if (!v || cJSON_IsNull(v)) return 1;
+    if (!cJSON_IsString(v)) return 0;
+    snprintf(dst, n, "%s", v->valuestring);
+    return 1;
+}
+
+static int num_field(const cJSON *j, const char *k, double *dst) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    if (!v) return 1;
+    if (!cJSON_IsNumber(v)) return 0;
+    *dst = v->valuedouble;
+    return 1;
+}
+
+dl_status profile_from_json(serve_profile *p, const cJSON *j) {
+    double port = p->port, qc = p->queue_capacity, ms = p->max_steps, mp = p->max_prompt_bytes, nc = p->no_compile;
+    if (!str_field(j, "model", p->model, sizeof p->model) || !str_field(j, "results_dir", p->results, sizeof p->results) ||
+        !str_field(j, "db", p->db, sizeof p->db) || !str_field(j, "host", p->host, sizeof p->host) ||
+        !str_field(j, "api_key", p->api_key, sizeof p->api_key) || !str_field(j, "dtype", p->dtype, sizeof p->dtype) ||
+        !str_field(j, "cache", p->cache, sizeof p->cache) || !num_field(j, "port", &port) ||
+        !num_field(j, "queue_capacity", &qc) || !num_field(j, "max_steps", &ms) || !num_field(j, "max_prompt_bytes", &mp) ||
+        !num_field(j, "request_timeout_s", &p->timeout_s) || !num_field(j, "cancel_grace_s", &p->grace_s) ||
+        !num_field(j, "result_ttl_s", &p->result_ttl_s) || !num_field(j, "no_compile", &nc))
+        return dl_fail(DL_ERR_FORMAT, "serving profile: a field has the wrong type");
+    const cJSON *sizes = cJSON_GetObjectItemCaseSensitive(j, "sizes"), *e;
+    if (sizes) {
+        p->nsizes = 0;
+        cJSON_ArrayForEach(e, sizes) {
+            int w, h;
+            char x;
+            if (!cJSON_IsString(e) || sscanf(e->valuestring, "%d%c%d", &w, &x, &h) != 3 || w <= 0 || h <= 0 || p->nsizes == 8)
+                return dl_fail(DL_ERR_FORMAT, "serving profile: sizes must be up to 8 strings \"WxH\"");
+            p->sizes[p->nsizes][0] = w, p->sizes[p->nsizes][1] = h, p->nsizes++;
+        }
+        if (!p->nsizes) return dl_fail(DL_ERR_FORMAT, "serving profile: no sizes");
+    }
+    p->port = (int)port, p->queue_capacity = (int)qc, p->max_steps = (int)ms, p->max_prompt_bytes = (int)mp;
+    p->no_compile = (int)nc;
+    if (p->port < 0 || p->port > 65535 || p->queue_capacity < 1 || p->max_steps < 1 || p->timeout_s <= 0 ||
+        (strcmp(p->dtype, "f32") && strcmp(p->dtype, "bf16")))
+        return dl_fail(DL_ERR_FORMAT, "serving profile: port, queue_capacity, max_steps, request_timeout_s or dtype out of range");
+    return DL_OK;
+}
+
+dl_status profile_load(serve_profile *p, const char *path) {
+    defaults(p);
+    if (path) {
+        char *txt;
+        size_t len;
+        dl_status s = dl_file_read(path, 1 << 20, &txt, &len);
+        if (s != DL_OK) return s;
+        cJSON *j = cJSON_ParseWithLength(txt, len);
+        free(txt);
+        if (!cJSON_IsObject(j)) {
+            cJSON_Delete(j);
+            return dl_fail(DL_ERR_FORMAT, "`%s`: not a JSON object", path);
+        }
+        s = profile_from_json(p, j);
+        cJSON_Delete(j);
+        if (s != DL_OK) return s;
+    }
+    if (!p->db[0]) snprintf(p->db, sizeof p->db, "%.1000s/jobs.sqlite", p->results);
+    return DL_OK;
+}
+
+cJSON *profile_to_json(const serve_profile *p) {
+    cJSON *j = cJSON_CreateObject(), *sz = cJSON_AddArrayToObject(j, "sizes");
+    cJSON_AddStringToObject(j, "model", p->model);
+    cJSON_AddStringToObject(j, "results_dir", p->results);
+    cJSON_AddStringToObject(j, "db", p->db);
+    cJSON_AddStringToObject(j, "host", p->host);
+    cJSON_AddStringToObject(j, "dtype", p->dtype);
+    cJSON_AddStringToObject(j, "cache", p->cache);
+    cJSON_AddNumberToObject(j, "port", p->port);
+    cJSON_AddNumberToObject(j, "queue_capacity", p->queue_capacity);
+    cJSON_AddNumberToObject(j, "max_steps", p->max_steps);
+    cJSON_AddNumberToObject(j, "max_prompt_bytes", p->max_prompt_bytes);
+    cJSON_AddNumberToObject(j, "request_timeout_s", p->timeout_s);
+    cJSON_AddNumberToObject(j, "cancel_grace_s", p->grace_s);
+    cJSON_AddNumberToObject(j, "result_ttl_s", p->result_ttl_s);
+    cJSON_AddNumberToObject(j, "no_compile", p->no_compile);
+    for (int i = 0; i < p->nsizes; i++) {
+        char s[32];
+        snprintf(s, sizeof s, "%dx%d", p->sizes[i][0], p->sizes[i][1]);
+        cJSON_AddItemToArray(sz, cJSON_CreateString(s));
+    }
+    return j;
+}

@@ -1,0 +1,59 @@
+/* The API <-> model process protocol: frames of a u32 little-endian length and that
+ * many bytes of JSON, over a Unix socket pair. Frames are capped at 64 MiB. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "serve/serve_impl.h"
+
+enum { MAX_FRAME = 64u << 20 };
+
+static int full_write(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        c += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int full_read(int fd, void *p, size_t n) {
+    char *c = p;
+    while (n) {
+        ssize_t r = read(fd, c, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        c += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
+dl_status msg_send(int fd, const cJSON *msg) {
+    char *txt = cJSON_PrintUnformatted(msg);
+    if (!txt) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    size_t n = strlen(txt);
+    uint8_t hdr[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+    int bad = full_write(fd, hdr, 4) || full_write(fd, txt, n);
+    free(txt);
+    return bad ? dl_fail(DL_ERR_IO, "model process socket: %s", strerror(errno)) : DL_OK;
+}
+
+dl_status msg_recv(int fd, cJSON **out) {
+    *out = NULL;
+    uint8_t hdr[4];
+    if (full_read(fd, hdr, 4)) return dl_fail(DL_ERR_IO, "model process socket closed");
+    uint32_t n = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+    if (n > MAX_FRAME) return dl_fail(DL_ERR_FORMAT, "model process sent a %u-byte frame", n);
+    char *buf = malloc((size_t)n + 1);
+    if (!buf) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    if (full_read(fd, buf, n)) {
+        free(buf);
+        return dl_fail(DL_ERR_IO, "model process socket closed");
+    }
+    *out = cJSON_ParseWithLength(buf, n);
+    free(buf);
+    return *out ? DL_OK : dl_fail(DL_ERR_FORMAT, "model process sent malformed JSON");
+}

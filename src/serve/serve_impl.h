@@ -1,0 +1,50 @@
+/* difflet serve internals: the SQLite job store, the framed socket protocol
+ * between the API process and the model process, and the two processes' mains. */
+#ifndef DIFFLET_SERVE_IMPL_H
+#define DIFFLET_SERVE_IMPL_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "difflet/base.h"
+
+/* ---- the serving profile ---- */
+typedef struct {
+    char model[1024], results[1024], db[1024], host[64], api_key[256];
+    int port, queue_capacity, max_steps, max_prompt_bytes, nsizes, no_compile;
+    int sizes[8][2];        /* width, height */
+    double timeout_s, grace_s, result_ttl_s;
+    char dtype[8], cache[256]; /* default step-caching mode */
+} serve_profile;
+
+/* Defaults (difflet-tiny, 64x64, 127.0.0.1), then the JSON profile file if given. */
+dl_status profile_load(serve_profile *p, const char *path);
+cJSON *profile_to_json(const serve_profile *p);
+dl_status profile_from_json(serve_profile *p, const cJSON *j);
+
+/* ---- framed messages: u32 little-endian length + JSON ---- */
+dl_status msg_send(int fd, const cJSON *msg);
+/* Blocks; DL_ERR_IO on EOF or error. *out is the caller's. */
+dl_status msg_recv(int fd, cJSON **out);
+
+/* ---- job store (SQLite, WAL) ---- */
+typedef struct jobstore jobstore;
+dl_status jobs_open(jobstore **js, const char *path);
+void jobs_close(jobstore *js);
+/* After a restart: jobs left in_progress go back to the queue; expired results go. */
+int jobs_recover(jobstore *js, double ttl_s);
+dl_status jobs_insert(jobstore *js, const char *id, const char *request_json, double deadline);
+int jobs_count(jobstore *js, const char *status);
+/* The oldest queued job (id and request), or 0. */
+int jobs_next(jobstore *js, char *id, size_t idn, char **request_json, double *deadline);
+dl_status jobs_set(jobstore *js, const char *id, const char *status, const char *error, const char *result);
+dl_status jobs_progress(jobstore *js, const char *id, int step, int steps, int cached);
+/* The job as JSON (id, status, progress...), NULL when unknown. */
+cJSON *jobs_get(jobstore *js, const char *id);
+/* Queue position of a queued job (1 = next), 0 otherwise. */
+int jobs_position(jobstore *js, const char *id);
+
+int serve_api_main(const serve_profile *p, const char *self_exe);
+int serve_worker_main(int fd, const serve_profile *p);
+
+#endif

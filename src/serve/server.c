@@ -1,0 +1,768 @@
+/* The API process of `difflet serve` (Difflet §6): HTTP (libmicrohttpd), request
+ * validation, a bounded queue kept in SQLite (an accepted job is never lost), and a
+ * supervisor thread that owns the resident model process: it starts it, feeds it one
+ * job at a time over a Unix socket, enforces the request deadline (cancel, then kill
+ * after a grace period, then a replacement that reloads and passes its start-up
+ * check), and replaces it when it dies. Dispatch pauses while it recovers. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "difflet/io.h"
+#include "difflet/pipeline.h"
+#include "serve/serve_impl.h"
+
+enum { MAX_BODY = 64 * 1024, NBUCKETS = 10 };
+static const double k_buckets[NBUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120};
+
+typedef struct {
+    serve_profile pr;
+    const char *exe, *profile_path;
+    jobstore *js;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* any job changed state */
+    int ready, stopping, worker_fd;
+    pid_t worker_pid;
+    char inflight[40], cancel_req[40];
+    double inflight_deadline, cancel_time, inflight_started;
+    int cancel_sent;
+    /* metrics */
+    long requests[600];
+    long dur_bucket[NBUCKETS + 1], dur_count, wait_count, steps_full, steps_cached, restarts;
+    double dur_sum, wait_sum;
+    char last_error[512];
+} api;
+
+static api A;
+
+static double wall(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the model process ------------------------------------------------------------ */
+
+static void spawn_worker(void) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        DL_ERROR("serve: socketpair: %s", strerror(errno));
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = dup(sv[1]); /* without CLOEXEC: it survives exec */
+        char fds[16];
+        snprintf(fds, sizeof fds, "%d", fd);
+        execl(A.exe, A.exe, "serve-worker", fds, A.profile_path, (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    if (pid < 0) {
+        close(sv[0]);
+        DL_ERROR("serve: fork: %s", strerror(errno));
+        return;
+    }
+    A.worker_fd = sv[0];
+    A.worker_pid = pid;
+    A.ready = 0;
+    DL_INFO("serve: model process %d starting", (int)pid);
+}
+
+static void reap_worker(int kill_it) {
+    if (A.worker_pid <= 0) return;
+    if (kill_it) kill(A.worker_pid, SIGKILL);
+    int st;
+    waitpid(A.worker_pid, &st, 0); /* confirm the exit before a replacement starts */
+    close(A.worker_fd);
+    A.worker_fd = -1;
+    A.worker_pid = -1;
+    A.ready = 0;
+}
+
+static void finish_inflight(const char *status, const char *err, const char *result) {
+    if (!A.inflight[0]) return;
+    cJSON *j = jobs_get(A.js, A.inflight);
+    const char *cur = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : NULL;
+    if (cur && !strcmp(cur, "in_progress")) jobs_set(A.js, A.inflight, status, err, result);
+    cJSON_Delete(j);
+    A.inflight[0] = 0;
+    A.cancel_sent = 0;
+    pthread_cond_broadcast(&A.cv);
+}
+
+static void handle_msg(cJSON *m) {
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "type"));
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "id"));
+    if (!type) return;
+    if (!strcmp(type, "ready")) {
+        A.ready = 1;
+        DL_INFO("serve: model process ready (%.1f s)", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "load_seconds")));
+        pthread_cond_broadcast(&A.cv);
+    } else if (!strcmp(type, "fatal")) {
+        snprintf(A.last_error, sizeof A.last_error, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")));
+        DL_ERROR("serve: the model process failed to start: %s", A.last_error);
+    } else if (id && !strcmp(id, A.inflight)) {
+        if (!strcmp(type, "progress")) {
+            jobs_progress(A.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
+                          (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps")), 0);
+        } else if (!strcmp(type, "done")) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/%s.png", A.pr.results, id);
+            int calls = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "calls"));
+            int cached = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "cached"));
+            A.steps_full += calls, A.steps_cached += cached;
+            cJSON *j = jobs_get(A.js, id);
+            int steps = j ? (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps")) : 0;
+            cJSON_Delete(j);
+            jobs_progress(A.js, id, steps, steps, cached);
+            finish_inflight("completed", NULL, path);
+        } else if (!strcmp(type, "error")) {
+            int cancelled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "cancelled"));
+            finish_inflight(cancelled ? "cancelled" : "failed", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL);
+        }
+    }
+}
+
+static void dispatch(void) {
+    char id[40], *req = NULL;
+    double deadline;
+    while (A.ready && !A.inflight[0] && jobs_next(A.js, id, sizeof id, &req, &deadline)) {
+        if (wall() > deadline) { /* waited past its deadline in the queue */
+            jobs_set(A.js, id, "failed", "timed out in the queue", NULL);
+            free(req);
+            pthread_cond_broadcast(&A.cv);
+            continue;
+        }
+        cJSON *m = cJSON_CreateObject(), *rq = cJSON_Parse(req);
+        char out[1200];
+        snprintf(out, sizeof out, "%s/%s.png", A.pr.results, id);
+        cJSON_AddStringToObject(m, "type", "job");
+        cJSON_AddStringToObject(m, "id", id);
+        cJSON_AddStringToObject(m, "out", out);
+        cJSON_AddItemToObject(m, "request", rq);
+        jobs_set(A.js, id, "in_progress", NULL, NULL);
+        jobs_progress(A.js, id, 0, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")), 0);
+        snprintf(A.inflight, sizeof A.inflight, "%s", id);
+        A.inflight_deadline = deadline;
+        A.inflight_started = wall();
+        A.cancel_sent = 0;
+        cJSON *j = jobs_get(A.js, id);
+        double created = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "created")) : wall();
+        cJSON_Delete(j);
+        A.wait_sum += wall() - created, A.wait_count++;
+        if (msg_send(A.worker_fd, m) != DL_OK) DL_WARN("serve: could not send job %s to the model process", id);
+        cJSON_Delete(m);
+        free(req);
+        pthread_cond_broadcast(&A.cv);
+    }
+}
+
+static void *supervisor(void *arg) {
+    (void)arg;
+    double backoff = 0.5, next_spawn = 0;
+    pthread_mutex_lock(&A.mu);
+    while (!A.stopping) {
+        if (A.worker_pid <= 0 && wall() >= next_spawn) spawn_worker();
+        int fd = A.worker_fd;
+        pthread_mutex_unlock(&A.mu);
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int pr = fd >= 0 ? poll(&pf, 1, 50) : (usleep(50000), 0);
+        cJSON *m = NULL;
+        int dead = 0;
+        if (pr > 0 && (pf.revents & (POLLIN | POLLHUP | POLLERR))) dead = msg_recv(fd, &m) != DL_OK;
+        pthread_mutex_lock(&A.mu);
+        if (m) handle_msg(m), cJSON_Delete(m);
+        if (dead && A.worker_pid > 0) { /* the model process exited: fail its job, replace it */
+            int was_ready = A.ready;
+            pid_t pid = A.worker_pid;
+            reap_worker(0);
+            A.restarts++;
+            if (A.inflight[0]) {
+                DL_WARN("serve: model process %d died during job %s; replacing it", (int)pid, A.inflight);
+                finish_inflight("failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
+            } else {
+                DL_WARN("serve: model process %d exited; replacing it", (int)pid);
+            }
+            next_spawn = wall() + (was_ready ? 0 : backoff);
+            backoff = was_ready ? 0.5 : fmin(backoff * 2, 30);
+        }
+        double now = wall();
+        if (A.inflight[0] && !A.cancel_sent && (now > A.inflight_deadline || !strcmp(A.cancel_req, A.inflight))) {
+            /* deadline (or a cancel request): the client hears now; the worker stops at a step boundary */
+            int timed_out = now > A.inflight_deadline;
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddStringToObject(c, "type", "cancel");
+            cJSON_AddStringToObject(c, "id", A.inflight);
+            msg_send(A.worker_fd, c);
+            cJSON_Delete(c);
+            if (timed_out) {
+                char err[128];
+                snprintf(err, sizeof err, "timed out after %.0f s", A.pr.timeout_s);
+                jobs_set(A.js, A.inflight, "failed", err, NULL);
+                pthread_cond_broadcast(&A.cv);
+            }
+            A.cancel_sent = 1;
+            A.cancel_time = now;
+        }
+        if (A.inflight[0] && A.cancel_sent && now > A.cancel_time + A.pr.grace_s) {
+            DL_WARN("serve: model process did not stop job %s within %.1f s: killing it", A.inflight, A.pr.grace_s);
+            finish_inflight("failed", "timed out; the model process was replaced", NULL);
+            reap_worker(1);
+            A.restarts++;
+            next_spawn = wall();
+        }
+        dispatch();
+    }
+    reap_worker(1);
+    pthread_mutex_unlock(&A.mu);
+    return NULL;
+}
+
+/* ---- HTTP ------------------------------------------------------------------------ */
+
+typedef struct {
+    char *body;
+    size_t len;
+    int too_big;
+    double t0;
+} conn;
+
+static enum MHD_Result respond(struct MHD_Connection *c, int status, const char *type, const void *body, size_t len,
+                               const char *extra_hdr, const char *extra_val) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    MHD_add_response_header(r, "Content-Type", type);
+    if (extra_hdr) MHD_add_response_header(r, extra_hdr, extra_val);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    pthread_mutex_lock(&A.mu);
+    if (status >= 0 && status < 600) A.requests[status]++;
+    pthread_mutex_unlock(&A.mu);
+    return ret;
+}
+
+static enum MHD_Result json_reply(struct MHD_Connection *c, int status, cJSON *j) {
+    char *t = cJSON_PrintUnformatted(j);
+    enum MHD_Result r = respond(c, status, "application/json", t, strlen(t), NULL, NULL);
+    free(t);
+    cJSON_Delete(j);
+    return r;
+}
+
+static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const char *type, const char *param,
+                                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const char *type, const char *param,
+                                   const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    char code[16];
+    snprintf(code, sizeof code, "%d", status);
+    cJSON_AddStringToObject(e, "code", code);
+    if (status == 429) {
+        char *t = cJSON_PrintUnformatted(j);
+        enum MHD_Result r = respond(c, status, "application/json", t, strlen(t), "Retry-After", "2");
+        free(t);
+        cJSON_Delete(j);
+        return r;
+    }
+    return json_reply(c, status, j);
+}
+
+/* Validate a generation request; on success *norm is the normalised job request. */
+static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64, char *err, size_t en, char *param, size_t pn) {
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    *norm = NULL;
+    param[0] = 0;
+#define FAIL(p, ...)                               \
+    do {                                           \
+        snprintf(param, pn, "%s", p);              \
+        snprintf(err, en, __VA_ARGS__);            \
+        cJSON_Delete(j);                           \
+        return 0;                                  \
+    } while (0)
+    if (!j) FAIL("", "the body is not valid JSON");
+    if (!cJSON_IsObject(j)) FAIL("", "the body must be a JSON object");
+    static const char *known[] = {"prompt", "n", "size", "response_format", "output_format", "negative_prompt", "seed", "steps",
+                                  "guidance_scale", "true_cfg_scale", "cache", "model", "user"};
+    const cJSON *e;
+    cJSON_ArrayForEach(e, j) {
+        int ok = 0;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= !strcmp(e->string, known[k]);
+        if (!ok) FAIL(e->string, "unknown field `%s`", e->string);
+    }
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(j, "prompt");
+    if (!cJSON_IsString(prompt)) FAIL("prompt", "`prompt` is required and must be a string");
+    if ((int)strlen(prompt->valuestring) > A.pr.max_prompt_bytes)
+        FAIL("prompt", "`prompt` is %zu bytes; at most %d are allowed", strlen(prompt->valuestring), A.pr.max_prompt_bytes);
+    const cJSON *v;
+    *n = 1;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "n"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 1 || v->valuedouble > 4)
+            FAIL("n", "`n` must be an integer from 1 to 4");
+        *n = (int)v->valuedouble;
+    }
+    int w = A.pr.sizes[0][0], h = A.pr.sizes[0][1];
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "size"))) {
+        char x;
+        int ok = cJSON_IsString(v) && sscanf(v->valuestring, "%d%c%d", &w, &x, &h) == 3 && x == 'x', served = 0;
+        for (int i = 0; ok && i < A.pr.nsizes; i++) served |= A.pr.sizes[i][0] == w && A.pr.sizes[i][1] == h;
+        if (!served) {
+            char list[256] = "";
+            for (int i = 0; i < A.pr.nsizes; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%dx%d", i ? ", " : "", A.pr.sizes[i][0], A.pr.sizes[i][1]);
+            FAIL("size", "size `%s` is not served; supported: %s", cJSON_IsString(v) ? v->valuestring : "?", list);
+        }
+    }
+    *b64 = 1;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "response_format"))) {
+        if (!cJSON_IsString(v) || (strcmp(v->valuestring, "b64_json") && strcmp(v->valuestring, "url")))
+            FAIL("response_format", "`response_format` must be \"b64_json\" or \"url\"");
+        *b64 = !strcmp(v->valuestring, "b64_json");
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "output_format")) &&
+        (!cJSON_IsString(v) || strcmp(v->valuestring, "png")))
+        FAIL("output_format", "`output_format` must be \"png\" (jpeg and webp are not available in this build)");
+    double steps = 28, g = 3.5, cfg = 1, seed = -1;
+    const char *neg = NULL, *cache = NULL;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "steps"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 1 || v->valuedouble > A.pr.max_steps)
+            FAIL("steps", "`steps` must be an integer from 1 to %d", A.pr.max_steps);
+        steps = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "guidance_scale"))) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 100)) FAIL("guidance_scale", "`guidance_scale` must be a number in 0..100");
+        g = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "true_cfg_scale"))) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 100)) FAIL("true_cfg_scale", "`true_cfg_scale` must be a number in 0..100");
+        cfg = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < 0 || v->valuedouble > 9e15)
+            FAIL("seed", "`seed` must be a non-negative integer");
+        seed = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "negative_prompt"))) {
+        if (!cJSON_IsString(v) || (int)strlen(v->valuestring) > A.pr.max_prompt_bytes)
+            FAIL("negative_prompt", "`negative_prompt` must be a string of at most %d bytes", A.pr.max_prompt_bytes);
+        neg = v->valuestring;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "cache"))) {
+        dl_stepcache_config sc;
+        /* calibrated mode names a file: only the profile may set it */
+        if (!cJSON_IsString(v) || strchr(v->valuestring, '/') || !strncmp(v->valuestring, "calibrated", 10) ||
+            dl_stepcache_parse(v->valuestring, &sc) != DL_OK)
+            FAIL("cache", "`cache` must be off, cadence:N or online-delta[:ALPHA]");
+        cache = v->valuestring;
+    }
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "prompt", prompt->valuestring);
+    if (neg) cJSON_AddStringToObject(r, "negative_prompt", neg);
+    cJSON_AddNumberToObject(r, "width", w);
+    cJSON_AddNumberToObject(r, "height", h);
+    cJSON_AddNumberToObject(r, "steps", steps);
+    cJSON_AddNumberToObject(r, "guidance_scale", g);
+    cJSON_AddNumberToObject(r, "true_cfg_scale", cfg);
+    cJSON_AddNumberToObject(r, "seed", seed);
+    if (cache) cJSON_AddStringToObject(r, "cache", cache);
+    cJSON_Delete(j);
+    *norm = r;
+    return 1;
+#undef FAIL
+}
+
+static void new_id(char *id) {
+    uint8_t b[8];
+    if (getrandom(b, sizeof b, 0) != sizeof b)
+        for (int i = 0; i < 8; i++) b[i] = (uint8_t)(rand() & 0xff);
+    for (int i = 0; i < 8; i++) sprintf(id + 2 * i, "%02x", b[i]);
+}
+
+/* Enqueue n jobs (seed s, s+1, ... when given; random otherwise). 0 when the queue is full. */
+static int enqueue(cJSON *req, int n, char ids[][24]) {
+    pthread_mutex_lock(&A.mu);
+    int queued = jobs_count(A.js, "queued");
+    if (queued + n > A.pr.queue_capacity) {
+        pthread_mutex_unlock(&A.mu);
+        return 0;
+    }
+    double seed = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "seed"));
+    for (int i = 0; i < n; i++) {
+        new_id(ids[i]);
+        uint64_t sd;
+        if (seed >= 0) sd = (uint64_t)seed + (uint64_t)i;
+        else if (getrandom(&sd, sizeof sd, 0) != sizeof sd) sd = (uint64_t)rand();
+        cJSON_ReplaceItemInObject(req, "seed", cJSON_CreateNumber((double)(sd & ((1ull << 52) - 1))));
+        char *t = cJSON_PrintUnformatted(req);
+        jobs_insert(A.js, ids[i], t, wall() + A.pr.timeout_s);
+        free(t);
+    }
+    pthread_cond_broadcast(&A.cv);
+    pthread_mutex_unlock(&A.mu);
+    return 1;
+}
+
+static char *b64(const uint8_t *d, size_t n) {
+    static const char *t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc(4 * ((n + 2) / 3) + 1), *p = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) | (i + 2 < n ? d[i + 2] : 0);
+        *p++ = t[v >> 18], *p++ = t[(v >> 12) & 63];
+        *p++ = i + 1 < n ? t[(v >> 6) & 63] : '=';
+        *p++ = i + 2 < n ? t[v & 63] : '=';
+    }
+    *p = 0;
+    return o;
+}
+
+static const char *PAGE =
+    "<!doctype html><html><head><meta charset=utf-8><title>difflet</title><style>"
+    "body{font-family:sans-serif;max-width:640px;margin:2em auto}input,select{margin:.2em}"
+    "#bar{height:10px;background:#4a7;width:0}#wrap{border:1px solid #999;width:100%}img{image-rendering:pixelated;width:256px}"
+    "</style></head><body><h1>difflet</h1><form id=f>"
+    "<input id=prompt size=60 value='a large red circle in the centre on a blue background'><br>"
+    "size <select id=size></select> steps <input id=steps type=number value=20 min=1 size=4> "
+    "seed <input id=seed type=number value=1 size=6> cache <select id=cache><option>off<option>cadence:2"
+    "<option>online-delta</select> <button>Generate</button></form>"
+    "<div id=wrap><div id=bar></div></div><p id=status></p><img id=img alt=''>"
+    "<script>fetch('/v1/models').then(r=>r.json()).then(m=>{for(const s of m.data[0].sizes){const o=document.createElement('option');"
+    "o.textContent=s;size.appendChild(o)}});"
+    "f.onsubmit=async e=>{e.preventDefault();status.textContent='queued';bar.style.width='0';"
+    "const r=await fetch('/v1/jobs',{method:'POST',body:JSON.stringify({prompt:prompt.value,size:size.value,"
+    "steps:+steps.value,seed:+seed.value,cache:cache.value})});const j=await r.json();"
+    "if(!r.ok){status.textContent=j.error.message;return}"
+    "for(;;){const s=await (await fetch('/v1/jobs/'+j.id)).json();bar.style.width=s.progress+'%';"
+    "status.textContent=s.status+' '+s.steps_done+'/'+s.steps;"
+    "if(s.status=='completed'){img.src='/v1/jobs/'+j.id+'/content';break}"
+    "if(s.status=='failed'||s.status=='cancelled'){status.textContent=s.status+': '+(s.error||'');break}"
+    "await new Promise(t=>setTimeout(t,150))}}</script></body></html>";
+
+static enum MHD_Result metrics(struct MHD_Connection *c) {
+    char *buf = malloc(16384);
+    size_t o = 0, cap = 16384;
+    pthread_mutex_lock(&A.mu);
+#define P(...) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__)
+    P("# TYPE difflet_requests_total counter\n");
+    for (int s = 100; s < 600; s++)
+        if (A.requests[s]) P("difflet_requests_total{status=\"%d\"} %ld\n", s, A.requests[s]);
+    P("# TYPE difflet_request_duration_seconds histogram\n");
+    long cum = 0;
+    for (int b = 0; b < NBUCKETS; b++) {
+        cum += A.dur_bucket[b];
+        P("difflet_request_duration_seconds_bucket{le=\"%g\"} %ld\n", k_buckets[b], cum);
+    }
+    P("difflet_request_duration_seconds_bucket{le=\"+Inf\"} %ld\n", A.dur_count);
+    P("difflet_request_duration_seconds_sum %.6f\ndifflet_request_duration_seconds_count %ld\n", A.dur_sum, A.dur_count);
+    P("# TYPE difflet_queue_wait_seconds summary\ndifflet_queue_wait_seconds_sum %.6f\ndifflet_queue_wait_seconds_count %ld\n",
+      A.wait_sum, A.wait_count);
+    P("# TYPE difflet_queue_depth gauge\ndifflet_queue_depth %d\n", jobs_count(A.js, "queued"));
+    P("# TYPE difflet_inflight gauge\ndifflet_inflight %d\n", A.inflight[0] ? 1 : 0);
+    P("# TYPE difflet_denoise_steps_total counter\ndifflet_denoise_steps_total{cached=\"false\"} %ld\n"
+      "difflet_denoise_steps_total{cached=\"true\"} %ld\n", A.steps_full, A.steps_cached);
+    P("# TYPE difflet_model_restarts_total counter\ndifflet_model_restarts_total %ld\n", A.restarts);
+    P("# TYPE difflet_ready gauge\ndifflet_ready %d\n", A.ready);
+#undef P
+    pthread_mutex_unlock(&A.mu);
+    enum MHD_Result r = respond(c, 200, "text/plain; version=0.0.4", buf, o, NULL, NULL);
+    free(buf);
+    return r;
+}
+
+static void observe(double secs) {
+    pthread_mutex_lock(&A.mu);
+    int b = 0;
+    while (b < NBUCKETS && secs > k_buckets[b]) b++;
+    if (b < NBUCKETS) A.dur_bucket[b]++;
+    A.dur_count++, A.dur_sum += secs;
+    pthread_mutex_unlock(&A.mu);
+}
+
+static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
+    cJSON *req;
+    int n, want_b64;
+    char err[1024], param[64];
+    if (!validate(cn->body ? cn->body : "", cn->len, &req, &n, &want_b64, err, sizeof err, param, sizeof param))
+        return error_reply(c, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
+    char ids[4][24];
+    if (!enqueue(req, n, ids)) {
+        cJSON_Delete(req);
+        return error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", A.pr.queue_capacity);
+    }
+    cJSON_Delete(req);
+    cJSON *out = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(out, "data");
+    cJSON_AddNumberToObject(out, "created", (double)(int64_t)wall());
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&A.mu);
+        cJSON *j = NULL;
+        const char *st = NULL;
+        for (;;) { /* wait for this job to finish */
+            cJSON_Delete(j);
+            j = jobs_get(A.js, ids[i]);
+            st = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : "failed";
+            if (strcmp(st, "queued") && strcmp(st, "in_progress")) break;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200000000;
+            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&A.cv, &A.mu, &ts);
+        }
+        pthread_mutex_unlock(&A.mu);
+        if (strcmp(st, "completed")) {
+            const char *e = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "error")) : NULL;
+            int timeout = e && strstr(e, "timed out");
+            cJSON_Delete(out);
+            enum MHD_Result r = error_reply(c, timeout ? 504 : 500, timeout ? "timeout_error" : "server_error", NULL,
+                                            "job %s %s: %s", ids[i], st, e ? e : "no result");
+            cJSON_Delete(j);
+            return r;
+        }
+        cJSON *item = cJSON_CreateObject();
+        if (want_b64) {
+            char *data_bytes;
+            size_t len;
+            const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "result"));
+            if (path && dl_file_read(path, 64u << 20, &data_bytes, &len) == DL_OK) {
+                char *enc = b64((const uint8_t *)data_bytes, len);
+                cJSON_AddStringToObject(item, "b64_json", enc ? enc : "");
+                free(enc), free(data_bytes);
+            }
+        } else {
+            char url[128];
+            snprintf(url, sizeof url, "/v1/jobs/%s/content", ids[i]);
+            cJSON_AddStringToObject(item, "url", url);
+        }
+        cJSON_AddItemToArray(data, item);
+        cJSON_Delete(j);
+    }
+    return json_reply(c, 200, out);
+}
+
+static int authorized(struct MHD_Connection *c) {
+    if (!A.pr.api_key[0]) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    char want[300];
+    snprintf(want, sizeof want, "Bearer %s", A.pr.api_key);
+    return h && !strcmp(h, want);
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
+                               const char *upload, size_t *upload_size, void **con_cls) {
+    (void)cls, (void)version;
+    conn *cn = *con_cls;
+    if (!cn) { /* first call: headers only */
+        cn = calloc(1, sizeof *cn);
+        if (!cn) return MHD_NO;
+        cn->t0 = dl_now();
+        *con_cls = cn;
+        return MHD_YES;
+    }
+    if (*upload_size) { /* body pieces */
+        if (cn->len + *upload_size > MAX_BODY) cn->too_big = 1;
+        else {
+            char *b = realloc(cn->body, cn->len + *upload_size + 1);
+            if (!b) return MHD_NO;
+            memcpy(b + cn->len, upload, *upload_size);
+            cn->body = b;
+            cn->len += *upload_size;
+            b[cn->len] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    enum MHD_Result r;
+    if (!strcmp(url, "/health")) return json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
+    if (!authorized(c)) return error_reply(c, 401, "authentication_error", NULL, "a valid `Authorization: Bearer` key is required");
+    if (cn->too_big) return error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %d bytes", MAX_BODY);
+    if (get && !strcmp(url, "/")) return respond(c, 200, "text/html; charset=utf-8", PAGE, strlen(PAGE), NULL, NULL);
+    if (get && !strcmp(url, "/ready")) {
+        pthread_mutex_lock(&A.mu);
+        int ready = A.ready, pid = (int)A.worker_pid;
+        pthread_mutex_unlock(&A.mu);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddBoolToObject(j, "ready", ready);
+        cJSON_AddNumberToObject(j, "model_pid", pid);
+        if (!ready) cJSON_AddStringToObject(j, "reason", A.last_error[0] ? A.last_error : "the model process is starting or recovering");
+        return json_reply(c, ready ? 200 : 503, j);
+    }
+    if (get && !strcmp(url, "/metrics")) return metrics(c);
+    if (get && !strcmp(url, "/v1/models")) {
+        cJSON *j = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(j, "data"), *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "object", "list");
+        const char *base = strrchr(A.pr.model, '/');
+        cJSON_AddStringToObject(m, "id", base ? base + 1 : A.pr.model);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON *s = cJSON_AddArrayToObject(m, "sizes");
+        for (int i = 0; i < A.pr.nsizes; i++) {
+            char t[32];
+            snprintf(t, sizeof t, "%dx%d", A.pr.sizes[i][0], A.pr.sizes[i][1]);
+            cJSON_AddItemToArray(s, cJSON_CreateString(t));
+        }
+        cJSON_AddItemToArray(d, m);
+        return json_reply(c, 200, j);
+    }
+    if (post && !strcmp(url, "/v1/images/generations")) {
+        r = generations(c, cn);
+        observe(dl_now() - cn->t0);
+        return r;
+    }
+    if (post && !strcmp(url, "/v1/jobs")) {
+        cJSON *req;
+        int n, b64f;
+        char err[1024], param[64];
+        if (!validate(cn->body ? cn->body : "", cn->len, &req, &n, &b64f, err, sizeof err, param, sizeof param))
+            return error_reply(c, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
+        if (n != 1) {
+            cJSON_Delete(req);
+            return error_reply(c, 400, "invalid_request_error", "n", "a job makes one image: `n` must be 1");
+        }
+        char ids[1][24];
+        int ok = enqueue(req, 1, ids);
+        cJSON_Delete(req);
+        if (!ok) return error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", A.pr.queue_capacity);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "id", ids[0]);
+        cJSON_AddStringToObject(j, "status", "queued");
+        pthread_mutex_lock(&A.mu);
+        cJSON_AddNumberToObject(j, "queue_position", jobs_position(A.js, ids[0]));
+        pthread_mutex_unlock(&A.mu);
+        return json_reply(c, 202, j);
+    }
+    if (!strncmp(url, "/v1/jobs/", 9)) {
+        char id[64], tail[64] = "";
+        if (sscanf(url + 9, "%63[0-9a-f]%63s", id, tail) < 1 || strlen(id) != 16)
+            return error_reply(c, 404, "not_found_error", NULL, "no such job");
+        pthread_mutex_lock(&A.mu);
+        cJSON *j = jobs_get(A.js, id);
+        int pos = j ? jobs_position(A.js, id) : 0;
+        pthread_mutex_unlock(&A.mu);
+        if (!j) return error_reply(c, 404, "not_found_error", NULL, "no job %s", id);
+        const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status"));
+        if (get && !tail[0]) {
+            cJSON_DeleteItemFromObject(j, "result"); /* a server path: not for clients */
+            if (pos) cJSON_AddNumberToObject(j, "queue_position", pos);
+            return json_reply(c, 200, j);
+        }
+        if (get && !strcmp(tail, "/content")) {
+            char *data;
+            size_t len;
+            const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "result"));
+            if (strcmp(st, "completed") || !path || dl_file_read(path, 64u << 20, &data, &len) != DL_OK) {
+                cJSON_Delete(j);
+                return error_reply(c, 404, "not_found_error", NULL, "job %s has no content (status %s)", id, st);
+            }
+            cJSON_Delete(j);
+            r = respond(c, 200, "image/png", data, len, NULL, NULL);
+            free(data);
+            return r;
+        }
+        if (post && !strcmp(tail, "/cancel")) {
+            pthread_mutex_lock(&A.mu);
+            if (!strcmp(st, "queued")) jobs_set(A.js, id, "cancelled", "cancelled by the client", NULL);
+            else if (!strcmp(st, "in_progress")) snprintf(A.cancel_req, sizeof A.cancel_req, "%s", id);
+            pthread_cond_broadcast(&A.cv);
+            pthread_mutex_unlock(&A.mu);
+            cJSON_Delete(j);
+            pthread_mutex_lock(&A.mu);
+            j = jobs_get(A.js, id);
+            pthread_mutex_unlock(&A.mu);
+            cJSON_DeleteItemFromObject(j, "result");
+            return json_reply(c, 200, j);
+        }
+        cJSON_Delete(j);
+    }
+    return error_reply(c, 404, "not_found_error", NULL, "no route %s %s", method, url);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)c, (void)toe;
+    conn *cn = *con_cls;
+    if (cn) free(cn->body), free(cn);
+    *con_cls = NULL;
+}
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int s) {
+    (void)s;
+    g_stop = 1;
+}
+
+int serve_api_main(const serve_profile *pr, const char *self_exe) {
+    memset(&A, 0, sizeof A);
+    A.pr = *pr;
+    A.exe = self_exe;
+    A.worker_fd = -1;
+    A.worker_pid = -1;
+    pthread_mutex_init(&A.mu, NULL);
+    pthread_cond_init(&A.cv, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (dl_mkdir_p(pr->results) != DL_OK || jobs_open(&A.js, pr->db) != DL_OK) {
+        fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
+        return 1;
+    }
+    int requeued = jobs_recover(A.js, pr->result_ttl_s);
+    if (requeued) DL_INFO("serve: %d interrupted jobs back in the queue", requeued);
+    /* the profile travels to the model process as a file beside the database */
+    char ppath[1200];
+    snprintf(ppath, sizeof ppath, "%s/profile.json", pr->results);
+    cJSON *pj = profile_to_json(pr);
+    char *pt = cJSON_Print(pj);
+    dl_file_write_atomic(ppath, pt, strlen(pt));
+    free(pt), cJSON_Delete(pj);
+    A.profile_path = ppath;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)pr->port)};
+    if (inet_pton(AF_INET, pr->host, &addr.sin_addr) != 1) {
+        fprintf(stderr, "difflet: serve: host %s is not an IPv4 address\n", pr->host);
+        return 1;
+    }
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG,
+                                            (uint16_t)pr->port, NULL, NULL, handler, NULL, MHD_OPTION_SOCK_ADDR, &addr,
+                                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
+                                            (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_END);
+    if (!d) {
+        fprintf(stderr, "difflet: serve: cannot listen on %s:%d\n", pr->host, pr->port);
+        jobs_close(A.js);
+        return 1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    printf("difflet serve: listening on http://%s:%u (model %s)\n", pr->host, info ? info->port : (unsigned)pr->port, pr->model);
+    fflush(stdout);
+    pthread_t sup;
+    pthread_create(&sup, NULL, supervisor, NULL);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    while (!g_stop) usleep(100000);
+    DL_INFO("serve: stopping");
+    MHD_stop_daemon(d);
+    pthread_mutex_lock(&A.mu);
+    A.stopping = 1;
+    pthread_mutex_unlock(&A.mu);
+    pthread_join(sup, NULL);
+    jobs_close(A.js);
+    return 0;
+}

@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""difflet serve against a real server on a free loopback port (standard library
+only: CI has no tools virtualenv). Covers every route, every bad-input case, the
+bounded queue (429), a SIGKILLed model process (the request fails at once, a
+replacement starts, the same request and seed give the same bytes as before), a
+model process that ignores its cancel (timeout, kill after the grace period,
+replacement), an API restart with queued jobs surviving, and 8 concurrent clients
+sending 56 requests with none lost or duplicated.
+
+    tests/test_serve.py path/to/difflet tests/data
+"""
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+BIN, DATA = sys.argv[1], sys.argv[2]
+MODEL = os.path.join(DATA, "flux", "dev")
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what, flush=True)
+
+
+class Server:
+    def __init__(self, results, **profile):
+        prof = {"model": MODEL, "sizes": ["32x48"], "results_dir": results, "port": 0, "request_timeout_s": 60,
+                "cancel_grace_s": 1.0, "queue_capacity": 6, "max_steps": 3000, "max_prompt_bytes": 200}
+        prof.update(profile)
+        self.path = results + "-profile.json"
+        with open(self.path, "w") as f:
+            json.dump(prof, f)
+        env = dict(os.environ, DIFFLET_LOG="warn")
+        self.p = subprocess.Popen([BIN, "serve", "--profile", self.path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  env=env, text=True)
+        line = self.p.stdout.readline()
+        self.port = int(line.split("127.0.0.1:")[1].split()[0])
+        self.key = prof.get("api_key")
+
+    def req(self, method, path, body=None, raw=None, headers=None, timeout=60):
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        h = dict(headers or {})
+        if self.key and "Authorization" not in h:
+            h["Authorization"] = "Bearer " + self.key
+        r = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method, headers=h)
+        try:
+            with urllib.request.urlopen(r, timeout=timeout) as resp:
+                return resp.status, resp.read(), dict(resp.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), dict(e.headers)
+
+    def json(self, method, path, body=None, **kw):
+        st, b, h = self.req(method, path, body, **kw)
+        try:
+            return st, json.loads(b)
+        except ValueError:
+            return st, None
+
+    def wait_ready(self, timeout=60):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            st, j = self.json("GET", "/ready")
+            if st == 200:
+                return j
+            time.sleep(0.05)
+        return None
+
+    def wait_job(self, jid, timeout=60):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            st, j = self.json("GET", f"/v1/jobs/{jid}")
+            if j and j["status"] not in ("queued", "in_progress"):
+                return j
+            time.sleep(0.05)
+        return None
+
+    def stop(self, sig=signal.SIGTERM):
+        self.p.send_signal(sig)
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+def image(srv, body):
+    st, j = srv.json("POST", "/v1/images/generations", body)
+    if st != 200:
+        return st, None
+    return st, base64.b64decode(j["data"][0]["b64_json"])
+
+
+tmp = tempfile.mkdtemp(prefix="difflet-serve-")
+os.environ["DIFFLET_CACHE"] = os.path.join(tmp, "cache")
+
+# ---- routes and bad input ---------------------------------------------------------
+s = Server(os.path.join(tmp, "r1"))
+ready = s.wait_ready()
+check(ready and ready["ready"], "ready after start-up")
+check(s.json("GET", "/health")[0] == 200, "health")
+st, j = s.json("GET", "/v1/models")
+check(st == 200 and j["data"][0]["sizes"] == ["32x48"], "models")
+st, png = image(s, {"prompt": "a red circle", "steps": 4, "seed": 5})
+check(st == 200 and png[:8] == b"\x89PNG\r\n\x1a\n", "images/generations b64_json gives a PNG")
+before_crash = png
+st, j = s.json("POST", "/v1/images/generations", {"prompt": "a red circle", "steps": 3, "response_format": "url"})
+check(st == 200 and j["data"][0]["url"].startswith("/v1/jobs/"), "url response format")
+st, b, h = s.req("GET", j["data"][0]["url"])
+check(st == 200 and b[:4] == b"\x89PNG" and h.get("Content-Type") == "image/png", "url content")
+bad = [
+    ({"raw": b"{not json"}, None, "not valid JSON"),
+    ({"body": [1, 2]}, None, "JSON object"),
+    ({"body": {"prompt": 5}}, "prompt", "must be a string"),
+    ({"body": {"steps": 4}}, "prompt", "required"),
+    ({"body": {"prompt": "x", "bogus": 1}}, "bogus", "unknown field"),
+    ({"body": {"prompt": "x", "size": "64x64"}}, "size", "supported: 32x48"),
+    ({"body": {"prompt": "x" * 300}}, "prompt", "at most 200"),
+    ({"body": {"prompt": "x", "steps": 0}}, "steps", "from 1 to"),
+    ({"body": {"prompt": "x", "steps": 2.5}}, "steps", "integer"),
+    ({"body": {"prompt": "x", "n": 9}}, "n", "1 to 4"),
+    ({"body": {"prompt": "x", "seed": -1}}, "seed", "non-negative"),
+    ({"body": {"prompt": "x", "response_format": "jpeg"}}, "response_format", "b64_json"),
+    ({"body": {"prompt": "x", "output_format": "webp"}}, "output_format", "not available"),
+    ({"body": {"prompt": "x", "cache": "calibrated:/etc/passwd"}}, "cache", "cadence"),
+    ({"body": {"prompt": "x", "guidance_scale": "high"}}, "guidance_scale", "number"),
+]
+for kw, param, msg in bad:
+    st, b, _ = s.req("POST", "/v1/images/generations", **kw)
+    e = json.loads(b).get("error", {}) if b else {}
+    check(st == 400 and e.get("param") == param and msg in e.get("message", "") and e.get("code") == "400",
+          f"400 for {kw}: {st} {b[:200]}")
+st, b, _ = s.req("POST", "/v1/images/generations", raw=b"{" + b" " * 70000 + b"}")
+check(st == 413, f"413 for a large body ({st})")
+check(s.json("GET", "/v1/nothing")[0] == 404, "404 route")
+check(s.json("GET", "/v1/jobs/0123456789abcdef")[0] == 404, "404 job")
+st, b, _ = s.req("GET", "/")
+check(st == 200 and b"<form" in b and b"/v1/jobs" in b, "the web page")
+
+# ---- jobs, cancel, queue full ------------------------------------------------------
+st, j = s.json("POST", "/v1/jobs", {"prompt": "a blue square", "steps": 5, "seed": 1})
+check(st == 202 and j["status"] == "queued" and j["queue_position"] >= 1, "jobs: 202 queued")
+done = s.wait_job(j["id"])
+check(done and done["status"] == "completed" and done["steps_done"] == 5 and done["progress"] == 100, "job completes")
+long_ids = []
+codes = []
+for i in range(10):  # a slow job running, then the queue (capacity 6) fills
+    st, j = s.json("POST", "/v1/jobs", {"prompt": "slow", "steps": 2000, "seed": i})
+    codes.append(st)
+    if st == 202:
+        long_ids.append(j["id"])
+st, b, h = s.req("POST", "/v1/jobs", {"prompt": "one more", "steps": 2})
+check(st == 429 and h.get("Retry-After"), f"429 with Retry-After when full ({st})")
+check(codes.count(429) >= 1 and codes.count(202) >= 6, f"queue bounded: {codes}")
+st, j = s.json("POST", f"/v1/jobs/{long_ids[-1]}/cancel")
+check(st == 200 and j["status"] == "cancelled", "cancel a queued job")
+for jid in long_ids[:-1]:  # cancel the rest (the running one stops at a step boundary)
+    s.json("POST", f"/v1/jobs/{jid}/cancel")
+ends = [s.wait_job(jid) for jid in long_ids[:-1]]
+check(all(e and e["status"] in ("cancelled", "completed") for e in ends), "cancelled jobs end")
+
+# ---- SIGKILL of the model process mid-request -------------------------------------
+st, j = s.json("POST", "/v1/jobs", {"prompt": "a red circle", "steps": 3000, "seed": 9})
+t_end = time.time() + 10
+while time.time() < t_end and s.json("GET", f"/v1/jobs/{j['id']}")[1]["status"] != "in_progress":
+    time.sleep(0.02)
+pid = s.json("GET", "/ready")[1]["model_pid"]
+os.kill(pid, signal.SIGKILL)
+t0 = time.time()
+e = s.wait_job(j["id"], timeout=5)
+check(e and e["status"] == "failed" and "model process" in e.get("error", "") and time.time() - t0 < 1.5,
+      f"the killed request fails within a second: {e}")
+check(s.wait_ready(30) is not None, "a replacement becomes ready")
+st, png = image(s, {"prompt": "a red circle", "steps": 4, "seed": 5})
+check(st == 200 and png == before_crash, "after the crash, the same request and seed give the same bytes")
+st, b, _ = s.req("GET", "/metrics")
+check(b"difflet_model_restarts_total 1" in b and b"difflet_ready 1" in b, "metrics count the restart")
+s.stop()
+
+# ---- timeout with a model process that ignores the cancel -------------------------
+s = Server(os.path.join(tmp, "r2"), request_timeout_s=1.0)
+s.wait_ready()
+res = {}
+th = threading.Thread(target=lambda: res.update(r=s.json("POST", "/v1/images/generations", {"prompt": "x", "steps": 3000})))
+th.start()
+time.sleep(0.3)
+pid = s.json("GET", "/ready")[1]["model_pid"]
+os.kill(pid, signal.SIGSTOP)  # a stuck model process: it cannot see the cancel
+th.join(15)
+check(res.get("r", (0,))[0] == 504, f"504 at the deadline: {res.get('r')}")
+t0 = time.time()
+while time.time() - t0 < 5 and s.json("GET", "/ready")[0] == 200:
+    time.sleep(0.05)
+r = s.wait_ready(30)
+check(r and r["model_pid"] != pid, "the stuck model process was killed and replaced")
+st, png = image(s, {"prompt": "after", "steps": 3})
+check(st == 200, "dispatch resumes after the recovery")
+s.stop()
+
+# ---- API restart: queued jobs survive ------------------------------------------------
+res_dir = os.path.join(tmp, "r3")
+s = Server(res_dir)
+s.wait_ready()
+ids = [s.json("POST", "/v1/jobs", {"prompt": f"p{i}", "steps": 40, "seed": i})[1]["id"] for i in range(4)]
+s.stop(signal.SIGKILL)  # the API process dies with jobs queued and one in progress
+s = Server(res_dir)
+s.wait_ready()
+ends = [s.wait_job(i, timeout=120) for i in ids]
+check(all(e and e["status"] == "completed" for e in ends),
+      f"every accepted job completes after the restart: {[e and (e['status'], e.get('error')) for e in ends]}")
+
+# ---- 8 concurrent clients, 56 requests ----------------------------------------------
+results, lock = [], threading.Lock()
+
+
+def client(k):
+    for i in range(7):
+        st, j = s.json("POST", "/v1/images/generations", {"prompt": f"client {k} request {i}", "steps": 2, "seed": k * 100 + i})
+        with lock:
+            results.append((st, j and len(j.get("data", [])), j and j["data"][0]["b64_json"][:64] if st == 200 else None))
+
+
+ts = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+[t.start() for t in ts]
+[t.join(300) for t in ts]
+ok = [r for r in results if r[0] == 200 and r[1] == 1]
+retry = [r for r in results if r[0] == 429]
+check(len(results) == 56 and len(ok) + len(retry) == 56, f"56 answers, each an image or a 429: {[r[0] for r in results]}")
+check(len(ok) >= 40, f"most concurrent requests served ({len(ok)})")
+st, b, _ = s.req("GET", "/metrics")
+check(b"difflet_queue_depth 0" in b, "the queue drains")
+s.stop()
+
+# ---- API key --------------------------------------------------------------------------
+s = Server(os.path.join(tmp, "r4"), api_key="sekret")
+s.wait_ready()
+check(s.req("GET", "/health", headers={"Authorization": "none"})[0] == 200, "health needs no key")
+check(s.req("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] == 401, "401 with a wrong key")
+check(s.req("GET", "/v1/models")[0] == 200, "200 with the key")
+s.stop()
+
+subprocess.run(["rm", "-rf", tmp])
+print(f"test_serve: {passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
