@@ -151,6 +151,9 @@ check(st == 200 and b"<form" in b and b"/v1/jobs" in b, "the web page")
 # ---- jobs, cancel, queue full ------------------------------------------------------
 st, j = s.json("POST", "/v1/jobs", {"prompt": "a blue square", "steps": 5, "seed": 1})
 check(st == 202 and j["status"] == "queued" and j["queue_position"] >= 1, "jobs: 202 queued")
+sse_lines = urllib.request.urlopen(f"http://127.0.0.1:{s.port}/v1/jobs/{j['id']}/events", timeout=60).read().decode()
+events = [json.loads(l[6:]) for l in sse_lines.splitlines() if l.startswith("data: ")]
+check(events and events[-1]["status"] == "completed" and "event: completed" in sse_lines, f"server-sent events end with completed: {sse_lines[-200:]}")
 done = s.wait_job(j["id"])
 check(done and done["status"] == "completed" and done["steps_done"] == 5 and done["progress"] == 100, "job completes")
 long_ids = []

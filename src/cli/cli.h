@@ -14,6 +14,7 @@ int cli_calibrate(int argc, char **argv);
 int cli_eval_cache(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_serve_worker(int argc, char **argv);
+int cli_loadgen(int argc, char **argv);
 int cli_bench_startup(int argc, char **argv);
 int cli_bench_startup_child(int argc, char **argv);
 int bench_flux_model(const char *dir, int quick, int64_t *grid, int64_t *txt);

@@ -35,6 +35,8 @@ static void usage(FILE *f) {
             "  serve                HTTP API (OpenAI-style images + async jobs) with a resident\n"
             "                       model process: [--profile FILE] [--port N] [--host H]\n"
             "                       [--api-key K] [--model DIR] [--results DIR] [--no-compile]\n"
+            "  loadgen              open-loop Poisson load on a loopback server: --url URL\n"
+            "                       [--rate R] [--requests N] [--steps S] [--slo SECONDS]\n"
             "  cache ls|verify|rm   list, check every checksum of, or remove cached programs\n"
             "  selfcheck            check every CPU kernel of this machine's fast path against\n"
             "                       the plain C references (f32, bf16, f16) and the fused\n"
@@ -131,6 +133,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "calibrate")) return cli_calibrate(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve-worker")) return cli_serve_worker(argc - 2, argv + 2);
+    if (!strcmp(cmd, "loadgen")) return cli_loadgen(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval-cache")) return cli_eval_cache(argc - 2, argv + 2);
     if (!strcmp(cmd, "cache")) return cli_cache(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {

@@ -43,12 +43,14 @@ dl_status jobs_open(jobstore **out, const char *path) {
     dl_status s = exec(js, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
                            "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, status TEXT NOT NULL, request TEXT NOT NULL,"
                            " created REAL, started REAL, finished REAL, deadline REAL, error TEXT, result TEXT,"
-                           " step INTEGER DEFAULT 0, steps INTEGER DEFAULT 0, cached INTEGER DEFAULT 0);"
+                           " step INTEGER DEFAULT 0, steps INTEGER DEFAULT 0, cached INTEGER DEFAULT 0, model_s REAL DEFAULT 0);"
                            "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, created);");
     if (s != DL_OK) {
         jobs_close(js);
         return s;
     }
+    /* stores made before model_s existed: add it (an error means it is there) */
+    sqlite3_exec(js->db, "ALTER TABLE jobs ADD COLUMN model_s REAL DEFAULT 0;", NULL, NULL, NULL);
     *out = js;
     return DL_OK;
 }
@@ -127,6 +129,16 @@ dl_status jobs_set(jobstore *js, const char *id, const char *status, const char 
     return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
 }
 
+dl_status jobs_model_seconds(jobstore *js, const char *id, double secs) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET model_s=? WHERE id=?;", -1, &st, NULL) != SQLITE_OK) return DL_ERR_IO;
+    sqlite3_bind_double(st, 1, secs);
+    sqlite3_bind_text(st, 2, id, -1, SQLITE_TRANSIENT);
+    sqlite3_step(st);
+    sqlite3_finalize(st);
+    return DL_OK;
+}
+
 dl_status jobs_progress(jobstore *js, const char *id, int step, int steps, int cached) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET step=?, steps=?, cached=? WHERE id=?;", -1, &st, NULL) != SQLITE_OK)
@@ -143,7 +155,7 @@ dl_status jobs_progress(jobstore *js, const char *id, int step, int steps, int c
 cJSON *jobs_get(jobstore *js, const char *id) {
     sqlite3_stmt *st;
     cJSON *j = NULL;
-    if (sqlite3_prepare_v2(js->db, "SELECT status, created, error, result, step, steps, cached, request FROM jobs WHERE id=?;", -1,
+    if (sqlite3_prepare_v2(js->db, "SELECT status, created, error, result, step, steps, cached, request, model_s, started FROM jobs WHERE id=?;", -1,
                            &st, NULL) != SQLITE_OK)
         return NULL;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
@@ -159,6 +171,9 @@ cJSON *jobs_get(jobstore *js, const char *id) {
         cJSON_AddNumberToObject(j, "steps", steps);
         cJSON_AddNumberToObject(j, "steps_cached", sqlite3_column_int(st, 6));
         cJSON_AddNumberToObject(j, "progress", steps ? 100.0 * step / steps : 0.0);
+        cJSON_AddNumberToObject(j, "model_seconds", sqlite3_column_double(st, 8));
+        if (sqlite3_column_type(st, 9) != SQLITE_NULL)
+            cJSON_AddNumberToObject(j, "queue_seconds", sqlite3_column_double(st, 9) - sqlite3_column_double(st, 1));
         cJSON *req = cJSON_Parse((const char *)sqlite3_column_text(st, 7));
         if (req) cJSON_AddItemToObject(j, "request", req);
     }

@@ -39,6 +39,7 @@ int jobs_count(jobstore *js, const char *status);
 int jobs_next(jobstore *js, char *id, size_t idn, char **request_json, double *deadline);
 dl_status jobs_set(jobstore *js, const char *id, const char *status, const char *error, const char *result);
 dl_status jobs_progress(jobstore *js, const char *id, int step, int steps, int cached);
+dl_status jobs_model_seconds(jobstore *js, const char *id, double secs);
 /* The job as JSON (id, status, progress...), NULL when unknown. */
 cJSON *jobs_get(jobstore *js, const char *id);
 /* Queue position of a queued job (1 = next), 0 otherwise. */
