@@ -34,6 +34,7 @@ struct dl_clip_text {
     float *o;                 /* [S, D] projection out */
     void *f;                  /* [S, F] (dt) */
     void *scratch;            /* attention */
+    void *arena;              /* one block holding every buffer above */
 };
 
 void dl_clip_text_free(dl_clip_text *m) {
@@ -45,8 +46,7 @@ void dl_clip_text_free(dl_clip_text *m) {
     }
     free(m->layers);
     free(m->tok), free(m->pos), free(m->lnf_w), free(m->lnf_b);
-    dl_aligned_free(m->x), dl_aligned_free(m->h), dl_aligned_free(m->qkv), dl_aligned_free(m->att);
-    dl_aligned_free(m->o), dl_aligned_free(m->f), dl_aligned_free(m->scratch);
+    dl_aligned_free(m->arena);
     free(m);
 }
 
@@ -137,19 +137,17 @@ dl_status dl_clip_text_load(dl_clip_text **out, dl_model_dir *dir, const char *c
         if ((s = lin_load(&l->fc2, ck, f2w, f2b, 1, pd, S, F, dt, DL_F32, DL_ACT_NONE))) goto fail;
     }
     size_t es = dl_dtype_size(dt);
-    m->x = ws_alloc(ck, (size_t)(S * D) * 4);
-    m->h = ws_alloc(ck, (size_t)(S * D) * es);
-    m->qkv = ws_alloc(ck, (size_t)(S * 3 * D) * es);
-    m->att = ws_alloc(ck, (size_t)(S * D) * es);
-    m->o = ws_alloc(ck, (size_t)(S * D) * 4);
-    m->f = ws_alloc(ck, (size_t)(S * F) * es);
+    act_plan pl = {0};
+    plan_add(&pl, &m->x, (size_t)(S * D) * 4, 0, 2);
+    plan_add(&pl, &m->h, (size_t)(S * D) * es, 1, 1);
+    plan_add(&pl, &m->qkv, (size_t)(S * 3 * D) * es, 1, 1);
+    plan_add(&pl, &m->att, (size_t)(S * D) * es, 1, 1);
+    plan_add(&pl, &m->o, (size_t)(S * D) * 4, 1, 1);
+    plan_add(&pl, &m->f, (size_t)(S * F) * es, 1, 1);
     dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = m->H, .head_dim = D / m->H, .q = m->qkv, .k = m->qkv, .v = m->qkv,
                       .q_stride = 3 * D, .k_stride = 3 * D, .v_stride = 3 * D, .out = m->att, .kv_end = S, .causal = 1};
-    m->scratch = ws_alloc(ck, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
-    if (!m->x || !m->h || !m->qkv || !m->att || !m->o || !m->f || !m->scratch) {
-        s = dl_fail(DL_ERR_NOMEM, "CLIP text encoder: cannot allocate activations");
-        goto fail;
-    }
+    plan_add(&pl, &m->scratch, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, 1, 1);
+    if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
     ws_close(ck);
     *out = m;
     return DL_OK;

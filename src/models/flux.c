@@ -58,6 +58,7 @@ struct dl_flux {
     float *temb, *mod_img, *mod_txt, *tproj; /* [D], [6D], [6D], [256] */
     void *vec_in, *vec_h;           /* [max(256, Pd, D)] dt: one-row matmul inputs */
     void *scratch;
+    void *arena; /* one block holding every buffer above, planned by lifetime */
     float *probe_prev[2], *probe_cur; /* [N, D] each, allocated on first probe use */
     int probe_have[2];
 };
@@ -88,8 +89,7 @@ void dl_flux_free(dl_flux *m) {
         free(b->nq), free(b->nk);
     }
     free(m->dbl), free(m->sgl), free(m->rope_cos), free(m->rope_sin);
-    void *bufs[] = {m->x, m->o, m->h, m->qkv, m->att, m->f, m->in_lat, m->in_txt, m->temb, m->mod_img,
-                    m->mod_txt, m->tproj, m->vec_in, m->vec_h, m->scratch, m->probe_prev[0], m->probe_prev[1], m->probe_cur};
+    void *bufs[] = {m->arena, m->probe_prev[0], m->probe_prev[1], m->probe_cur};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dl_aligned_free(bufs[i]);
     free(m);
 }
@@ -263,28 +263,25 @@ dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, 
     size_t es = dl_dtype_size(dt);
     int64_t vmax = 256 > m->Pd ? 256 : m->Pd;
     if (D > vmax) vmax = D;
-    m->x = ws_alloc(ck, (size_t)(S * D) * 4);
-    m->o = ws_alloc(ck, (size_t)(S * D) * 4);
-    m->h = ws_alloc(ck, (size_t)(S * D) * es);
-    m->qkv = ws_alloc(ck, (size_t)(S * 3 * D) * es);
-    m->att = ws_alloc(ck, (size_t)(S * 5 * D) * es);
-    m->f = ws_alloc(ck, (size_t)(S * F) * es);
-    m->in_lat = ws_alloc(ck, (size_t)(N * m->Cin) * es);
-    m->in_txt = ws_alloc(ck, (size_t)(T * m->Jd) * es);
-    m->temb = ws_alloc(ck, (size_t)D * 4);
-    m->mod_img = ws_alloc(ck, (size_t)(6 * D) * 4);
-    m->mod_txt = ws_alloc(ck, (size_t)(6 * D) * 4);
-    m->tproj = ws_alloc(ck, 256 * 4);
-    m->vec_in = ws_alloc(ck, (size_t)vmax * es);
-    m->vec_h = ws_alloc(ck, (size_t)vmax * es);
+    act_plan pl = {0};
+    plan_add(&pl, &m->x, (size_t)(S * D) * 4, 0, 2);
+    plan_add(&pl, &m->o, (size_t)(S * D) * 4, 0, 2);
+    plan_add(&pl, &m->h, (size_t)(S * D) * es, 1, 2);
+    plan_add(&pl, &m->qkv, (size_t)(S * 3 * D) * es, 1, 1);
+    plan_add(&pl, &m->att, (size_t)(S * 5 * D) * es, 1, 1);
+    plan_add(&pl, &m->f, (size_t)(S * F) * es, 1, 1);
+    plan_add(&pl, &m->in_lat, (size_t)(N * m->Cin) * es, 0, 0);
+    plan_add(&pl, &m->in_txt, (size_t)(T * m->Jd) * es, 0, 0);
+    plan_add(&pl, &m->temb, (size_t)D * 4, 0, 2);
+    plan_add(&pl, &m->mod_img, (size_t)(6 * D) * 4, 0, 2);
+    plan_add(&pl, &m->mod_txt, (size_t)(6 * D) * 4, 1, 1);
+    plan_add(&pl, &m->tproj, 256 * 4, 0, 0);
+    plan_add(&pl, &m->vec_in, (size_t)vmax * es, 0, 2);
+    plan_add(&pl, &m->vec_h, (size_t)vmax * es, 0, 0);
     dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = m->H, .head_dim = m->Dh, .q = m->qkv, .k = m->qkv,
                       .v = m->qkv, .q_stride = 3 * D, .k_stride = 3 * D, .v_stride = 3 * D, .out = m->att, .kv_end = S};
-    m->scratch = ws_alloc(ck, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
-    if (!m->x || !m->o || !m->h || !m->qkv || !m->att || !m->f || !m->in_lat || !m->in_txt || !m->temb ||
-        !m->mod_img || !m->mod_txt || !m->tproj || !m->vec_in || !m->vec_h || !m->scratch) {
-        s = dl_fail(DL_ERR_NOMEM, "FLUX transformer: cannot allocate activations");
-        goto fail;
-    }
+    plan_add(&pl, &m->scratch, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, 1, 1);
+    if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
     ws_close(ck);
     *out = m;
     return DL_OK;

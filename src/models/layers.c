@@ -55,6 +55,52 @@ void *ws_alloc(dl_wsrc *ws, size_t bytes) {
     return dl_aligned_alloc(bytes);
 }
 
+void plan_add(act_plan *p, void *dst_ptr_addr, size_t bytes, int first, int last) {
+    DL_ASSERT(p->n < PLAN_MAX && first <= last);
+    p->b[p->n].dst = (void **)dst_ptr_addr;
+    p->b[p->n].bytes = dl_align_up(bytes ? bytes : 1, DL_ALIGN);
+    p->b[p->n].first = first;
+    p->b[p->n].last = last;
+    p->n++;
+}
+
+dl_status plan_commit(act_plan *p, dl_wsrc *ws, void **arena) {
+    int order[PLAN_MAX], placed[PLAN_MAX], np = 0;
+    for (int i = 0; i < p->n; i++) order[i] = i;
+    for (int i = 1; i < p->n; i++) /* largest first */
+        for (int j = i; j > 0 && p->b[order[j]].bytes > p->b[order[j - 1]].bytes; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    p->total = 0;
+    for (int k = 0; k < p->n; k++) {
+        int i = order[k];
+        size_t off = 0;
+        for (int moved = 1; moved;) { /* the lowest offset clear of every live-overlapping buffer */
+            moved = 0;
+            for (int q = 0; q < np; q++) {
+                int j = placed[q];
+                int live = p->b[i].first <= p->b[j].last && p->b[j].first <= p->b[i].last;
+                int hit = off < p->b[j].off + p->b[j].bytes && p->b[j].off < off + p->b[i].bytes;
+                if (live && hit) {
+                    off = p->b[j].off + p->b[j].bytes;
+                    moved = 1;
+                }
+            }
+        }
+        p->b[i].off = off;
+        placed[np++] = i;
+        if (off + p->b[i].bytes > p->total) p->total = off + p->b[i].bytes;
+    }
+    char *base = dl_aligned_alloc(p->total);
+    *arena = base;
+    if (!base) return dl_fail(DL_ERR_NOMEM, "cannot allocate a %zu-byte activation arena", p->total);
+    for (int i = 0; i < p->n; i++) *p->b[i].dst = base + p->b[i].off;
+    ws->arena += p->total;
+    return DL_OK;
+}
+
 static dl_status art_missing(const char *name) {
     return dl_fail(DL_ERR_FORMAT, "program artifact has no tensor `%s` (compiled for another model?)", name);
 }

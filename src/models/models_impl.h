@@ -19,6 +19,24 @@ const char *ws_label(const dl_wsrc *ws);
 /* Activation buffer, counted into the model's arena size. */
 void *ws_alloc(dl_wsrc *ws, size_t bytes);
 
+/* The activation arena: each buffer declares the phases [first, last] of the forward
+ * pass in which it is live; plan_commit places them at fixed offsets in one block,
+ * letting buffers whose lifetimes do not intersect share bytes (greedy, largest
+ * first, lowest offset that fits), and sets every declared pointer. */
+enum { PLAN_MAX = 32 };
+typedef struct {
+    struct {
+        void **dst;
+        size_t bytes, off;
+        int first, last;
+    } b[PLAN_MAX];
+    int n;
+    size_t total;
+} act_plan;
+void plan_add(act_plan *p, void *dst_ptr_addr, size_t bytes, int first, int last);
+/* Allocates the arena (*arena, 64-byte aligned; free with dl_aligned_free). */
+dl_status plan_commit(act_plan *p, dl_wsrc *ws, void **arena);
+
 typedef struct {
     dl_matmul *mm;
     int64_t k, n;

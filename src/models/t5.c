@@ -33,6 +33,7 @@ struct dl_t5_encoder {
     void *att;       /* [S, H DK] dt */
     void *f0, *f1;   /* [S, F] dt */
     void *scratch;
+    void *arena; /* one block holding every buffer above */
 };
 
 int32_t dl_t5_bucket(int64_t rel, int bidirectional, int num_buckets, int max_distance) {
@@ -64,8 +65,7 @@ void dl_t5_encoder_free(dl_t5_encoder *m) {
     }
     free(m->layers);
     free(m->emb), free(m->bias_rel), free(m->ln_final);
-    dl_aligned_free(m->x), dl_aligned_free(m->o), dl_aligned_free(m->h), dl_aligned_free(m->qkv);
-    dl_aligned_free(m->att), dl_aligned_free(m->f0), dl_aligned_free(m->f1), dl_aligned_free(m->scratch);
+    dl_aligned_free(m->arena);
     free(m);
 }
 
@@ -165,20 +165,18 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
         if ((s = lin_load(&l->wo, ck, wo, NULL, 1, pd, S, F, dt, DL_F32, DL_ACT_NONE))) goto fail;
     }
     size_t es = dl_dtype_size(dt);
-    m->x = ws_alloc(ck, (size_t)(S * D) * 4);
-    m->o = ws_alloc(ck, (size_t)(S * D) * 4);
-    m->h = ws_alloc(ck, (size_t)(S * D) * es);
-    m->qkv = ws_alloc(ck, (size_t)(S * 3 * I) * es);
-    m->att = ws_alloc(ck, (size_t)(S * I) * es);
-    m->f0 = ws_alloc(ck, (size_t)(S * F) * es);
-    m->f1 = ws_alloc(ck, (size_t)(S * F) * es);
+    act_plan pl = {0};
+    plan_add(&pl, &m->x, (size_t)(S * D) * 4, 0, 2);
+    plan_add(&pl, &m->o, (size_t)(S * D) * 4, 1, 1);
+    plan_add(&pl, &m->h, (size_t)(S * D) * es, 1, 1);
+    plan_add(&pl, &m->qkv, (size_t)(S * 3 * I) * es, 1, 1);
+    plan_add(&pl, &m->att, (size_t)(S * I) * es, 1, 1);
+    plan_add(&pl, &m->f0, (size_t)(S * F) * es, 1, 1);
+    plan_add(&pl, &m->f1, (size_t)(S * F) * es, 1, 1);
     dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = m->H, .head_dim = m->DK, .q = m->qkv, .k = m->qkv,
                       .v = m->qkv, .q_stride = 3 * I, .k_stride = 3 * I, .v_stride = 3 * I, .out = m->att, .kv_end = S};
-    m->scratch = ws_alloc(ck, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
-    if (!m->x || !m->o || !m->h || !m->qkv || !m->att || !m->f0 || !m->f1 || !m->scratch) {
-        s = dl_fail(DL_ERR_NOMEM, "T5 encoder: cannot allocate activations");
-        goto fail;
-    }
+    plan_add(&pl, &m->scratch, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, 1, 1);
+    if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
     ws_close(ck);
     *out = m;
     return DL_OK;

@@ -42,6 +42,7 @@ struct dl_vae_decoder {
     void *t1, *t2;       /* attention: tokens x channels, tokens x 3C (dt) */
     float *tf, *tf2;     /* [HW, C] f32 projection output and its transpose */
     void *scratch;
+    void *arena; /* one block holding every buffer above */
     size_t maxel;
 };
 
@@ -64,7 +65,7 @@ void dl_vae_decoder_free(dl_vae_decoder *m) {
     free(m->att.gw), free(m->att.gb);
     lin_free(&m->att.qkv), lin_free(&m->att.out);
     free(m->gow), free(m->gob);
-    void *bufs[] = {m->a, m->b, m->c, m->d, m->t1, m->t2, m->tf, m->tf2, m->scratch};
+    void *bufs[] = {m->arena};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dl_aligned_free(bufs[i]);
     free(m);
 }
@@ -210,19 +211,19 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
     size_t es = dl_dtype_size(dt);
     if ((size_t)(3 * h * w) > maxel) maxel = (size_t)(3 * h * w);
     m->maxel = maxel;
-    m->a = ws_alloc(ck, maxel * es), m->b = ws_alloc(ck, maxel * es);
-    m->c = ws_alloc(ck, maxel * es), m->d = ws_alloc(ck, maxel * es);
-    m->t1 = ws_alloc(ck, (size_t)(HW * top) * es);
-    m->t2 = ws_alloc(ck, (size_t)(HW * 3 * top) * es);
-    m->tf = ws_alloc(ck, (size_t)(HW * top) * 4);
-    m->tf2 = ws_alloc(ck, (size_t)(HW * top) * 4);
+    act_plan pl = {0};
+    plan_add(&pl, &m->a, maxel * es, 0, 2);
+    plan_add(&pl, &m->b, maxel * es, 0, 2);
+    plan_add(&pl, &m->c, maxel * es, 0, 2);
+    plan_add(&pl, &m->d, maxel * es, 1, 1);
+    plan_add(&pl, &m->t1, (size_t)(HW * top) * es, 1, 1);
+    plan_add(&pl, &m->t2, (size_t)(HW * 3 * top) * es, 1, 1);
+    plan_add(&pl, &m->tf, (size_t)(HW * top) * 4, 1, 1);
+    plan_add(&pl, &m->tf2, (size_t)(HW * top) * 4, 1, 1);
     dl_attn_args a = {.dt = dt, .sq = HW, .sk = HW, .heads = 1, .head_dim = top, .q = m->t2, .k = m->t2, .v = m->t2,
                       .q_stride = 3 * top, .k_stride = 3 * top, .v_stride = 3 * top, .out = m->t1, .kv_end = HW};
-    m->scratch = ws_alloc(ck, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64);
-    if (!m->a || !m->b || !m->c || !m->d || !m->t1 || !m->t2 || !m->tf || !m->tf2 || !m->scratch) {
-        s = dl_fail(DL_ERR_NOMEM, "VAE decoder: cannot allocate activations");
-        goto fail;
-    }
+    plan_add(&pl, &m->scratch, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, 1, 1);
+    if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
     ws_close(ck);
     *out = m;
     return DL_OK;
