@@ -245,6 +245,24 @@ st, b, _ = s.req("GET", "/metrics")
 check(b"difflet_queue_depth 0" in b, "the queue drains")
 s.stop()
 
+# ---- data parallel: two model processes -------------------------------------------
+s = Server(os.path.join(tmp, "r5"), replicas=2)
+t0 = time.time()
+r = s.wait_ready()
+while time.time() - t0 < 60 and sum(p > 0 for p in s.json("GET", "/ready")[1]["model_pids"]) < 2:
+    time.sleep(0.05)
+pids = s.json("GET", "/ready")[1]["model_pids"]
+check(len(pids) == 2 and all(p > 0 for p in pids) and pids[0] != pids[1], f"two ready model processes: {pids}")
+os.kill(pids[0], signal.SIGKILL)
+st, png = image(s, {"prompt": "while one restarts", "steps": 3})
+check(st == 200, "the other replica serves while one is replaced")
+res2 = []
+ts = [threading.Thread(target=lambda: res2.append(image(s, {"prompt": "dp", "steps": 30})[0])) for _ in range(4)]
+[t.start() for t in ts]
+[t.join(120) for t in ts]
+check(res2 == [200] * 4, f"requests spread over the replicas: {res2}")
+s.stop()
+
 # ---- API key --------------------------------------------------------------------------
 s = Server(os.path.join(tmp, "r4"), api_key="sekret")
 s.wait_ready()

@@ -19,6 +19,7 @@ static void defaults(serve_profile *p) {
     snprintf(p->cache, sizeof p->cache, "off");
     p->port = 8080;
     p->queue_capacity = 16;
+    p->replicas = 1;
     p->max_steps = 200;
     p->max_prompt_bytes = 2000;
     p->nsizes = 1;
@@ -45,6 +46,7 @@ static int num_field(const cJSON *j, const char *k, double *dst) {
 }
 
 dl_status profile_from_json(serve_profile *p, const cJSON *j) {
+    double reps = p->replicas;
     double port = p->port, qc = p->queue_capacity, ms = p->max_steps, mp = p->max_prompt_bytes, nc = p->no_compile;
     if (!str_field(j, "model", p->model, sizeof p->model) || !str_field(j, "results_dir", p->results, sizeof p->results) ||
         !str_field(j, "db", p->db, sizeof p->db) || !str_field(j, "host", p->host, sizeof p->host) ||
@@ -52,7 +54,8 @@ dl_status profile_from_json(serve_profile *p, const cJSON *j) {
         !str_field(j, "cache", p->cache, sizeof p->cache) || !num_field(j, "port", &port) ||
         !num_field(j, "queue_capacity", &qc) || !num_field(j, "max_steps", &ms) || !num_field(j, "max_prompt_bytes", &mp) ||
         !num_field(j, "request_timeout_s", &p->timeout_s) || !num_field(j, "cancel_grace_s", &p->grace_s) ||
-        !num_field(j, "result_ttl_s", &p->result_ttl_s) || !num_field(j, "no_compile", &nc))
+        !num_field(j, "result_ttl_s", &p->result_ttl_s) || !num_field(j, "no_compile", &nc) ||
+        !num_field(j, "replicas", &reps))
         return dl_fail(DL_ERR_FORMAT, "serving profile: a field has the wrong type");
     const cJSON *sizes = cJSON_GetObjectItemCaseSensitive(j, "sizes"), *e;
     if (sizes) {
@@ -68,6 +71,8 @@ dl_status profile_from_json(serve_profile *p, const cJSON *j) {
     }
     p->port = (int)port, p->queue_capacity = (int)qc, p->max_steps = (int)ms, p->max_prompt_bytes = (int)mp;
     p->no_compile = (int)nc;
+    p->replicas = (int)reps;
+    if (p->replicas < 1 || p->replicas > 8) return dl_fail(DL_ERR_FORMAT, "serving profile: replicas must be 1..8");
     if (p->port < 0 || p->port > 65535 || p->queue_capacity < 1 || p->max_steps < 1 || p->timeout_s <= 0 ||
         (strcmp(p->dtype, "f32") && strcmp(p->dtype, "bf16")))
         return dl_fail(DL_ERR_FORMAT, "serving profile: port, queue_capacity, max_steps, request_timeout_s or dtype out of range");
@@ -111,6 +116,7 @@ cJSON *profile_to_json(const serve_profile *p) {
     cJSON_AddNumberToObject(j, "cancel_grace_s", p->grace_s);
     cJSON_AddNumberToObject(j, "result_ttl_s", p->result_ttl_s);
     cJSON_AddNumberToObject(j, "no_compile", p->no_compile);
+    cJSON_AddNumberToObject(j, "replicas", p->replicas);
     for (int i = 0; i < p->nsizes; i++) {
         char s[32];
         snprintf(s, sizeof s, "%dx%d", p->sizes[i][0], p->sizes[i][1]);

@@ -12,6 +12,7 @@
 typedef struct {
     char model[1024], results[1024], db[1024], host[64], api_key[256];
     int port, queue_capacity, max_steps, max_prompt_bytes, nsizes, no_compile;
+    int replicas;           /* data parallel: model processes, each on its own cores */
     int sizes[8][2];        /* width, height */
     double timeout_s, grace_s, result_ttl_s;
     char dtype[8], cache[256]; /* default step-caching mode */

@@ -6,6 +6,7 @@
  * check), and replaces it when it dies. Dispatch pauses while it recovers. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <math.h>
 #include <microhttpd.h>
@@ -31,17 +32,25 @@
 enum { MAX_BODY = 64 * 1024, NBUCKETS = 10 };
 static const double k_buckets[NBUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120};
 
+enum { MAX_WORKERS = 8 };
+
+/* One resident model process (data parallel: several, on disjoint cores). */
+typedef struct {
+    int fd, ready, cancel_sent;
+    pid_t pid;
+    char inflight[40];
+    double deadline, cancel_time, next_spawn, backoff;
+} worker;
+
 typedef struct {
     serve_profile pr;
     const char *exe, *profile_path;
     jobstore *js;
     pthread_mutex_t mu;
     pthread_cond_t cv; /* any job changed state */
-    int ready, stopping, worker_fd;
-    pid_t worker_pid;
-    char inflight[40], cancel_req[40];
-    double inflight_deadline, cancel_time, inflight_started;
-    int cancel_sent;
+    int stopping, nworkers;
+    worker w[MAX_WORKERS];
+    char cancel_req[40];
     /* metrics */
     long requests[600];
     long dur_bucket[NBUCKETS + 1], dur_count, wait_count, steps_full, steps_cached, restarts;
@@ -57,19 +66,41 @@ static double wall(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* ---- the model process ------------------------------------------------------------ */
+static int any_ready(void) {
+    for (int i = 0; i < A.nworkers; i++)
+        if (A.w[i].ready) return 1;
+    return 0;
+}
 
-static void spawn_worker(void) {
+static int inflight_count(void) {
+    int n = 0;
+    for (int i = 0; i < A.nworkers; i++) n += A.w[i].inflight[0] != 0;
+    return n;
+}
+
+/* ---- the model processes ------------------------------------------------------------ */
+
+static void spawn_worker(worker *w, int k) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         DL_ERROR("serve: socketpair: %s", strerror(errno));
         return;
     }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int per = (int)(ncpu / A.nworkers);
     pid_t pid = fork();
     if (pid == 0) {
         int fd = dup(sv[1]); /* without CLOEXEC: it survives exec */
-        char fds[16];
+        char fds[16], th[16];
         snprintf(fds, sizeof fds, "%d", fd);
+        if (A.nworkers > 1 && per >= 1) { /* replica k on cores [k*per, (k+1)*per) */
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            for (int c = k * per; c < (k + 1) * per; c++) CPU_SET(c, &set);
+            sched_setaffinity(0, sizeof set, &set);
+            snprintf(th, sizeof th, "%d", per);
+            setenv("OMP_NUM_THREADS", th, 1);
+        }
         execl(A.exe, A.exe, "serve-worker", fds, A.profile_path, (char *)NULL);
         _exit(127);
     }
@@ -79,46 +110,48 @@ static void spawn_worker(void) {
         DL_ERROR("serve: fork: %s", strerror(errno));
         return;
     }
-    A.worker_fd = sv[0];
-    A.worker_pid = pid;
-    A.ready = 0;
-    DL_INFO("serve: model process %d starting", (int)pid);
+    w->fd = sv[0];
+    w->pid = pid;
+    w->ready = 0;
+    DL_INFO("serve: model process %d (replica %d) starting", (int)pid, k);
 }
 
-static void reap_worker(int kill_it) {
-    if (A.worker_pid <= 0) return;
-    if (kill_it) kill(A.worker_pid, SIGKILL);
+static void reap_worker(worker *w, int kill_it) {
+    if (w->pid <= 0) return;
+    if (kill_it) kill(w->pid, SIGKILL);
     int st;
-    waitpid(A.worker_pid, &st, 0); /* confirm the exit before a replacement starts */
-    close(A.worker_fd);
-    A.worker_fd = -1;
-    A.worker_pid = -1;
-    A.ready = 0;
+    waitpid(w->pid, &st, 0); /* confirm the exit before a replacement starts */
+    close(w->fd);
+    w->fd = -1;
+    w->pid = -1;
+    w->ready = 0;
 }
 
-static void finish_inflight(const char *status, const char *err, const char *result) {
-    if (!A.inflight[0]) return;
-    cJSON *j = jobs_get(A.js, A.inflight);
+static void finish_inflight(worker *w, const char *status, const char *err, const char *result) {
+    if (!w->inflight[0]) return;
+    cJSON *j = jobs_get(A.js, w->inflight);
     const char *cur = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : NULL;
-    if (cur && !strcmp(cur, "in_progress")) jobs_set(A.js, A.inflight, status, err, result);
+    if (cur && !strcmp(cur, "in_progress")) jobs_set(A.js, w->inflight, status, err, result);
     cJSON_Delete(j);
-    A.inflight[0] = 0;
-    A.cancel_sent = 0;
+    w->inflight[0] = 0;
+    w->cancel_sent = 0;
     pthread_cond_broadcast(&A.cv);
 }
 
-static void handle_msg(cJSON *m) {
+static void handle_msg(worker *w, cJSON *m) {
     const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "type"));
     const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "id"));
     if (!type) return;
     if (!strcmp(type, "ready")) {
-        A.ready = 1;
-        DL_INFO("serve: model process ready (%.1f s)", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "load_seconds")));
+        w->ready = 1;
+        w->backoff = 0.5;
+        DL_INFO("serve: model process %d ready (%.1f s)", (int)w->pid,
+                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "load_seconds")));
         pthread_cond_broadcast(&A.cv);
     } else if (!strcmp(type, "fatal")) {
         snprintf(A.last_error, sizeof A.last_error, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")));
         DL_ERROR("serve: the model process failed to start: %s", A.last_error);
-    } else if (id && !strcmp(id, A.inflight)) {
+    } else if (id && !strcmp(id, w->inflight)) {
         if (!strcmp(type, "progress")) {
             jobs_progress(A.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
                           (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps")), 0);
@@ -133,18 +166,23 @@ static void handle_msg(cJSON *m) {
             cJSON_Delete(j);
             jobs_progress(A.js, id, steps, steps, cached);
             jobs_model_seconds(A.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "seconds")));
-            finish_inflight("completed", NULL, path);
+            finish_inflight(w, "completed", NULL, path);
         } else if (!strcmp(type, "error")) {
             int cancelled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "cancelled"));
-            finish_inflight(cancelled ? "cancelled" : "failed", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL);
+            finish_inflight(w, cancelled ? "cancelled" : "failed", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL);
         }
     }
 }
 
+/* Each queued job goes to a ready model process with nothing in flight. */
 static void dispatch(void) {
     char id[40], *req = NULL;
     double deadline;
-    while (A.ready && !A.inflight[0] && jobs_next(A.js, id, sizeof id, &req, &deadline)) {
+    for (;;) {
+        worker *w = NULL;
+        for (int i = 0; i < A.nworkers && !w; i++)
+            if (A.w[i].ready && !A.w[i].inflight[0]) w = &A.w[i];
+        if (!w || !jobs_next(A.js, id, sizeof id, &req, &deadline)) return;
         if (wall() > deadline) { /* waited past its deadline in the queue */
             jobs_set(A.js, id, "failed", "timed out in the queue", NULL);
             free(req);
@@ -160,78 +198,83 @@ static void dispatch(void) {
         cJSON_AddItemToObject(m, "request", rq);
         jobs_set(A.js, id, "in_progress", NULL, NULL);
         jobs_progress(A.js, id, 0, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")), 0);
-        snprintf(A.inflight, sizeof A.inflight, "%s", id);
-        A.inflight_deadline = deadline;
-        A.inflight_started = wall();
-        A.cancel_sent = 0;
+        snprintf(w->inflight, sizeof w->inflight, "%s", id);
+        w->deadline = deadline;
+        w->cancel_sent = 0;
         cJSON *j = jobs_get(A.js, id);
         double created = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "created")) : wall();
         cJSON_Delete(j);
         A.wait_sum += wall() - created, A.wait_count++;
-        if (msg_send(A.worker_fd, m) != DL_OK) DL_WARN("serve: could not send job %s to the model process", id);
+        if (msg_send(w->fd, m) != DL_OK) DL_WARN("serve: could not send job %s to the model process", id);
         cJSON_Delete(m);
         free(req);
         pthread_cond_broadcast(&A.cv);
     }
 }
 
-static void *supervisor(void *arg) {
-    (void)arg;
-    double backoff = 0.5, next_spawn = 0;
-    pthread_mutex_lock(&A.mu);
-    while (!A.stopping) {
-        if (A.worker_pid <= 0 && wall() >= next_spawn) spawn_worker();
-        int fd = A.worker_fd;
-        pthread_mutex_unlock(&A.mu);
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int pr = fd >= 0 ? poll(&pf, 1, 50) : (usleep(50000), 0);
+/* One pass over a model process: spawn, messages, death, deadline, kill. */
+static void tend(worker *w, int k, const struct pollfd *pf) {
+    double now = wall();
+    if (w->pid <= 0 && now >= w->next_spawn && !A.stopping) spawn_worker(w, k);
+    if (w->pid > 0 && pf && (pf->revents & (POLLIN | POLLHUP | POLLERR))) {
         cJSON *m = NULL;
-        int dead = 0;
-        if (pr > 0 && (pf.revents & (POLLIN | POLLHUP | POLLERR))) dead = msg_recv(fd, &m) != DL_OK;
-        pthread_mutex_lock(&A.mu);
-        if (m) handle_msg(m), cJSON_Delete(m);
-        if (dead && A.worker_pid > 0) { /* the model process exited: fail its job, replace it */
-            int was_ready = A.ready;
-            pid_t pid = A.worker_pid;
-            reap_worker(0);
+        if (msg_recv(w->fd, &m) == DL_OK) {
+            handle_msg(w, m);
+            cJSON_Delete(m);
+        } else { /* the model process exited: fail its job, replace it */
+            int was_ready = w->ready;
+            pid_t pid = w->pid;
+            reap_worker(w, 0);
             A.restarts++;
-            if (A.inflight[0]) {
-                DL_WARN("serve: model process %d died during job %s; replacing it", (int)pid, A.inflight);
-                finish_inflight("failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
+            if (w->inflight[0]) {
+                DL_WARN("serve: model process %d died during job %s; replacing it", (int)pid, w->inflight);
+                finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
             } else {
                 DL_WARN("serve: model process %d exited; replacing it", (int)pid);
             }
-            next_spawn = wall() + (was_ready ? 0 : backoff);
-            backoff = was_ready ? 0.5 : fmin(backoff * 2, 30);
+            w->next_spawn = now + (was_ready ? 0 : w->backoff);
+            w->backoff = was_ready ? 0.5 : fmin(w->backoff * 2, 30);
         }
-        double now = wall();
-        if (A.inflight[0] && !A.cancel_sent && (now > A.inflight_deadline || !strcmp(A.cancel_req, A.inflight))) {
-            /* deadline (or a cancel request): the client hears now; the worker stops at a step boundary */
-            int timed_out = now > A.inflight_deadline;
-            cJSON *c = cJSON_CreateObject();
-            cJSON_AddStringToObject(c, "type", "cancel");
-            cJSON_AddStringToObject(c, "id", A.inflight);
-            msg_send(A.worker_fd, c);
-            cJSON_Delete(c);
-            if (timed_out) {
-                char err[128];
-                snprintf(err, sizeof err, "timed out after %.0f s", A.pr.timeout_s);
-                jobs_set(A.js, A.inflight, "failed", err, NULL);
-                pthread_cond_broadcast(&A.cv);
-            }
-            A.cancel_sent = 1;
-            A.cancel_time = now;
+    }
+    if (w->inflight[0] && !w->cancel_sent && (now > w->deadline || !strcmp(A.cancel_req, w->inflight))) {
+        /* deadline (or a cancel request): the client hears now; the process stops at a step boundary */
+        int timed_out = now > w->deadline;
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "type", "cancel");
+        cJSON_AddStringToObject(c, "id", w->inflight);
+        msg_send(w->fd, c);
+        cJSON_Delete(c);
+        if (timed_out) {
+            char err[128];
+            snprintf(err, sizeof err, "timed out after %.0f s", A.pr.timeout_s);
+            jobs_set(A.js, w->inflight, "failed", err, NULL);
+            pthread_cond_broadcast(&A.cv);
         }
-        if (A.inflight[0] && A.cancel_sent && now > A.cancel_time + A.pr.grace_s) {
-            DL_WARN("serve: model process did not stop job %s within %.1f s: killing it", A.inflight, A.pr.grace_s);
-            finish_inflight("failed", "timed out; the model process was replaced", NULL);
-            reap_worker(1);
-            A.restarts++;
-            next_spawn = wall();
-        }
+        w->cancel_sent = 1;
+        w->cancel_time = now;
+    }
+    if (w->inflight[0] && w->cancel_sent && now > w->cancel_time + A.pr.grace_s) {
+        DL_WARN("serve: model process %d did not stop job %s within %.1f s: killing it", (int)w->pid, w->inflight, A.pr.grace_s);
+        finish_inflight(w, "failed", "timed out; the model process was replaced", NULL);
+        reap_worker(w, 1);
+        A.restarts++;
+        w->next_spawn = wall();
+    }
+}
+
+static void *supervisor(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&A.mu);
+    while (!A.stopping) {
+        struct pollfd pf[MAX_WORKERS];
+        for (int i = 0; i < A.nworkers; i++) pf[i] = (struct pollfd){.fd = A.w[i].pid > 0 ? A.w[i].fd : -1, .events = POLLIN};
+        pthread_mutex_unlock(&A.mu);
+        int pr = poll(pf, (nfds_t)A.nworkers, 50);
+        pthread_mutex_lock(&A.mu);
+        for (int i = 0; i < A.nworkers; i++) tend(&A.w[i], i, pr > 0 ? &pf[i] : NULL);
         dispatch();
     }
-    reap_worker(1);
+    for (int i = 0; i < A.nworkers; i++) reap_worker(&A.w[i], 1);
     pthread_mutex_unlock(&A.mu);
     return NULL;
 }
@@ -482,11 +525,11 @@ static enum MHD_Result metrics(struct MHD_Connection *c) {
     P("# TYPE difflet_queue_wait_seconds summary\ndifflet_queue_wait_seconds_sum %.6f\ndifflet_queue_wait_seconds_count %ld\n",
       A.wait_sum, A.wait_count);
     P("# TYPE difflet_queue_depth gauge\ndifflet_queue_depth %d\n", jobs_count(A.js, "queued"));
-    P("# TYPE difflet_inflight gauge\ndifflet_inflight %d\n", A.inflight[0] ? 1 : 0);
+    P("# TYPE difflet_inflight gauge\ndifflet_inflight %d\n", inflight_count());
     P("# TYPE difflet_denoise_steps_total counter\ndifflet_denoise_steps_total{cached=\"false\"} %ld\n"
       "difflet_denoise_steps_total{cached=\"true\"} %ld\n", A.steps_full, A.steps_cached);
     P("# TYPE difflet_model_restarts_total counter\ndifflet_model_restarts_total %ld\n", A.restarts);
-    P("# TYPE difflet_ready gauge\ndifflet_ready %d\n", A.ready);
+    P("# TYPE difflet_ready gauge\ndifflet_ready %d\n", any_ready());
 #undef P
     pthread_mutex_unlock(&A.mu);
     enum MHD_Result r = respond(c, 200, "text/plain; version=0.0.4", buf, o, NULL, NULL);
@@ -658,12 +701,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (cn->too_big) return error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %d bytes", MAX_BODY);
     if (get && !strcmp(url, "/")) return respond(c, 200, "text/html; charset=utf-8", PAGE, strlen(PAGE), NULL, NULL);
     if (get && !strcmp(url, "/ready")) {
+        cJSON *j = cJSON_CreateObject(), *pids = cJSON_CreateArray();
         pthread_mutex_lock(&A.mu);
-        int ready = A.ready, pid = (int)A.worker_pid;
+        int ready = any_ready(), pid = (int)A.w[0].pid;
+        for (int i = 0; i < A.nworkers; i++) cJSON_AddItemToArray(pids, cJSON_CreateNumber(A.w[i].ready ? (double)A.w[i].pid : -1));
         pthread_mutex_unlock(&A.mu);
-        cJSON *j = cJSON_CreateObject();
         cJSON_AddBoolToObject(j, "ready", ready);
         cJSON_AddNumberToObject(j, "model_pid", pid);
+        cJSON_AddItemToObject(j, "model_pids", pids);
         if (!ready) cJSON_AddStringToObject(j, "reason", A.last_error[0] ? A.last_error : "the model process is starting or recovering");
         return json_reply(c, ready ? 200 : 503, j);
     }
@@ -777,8 +822,8 @@ int serve_api_main(const serve_profile *pr, const char *self_exe) {
     memset(&A, 0, sizeof A);
     A.pr = *pr;
     A.exe = self_exe;
-    A.worker_fd = -1;
-    A.worker_pid = -1;
+    A.nworkers = pr->replicas < 1 ? 1 : pr->replicas > MAX_WORKERS ? MAX_WORKERS : pr->replicas;
+    for (int i = 0; i < A.nworkers; i++) A.w[i] = (worker){.fd = -1, .pid = -1, .backoff = 0.5};
     pthread_mutex_init(&A.mu, NULL);
     pthread_cond_init(&A.cv, NULL);
     signal(SIGPIPE, SIG_IGN);
