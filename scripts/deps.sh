@@ -8,6 +8,7 @@ for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 command -v python3 >/dev/null 2>&1 || missing+=(python3) # the serve test's HTTP client (standard library only)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium) # the serve test's browser screenshot
 if [ ${#missing[@]} -eq 0 ]; then
     echo "deps: all ${#pkgs[@]} packages present"
     exit 0

@@ -484,26 +484,29 @@ static char *b64(const uint8_t *d, size_t n) {
     return o;
 }
 
+/* The web page: ids are looked up explicitly (window.prompt and window.status are
+ * built-ins that named access would not override). */
 static const char *PAGE =
     "<!doctype html><html><head><meta charset=utf-8><title>difflet</title><style>"
     "body{font-family:sans-serif;max-width:640px;margin:2em auto}input,select{margin:.2em}"
     "#bar{height:10px;background:#4a7;width:0}#wrap{border:1px solid #999;width:100%}img{image-rendering:pixelated;width:256px}"
-    "</style></head><body><h1>difflet</h1><form id=f>"
-    "<input id=prompt size=60 value='a large red circle in the centre on a blue background'><br>"
-    "size <select id=size></select> steps <input id=steps type=number value=20 min=1 size=4> "
-    "seed <input id=seed type=number value=1 size=6> cache <select id=cache><option>off<option>cadence:2"
+    "</style></head><body><h1>difflet</h1><form id=form>"
+    "<input id=q_prompt size=60 value='a large red circle in the centre on a blue background'><br>"
+    "size <select id=q_size></select> steps <input id=q_steps type=number value=20 min=1 size=4> "
+    "seed <input id=q_seed type=number value=1 size=6> cache <select id=q_cache><option>off<option>cadence:2"
     "<option>online-delta</select> <button>Generate</button></form>"
-    "<div id=wrap><div id=bar></div></div><p id=status></p><img id=img alt=''>"
-    "<script>fetch('/v1/models').then(r=>r.json()).then(m=>{for(const s of m.data[0].sizes){const o=document.createElement('option');"
-    "o.textContent=s;size.appendChild(o)}});"
-    "f.onsubmit=async e=>{e.preventDefault();status.textContent='queued';bar.style.width='0';"
-    "const r=await fetch('/v1/jobs',{method:'POST',body:JSON.stringify({prompt:prompt.value,size:size.value,"
-    "steps:+steps.value,seed:+seed.value,cache:cache.value})});const j=await r.json();"
-    "if(!r.ok){status.textContent=j.error.message;return}"
+    "<div id=wrap><div id=bar></div></div><p id=q_status></p><img id=q_img alt=''>"
+    "<script>const $=i=>document.getElementById(i);"
+    "fetch('/v1/models').then(r=>r.json()).then(m=>{for(const s of m.data[0].sizes){const o=document.createElement('option');"
+    "o.textContent=s;$('q_size').appendChild(o)}if(location.search.includes('autorun'))$('form').requestSubmit()});"
+    "$('form').onsubmit=async e=>{e.preventDefault();$('q_status').textContent='queued';$('bar').style.width='0';"
+    "const r=await fetch('/v1/jobs',{method:'POST',body:JSON.stringify({prompt:$('q_prompt').value,size:$('q_size').value,"
+    "steps:+$('q_steps').value,seed:+$('q_seed').value,cache:$('q_cache').value})});const j=await r.json();"
+    "if(!r.ok){$('q_status').textContent=j.error.message;return}"
     "const ev=new EventSource('/v1/jobs/'+j.id+'/events');const show=m=>{const s=JSON.parse(m.data);"
-    "bar.style.width=s.progress+'%';status.textContent=s.status+' '+s.steps_done+'/'+s.steps;"
-    "if(s.status=='completed'){img.src='/v1/jobs/'+j.id+'/content';ev.close()}"
-    "if(s.status=='failed'||s.status=='cancelled'){status.textContent=s.status+': '+(s.error||'');ev.close()}};"
+    "$('bar').style.width=s.progress+'%';$('q_status').textContent=s.status+' '+s.steps_done+'/'+s.steps;"
+    "if(s.status=='completed'){$('q_img').src='/v1/jobs/'+j.id+'/content';ev.close()}"
+    "if(s.status=='failed'||s.status=='cancelled'){$('q_status').textContent=s.status+': '+(s.error||'');ev.close()}};"
     "for(const k of ['progress','completed','failed','cancelled'])ev.addEventListener(k,show)}</script></body></html>";
 
 static enum MHD_Result metrics(struct MHD_Connection *c) {
