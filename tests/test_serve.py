@@ -272,6 +272,9 @@ while time.time() - t0 < 60 and sum(p > 0 for p in s.json("GET", "/ready")[1]["m
 pids = s.json("GET", "/ready")[1]["model_pids"]
 check(len(pids) == 2 and all(p > 0 for p in pids) and pids[0] != pids[1], f"two ready model processes: {pids}")
 os.kill(pids[0], signal.SIGKILL)
+t0 = time.time()  # once the supervisor has seen the death, requests go to the survivor
+while time.time() - t0 < 10 and s.json("GET", "/ready")[1]["model_pids"][0] == pids[0]:
+    time.sleep(0.02)
 st, png = image(s, {"prompt": "while one restarts", "steps": 3})
 check(st == 200, "the other replica serves while one is replaced")
 res2 = []
