@@ -1,0 +1,128 @@
+/* DDiT scheduling: the buddy allocator under long random operation sequences, the
+ * optimal DoP of the reference profile, every policy's invariants in simulation
+ * (every request completes, FCFS starts, DoP never above B, no device held twice,
+ * no device idle while DDiT has a request waiting), determinism per seed, and the
+ * M/D/1 model against a simulated single-server queue. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "difflet/check.h"
+#include "difflet/sched.h"
+#include "test_util.h"
+
+static void test_buddy(void) {
+    dl_buddy b;
+    CHECK(dl_buddy_init(&b, 2, 8) == DL_OK && dl_buddy_free_count(&b) == 16, "init");
+    CHECK(dl_buddy_init(&b, 2, 6) == DL_ERR_INVALID, "devices per node must be a power of two");
+    dl_buddy_init(&b, 2, 8);
+    int held[64][2], n = 0, bad = 0;
+    uint64_t rng = 7;
+    for (int it = 0; it < 20000; it++) {
+        if (n && (dl_rng_next(&rng) % 3 == 0 || n == 64)) {
+            int k = (int)(dl_rng_next(&rng) % (uint64_t)n);
+            dl_buddy_free(&b, held[k][0], held[k][1]);
+            held[k][0] = held[n - 1][0], held[k][1] = held[n - 1][1], n--;
+        } else {
+            int size = 1 << (dl_rng_next(&rng) % 4);
+            int g = dl_buddy_alloc(&b, size);
+            if (g >= 0) {
+                bad += g % size != 0 || g / 8 != (g + size - 1) / 8; /* aligned, inside one node */
+                for (int k = 0; k < n; k++) /* never overlapping a held group */
+                    bad += g < held[k][0] + held[k][1] && held[k][0] < g + size;
+                held[n][0] = g, held[n][1] = size, n++;
+            } else {
+                bad += dl_buddy_largest(&b) >= size; /* refused although a group was free */
+            }
+        }
+        int used = 0;
+        for (int k = 0; k < n; k++) used += held[k][1];
+        bad += used + dl_buddy_free_count(&b) != 16;
+    }
+    CHECK(bad == 0, "buddy invariants over 20,000 random operations (%d violations)", bad);
+    while (n) n--, dl_buddy_free(&b, held[n][0], held[n][1]);
+    CHECK(dl_buddy_largest(&b) == 8 && dl_buddy_free_count(&b) == 16, "every free merges back: a whole node is free again");
+    int g = dl_buddy_alloc(&b, 2);
+    CHECK(dl_buddy_grow(&b, g, 2, 4) == g / 4 * 4 && dl_buddy_free_count(&b) == 12, "grow in place to 4");
+}
+
+static void test_profile(void) {
+    dl_profile p;
+    dl_profile_reference(&p);
+    CHECK(dl_profile_best_dop(&p, 0) == 1 && dl_profile_best_dop(&p, 1) == 2 && dl_profile_best_dop(&p, 2) == 4,
+          "B = 1, 2, 4 for 144p, 240p, 360p as the paper says");
+    const char *csv = "resolution,phase,dop,seconds\nlow,dit,1,10\nlow,dit,2,5.5\nlow,vae,1,1\nhigh,dit,1,40\nhigh,dit,2,20\nhigh,dit,4,10.5\nhigh,vae,1,2\n";
+    CHECK(dl_profile_parse_csv(&p, csv, strlen(csv)) == DL_OK && p.nres == 2 && dl_profile_best_dop(&p, 1) == 2,
+          "CSV import: %s", dl_last_error());
+    CHECK(dl_profile_parse_csv(&p, "x,dit,3,1\n", 10) == DL_ERR_FORMAT, "bad DoP refused");
+    char path[] = "/tmp/difflet_prof_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    dl_profile q, r;
+    dl_profile_reference(&q);
+    CHECK(dl_profile_store_put(path, "fig17", &q) == DL_OK && dl_profile_store_get(path, "fig17", &r) == DL_OK &&
+              r.nres == 4 && r.dit[3][3] == 6.90 && !strcmp(r.name[2], "360p"),
+          "SQLite round trip: %s", dl_last_error());
+    CHECK(dl_profile_store_get(path, "nope", &r) == DL_ERR_INVALID, "unknown profile");
+    unlink(path);
+}
+
+static void test_policies(void) {
+    dl_profile p;
+    dl_profile_reference(&p);
+    dl_sim_config c = {.decouple = 1, .promote = 1, .vae_dop = 1, .nodes = 1, .per_node = 8, .rate = 0.5,
+                       .mix = {1, 1, 1}, .nreq = 400, .seed = 3};
+    const dl_policy pol[] = {DL_POLICY_DDIT, DL_POLICY_SDOP, DL_POLICY_SDOP, DL_POLICY_SPCI, DL_POLICY_DPCI, DL_POLICY_DP};
+    const int sd[] = {0, 1, 4, 0, 0, 0};
+    for (int rate = 0; rate < 2; rate++)
+        for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++) {
+            c.policy = pol[k], c.static_dop = sd[k], c.rate = rate ? 0.5 : 0;
+            dl_sim_result r;
+            CHECK(dl_simulate(&p, &c, &r) == DL_OK, "%s", dl_last_error());
+            CHECK(r.completed == c.nreq && r.errors_fcfs == 0 && r.errors_dop == 0 && r.errors_double == 0 &&
+                      r.errors_idle == 0 && r.cost > 0 && r.utilization <= 1.0 + 1e-9,
+                  "%s%d rate %.2f: completed %d, fcfs %d, dop %d, double %d, idle %d, util %.3f", dl_policy_name(pol[k]), sd[k],
+                  c.rate, r.completed, r.errors_fcfs, r.errors_dop, r.errors_double, r.errors_idle, r.utilization);
+        }
+    c.policy = DL_POLICY_DDIT, c.rate = 0.75;
+    dl_sim_result a, b;
+    dl_simulate(&p, &c, &a);
+    dl_simulate(&p, &c, &b);
+    CHECK(!memcmp(&a, &b, sizeof a), "the same seed gives the same simulation");
+    c.seed = 4;
+    dl_simulate(&p, &c, &b);
+    CHECK(a.avg_latency != b.avg_latency, "another seed, another run");
+    c.nodes = 8;
+    c.rate = 0;
+    c.nreq = 2000;
+    CHECK(dl_simulate(&p, &c, &a) == DL_OK && a.completed == 2000 && a.errors_idle == 0, "8 nodes x 8 devices, burst");
+}
+
+/* M/D/1: Poisson arrivals, one server, deterministic service d: the mean time in the
+ * system from a simulation of 200,000 requests against Eq. 6 */
+static void test_md1(void) {
+    const double lambda = 0.6, d = 1.0;
+    uint64_t rng = 11;
+    double t = 0, free_at = 0, total = 0;
+    const int n = 200000;
+    for (int i = 0; i < n; i++) {
+        t += -log((double)((dl_rng_next(&rng) >> 11) + 1) * 0x1p-53) / lambda;
+        double start = t > free_at ? t : free_at;
+        free_at = start + d;
+        total += free_at - t;
+    }
+    double sim = total / n, model = dl_md1_time(lambda, d); /* 1 + 0.6 / (2 * 0.4) = 1.75 */
+    CHECK(fabs(model - 1.75) < 1e-12 && fabs(sim - model) / model < 0.02, "M/D/1: simulated %.4f, Eq. 6 %.4f", sim, model);
+    CHECK(isinf(dl_md1_time(1.5, 1.0)), "an overloaded queue has no steady state");
+    double w2 = dl_mdc_time(1.2, 1.0, 2);
+    CHECK(w2 > 0.5 && w2 < 2.0, "M/D/c approximation is finite and plausible: %.3f", w2);
+}
+
+int main(void) {
+    test_buddy();
+    test_profile();
+    test_policies();
+    test_md1();
+    return test_done("test_sched");
+}
