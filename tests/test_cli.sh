@@ -38,6 +38,22 @@ expect 0 "denoise" generate --model "$flux" --prompt "a red circle" --width 32 -
 if head -c 8 "$out" 2>/dev/null | od -An -c | grep -q "P   N   G"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $out is not a PNG"; fi
 expect 0 "" inspect "$data/io/clip_sharded/model.safetensors.index.json"
 expect 0 "" --help
+# sched: profiles in SQLite, simulate deterministic per seed, honest `measure`
+export DIFFLET_PROFILES="$tmpd/profiles.db"
+printf 'resolution,phase,dop,seconds\nlow,dit,1,3\nlow,dit,2,1.6\nlow,vae,1,0.2\nhigh,dit,1,20\nhigh,dit,2,10.5\nhigh,dit,4,6\nhigh,vae,1,1\n' > "$tmpd/p.csv"
+expect 0 "" profile import "$tmpd/p.csv" --name mine
+expect 0 "" profile show mine
+expect 1 "no profile named" profile show nosuch
+printf 'low,dit,3,1\n' > "$tmpd/bad.csv"
+expect 1 "" profile import "$tmpd/bad.csv" --name bad
+expect 1 "not available yet" profile measure
+expect 2 "bad argument" simulate --policy nonsense
+expect 2 "bad argument" simulate --mix 1:x
+a=$("$bin" simulate --profile mine --policy ddit --rate 0.3 --mix 1:1 --requests 300 --seed 9 2>&1)
+b=$("$bin" simulate --profile mine --policy ddit --rate 0.3 --mix 1:1 --requests 300 --seed 9 2>&1)
+c=$("$bin" simulate --profile mine --policy ddit --rate 0.3 --mix 1:1 --requests 300 --seed 10 2>&1)
+if [ "$a" = "$b" ] && [ "$a" != "$c" ] && [[ "$a" == *"p99"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: simulate determinism: $a / $b / $c"; fi
+expect 0 "" simulate --policy optimal --nodes 2 --rate burst --requests 100
 out=$("$bin" version) && [[ "$out" == difflet* ]] && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: version output: $out"; }
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

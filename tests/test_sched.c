@@ -73,8 +73,8 @@ static void test_policies(void) {
     dl_profile_reference(&p);
     dl_sim_config c = {.decouple = 1, .promote = 1, .vae_dop = 1, .nodes = 1, .per_node = 8, .rate = 0.5,
                        .mix = {1, 1, 1}, .nreq = 400, .seed = 3};
-    const dl_policy pol[] = {DL_POLICY_DDIT, DL_POLICY_SDOP, DL_POLICY_SDOP, DL_POLICY_SPCI, DL_POLICY_DPCI, DL_POLICY_DP};
-    const int sd[] = {0, 1, 4, 0, 0, 0};
+    const dl_policy pol[] = {DL_POLICY_DDIT, DL_POLICY_SDOP, DL_POLICY_SDOP, DL_POLICY_SPCI, DL_POLICY_DPCI, DL_POLICY_DP, DL_POLICY_OPTIMAL};
+    const int sd[] = {0, 1, 4, 0, 0, 0, 0};
     for (int rate = 0; rate < 2; rate++)
         for (size_t k = 0; k < sizeof pol / sizeof pol[0]; k++) {
             c.policy = pol[k], c.static_dop = sd[k], c.rate = rate ? 0.5 : 0;
@@ -85,6 +85,15 @@ static void test_policies(void) {
                   "%s%d rate %.2f: completed %d, fcfs %d, dop %d, double %d, idle %d, util %.3f", dl_policy_name(pol[k]), sd[k],
                   c.rate, r.completed, r.errors_fcfs, r.errors_dop, r.errors_double, r.errors_idle, r.utilization);
         }
+    for (int rate = 0; rate < 2; rate++) { /* the queue-aware variant keeps the same invariants */
+        dl_sim_result r;
+        c.policy = DL_POLICY_DDIT, c.queue_aware = 1, c.rate = rate ? 0.75 : 0;
+        CHECK(dl_simulate(&p, &c, &r) == DL_OK && r.completed == c.nreq && r.errors_fcfs == 0 && r.errors_dop == 0 &&
+                  r.errors_double == 0 && r.errors_idle == 0,
+              "ddit queue-aware rate %.2f: fcfs %d dop %d double %d idle %d", c.rate, r.errors_fcfs, r.errors_dop, r.errors_double,
+              r.errors_idle);
+    }
+    c.queue_aware = 0;
     c.policy = DL_POLICY_DDIT, c.rate = 0.75;
     dl_sim_result a, b;
     dl_simulate(&p, &c, &a);
@@ -119,10 +128,70 @@ static void test_md1(void) {
     CHECK(w2 > 0.5 && w2 < 2.0, "M/D/c approximation is finite and plausible: %.3f", w2);
 }
 
+/* brute force over the same space as Algorithm 1: each type in the mix, in order,
+ * takes a contiguous range of devices after the previous type's and a DoP */
+static double brute(const dl_profile *p, const dl_sim_config *c, const int *types, int ntypes, int from, int M, double mixsum) {
+    if (ntypes == 0) return 0;
+    double best = INFINITY;
+    for (int a = from; a < M; a++)
+        for (int b = a + 1; b <= M; b++)
+            for (int dop = 1; dop <= 8; dop *= 2) {
+                int alpha = 0;
+                for (int s = a; s < b;) { /* whole groups inside each node, counted directly */
+                    int e = s;
+                    while (e < b && e / c->per_node == s / c->per_node) e++;
+                    alpha += (e - s) / dop;
+                    s = e;
+                }
+                if (!alpha) continue;
+                double v = (b - a) * dl_occupy(p, c, types[0], c->mix[types[0]] / mixsum, dop, alpha) +
+                           brute(p, c, types + 1, ntypes - 1, b, M, mixsum);
+                if (v < best) best = v;
+            }
+    return best;
+}
+
+static void test_optimal(void) {
+    dl_profile p;
+    dl_profile_reference(&p);
+    CHECK(dl_bandwidth_partition(0, 16, 8, 4) == 4 && dl_bandwidth_partition(6, 14, 8, 4) == 1 &&
+              dl_bandwidth_partition(6, 14, 8, 2) == 4 && dl_bandwidth_partition(7, 16, 8, 8) == 1,
+          "BandwidthAwarePartition keeps groups inside nodes");
+    uint64_t rng = 5;
+    for (int trial = 0; trial < 24; trial++) {
+        dl_sim_config c = {.nodes = 1 + (int)(dl_rng_next(&rng) % 2), .per_node = trial % 3 == 0 ? 2 : 4, .vae_dop = 1,
+                           .nreq = 10 + (int)(dl_rng_next(&rng) % 50), .rate = trial % 2 ? 0 : 0.05 + 0.05 * (trial % 4)};
+        int types[DL_SCHED_MAX_RES], n = 0;
+        double mixsum = 0;
+        for (int r = 0; r < 3; r++) {
+            c.mix[r] = (double)(dl_rng_next(&rng) % 4);
+            if (c.mix[r] > 0) types[n++] = r, mixsum += c.mix[r];
+        }
+        if (!n) c.mix[1] = 1, types[n++] = 1, mixsum = 1;
+        dl_optimal_plan plan;
+        dl_status st = dl_optimal(&p, &c, &plan);
+        double b = brute(&p, &c, types, n, 0, c.nodes * c.per_node, mixsum);
+        if (!isfinite(b)) {
+            CHECK(st != DL_OK, "trial %d: no assignment, and the DP says so", trial);
+            continue;
+        }
+        CHECK(st == DL_OK && fabs(plan.cost - b) <= 1e-9 * b, "trial %d: DP %.6f, brute force %.6f", trial, plan.cost, b);
+        int used = 0;
+        for (int k = 0; k < n; k++) used += plan.devices[types[k]];
+        CHECK(used <= c.nodes * c.per_node, "trial %d: the plan fits the devices", trial);
+    }
+    /* the partition served as clusters completes everything */
+    dl_sim_config c = {.policy = DL_POLICY_OPTIMAL, .nodes = 8, .per_node = 8, .vae_dop = 1, .mix = {1, 3, 6}, .nreq = 1000, .seed = 2};
+    dl_sim_result r;
+    CHECK(dl_simulate(&p, &c, &r) == DL_OK && r.completed == 1000 && r.optimal_cost > 0 && r.cost <= r.optimal_cost * 1.0001,
+          "optimal plan simulated: %s, cost %.0f, Algorithm 1 %.0f", dl_last_error(), r.cost, r.optimal_cost);
+}
+
 int main(void) {
     test_buddy();
     test_profile();
     test_policies();
     test_md1();
+    test_optimal();
     return test_done("test_sched");
 }

@@ -58,7 +58,8 @@ int dl_buddy_largest(const dl_buddy *b);
 int dl_buddy_is_free(const dl_buddy *b, int device);
 
 /* ---- simulation ---------------------------------------------------------------------- */
-typedef enum { DL_POLICY_DDIT, DL_POLICY_SDOP, DL_POLICY_SPCI, DL_POLICY_DPCI, DL_POLICY_DP } dl_policy;
+typedef enum { DL_POLICY_DDIT, DL_POLICY_SDOP, DL_POLICY_SPCI, DL_POLICY_DPCI, DL_POLICY_DP,
+               DL_POLICY_OPTIMAL /* the Algorithm 1 partition served as static clusters */ } dl_policy;
 
 typedef struct {
     dl_policy policy;
@@ -66,6 +67,8 @@ typedef struct {
     int decouple;           /* DDiT: shrink to the VAE DoP after the DiT phase (default on) */
     int promote;            /* DDiT: grow hungry requests at step boundaries (default on) */
     double promote_overhead; /* seconds per promotion (transfer / scale-up) */
+    int queue_aware;        /* DDiT variant: while requests wait, launch them on an even share
+                               of the free devices and promote nobody (not in the paper) */
     int vae_dop;            /* DoP of the VAE phase (1) */
     int nodes, per_node;
     double rate;            /* requests per second (Poisson); 0: a burst at time 0 */
@@ -78,6 +81,7 @@ typedef struct {
     double avg_latency, p99_latency, makespan;
     double cost;            /* device-seconds held by requests (the paper's monetary cost) */
     double utilization;     /* cost / (devices x makespan) */
+    double optimal_cost;    /* policy optimal: Algorithm 1's own estimate of the cost */
     int completed, promotions;
     /* invariant checks made during the run (tests): all 0 */
     int errors_fcfs, errors_dop, errors_double, errors_idle;
@@ -85,6 +89,23 @@ typedef struct {
 
 dl_status dl_simulate(const dl_profile *p, const dl_sim_config *c, dl_sim_result *r);
 const char *dl_policy_name(dl_policy p);
+
+/* ---- the theoretical optimum (Algorithm 1) ------------------------------------------ */
+typedef struct {
+    double cost;                       /* least cumulative resource occupancy, device-seconds */
+    int devices[DL_SCHED_MAX_RES];     /* devices given to each resolution (0: not in the mix) */
+    int first[DL_SCHED_MAX_RES];       /* the first of them */
+    int dop[DL_SCHED_MAX_RES];         /* the DoP of its instances */
+    int instances[DL_SCHED_MAX_RES];   /* alpha: instances BandwidthAwarePartition makes */
+} dl_optimal_plan;
+
+/* Uses nodes, per_node, mix, vae_dop and rate (0: the batch model over nreq requests;
+ * > 0: the queue model). */
+dl_status dl_optimal(const dl_profile *p, const dl_sim_config *c, dl_optimal_plan *plan);
+/* Instances of DoP p that devices [lo, hi) hold with no group crossing a node. */
+int dl_bandwidth_partition(int lo, int hi, int per_node, int p);
+/* k x this is the occupancy of k devices serving resolution res (Eq. 3 / 6 / 7). */
+double dl_occupy(const dl_profile *p, const dl_sim_config *c, int res, double share, int dop, int alpha);
 
 /* Queue models of Algorithm 1 (Appendix A): mean time in an M/D/1 system (Eq. 6) and
  * the M/D/c approximation by half the M/M/c time with Stirling's factorials (Eq. 7). */

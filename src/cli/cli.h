@@ -19,5 +19,8 @@ int cli_bench_startup(int argc, char **argv);
 int cli_bench_startup_child(int argc, char **argv);
 int bench_flux_model(const char *dir, int quick, int64_t *grid, int64_t *txt);
 int cli_cache(int argc, char **argv);
+int cli_profile(int argc, char **argv);
+int cli_simulate(int argc, char **argv);
+int cli_sched_eval(int argc, char **argv);
 
 #endif

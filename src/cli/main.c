@@ -37,6 +37,12 @@ static void usage(FILE *f) {
             "                       [--api-key K] [--model DIR] [--results DIR] [--no-compile]\n"
             "  loadgen              open-loop Poisson load on a loopback server: --url URL\n"
             "                       [--rate R] [--requests N] [--steps S] [--slo SECONDS]\n"
+"  profile             DDiT profile table (RIB): import FILE.csv [--name N] | show [NAME]\n"
+            "                       | measure  [--db FILE]  (built in: fig17, the paper's Figure 17)\n"
+            "  simulate            DDiT scheduling simulation: [--profile P] [--policy ddit|sdop:N|\n"
+            "                       spci|dpci|dp|optimal] [--rate R|burst] [--mix L:M:H]\n"
+            "                       [--requests N] [--nodes K] [--devices-per-node D] [--seed S]\n"
+            "  sched-eval          the DDiT paper's evaluation grid as CSV: [--out docs/sched]\n"
             "  cache ls|verify|rm   list, check every checksum of, or remove cached programs\n"
             "  selfcheck            check every CPU kernel of this machine's fast path against\n"
             "                       the plain C references (f32, bf16, f16) and the fused\n"
@@ -136,6 +142,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "loadgen")) return cli_loadgen(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval-cache")) return cli_eval_cache(argc - 2, argv + 2);
     if (!strcmp(cmd, "cache")) return cli_cache(argc - 2, argv + 2);
+    if (!strcmp(cmd, "profile")) return cli_profile(argc - 2, argv + 2);
+    if (!strcmp(cmd, "simulate")) return cli_simulate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "sched-eval")) return cli_sched_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {
             fprintf(stderr, "difflet: bench needs a target: kernels, flux-step\n");

@@ -1,6 +1,7 @@
 /* Profiles (the paper's RIB): resolution x phase x DoP -> seconds, the reference
  * figures of the DDiT paper's Figure 17, CSV import, a SQLite store, the optimal DoP
  * by the change-rate metric (Eq. 4), and the queue models of Algorithm 1. */
+#include <ctype.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -88,12 +89,24 @@ static dl_status sq(sqlite3 *db, const char *sql) {
     return DL_OK;
 }
 
+static int valid_name(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > 64) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)name[i]) && !strchr("_.-", name[i])) return 0;
+    return 1;
+}
+
 dl_status dl_profile_store_put(const char *path, const char *name, const dl_profile *p) {
+    if (!valid_name(name)) return dl_fail(DL_ERR_INVALID, "profile name '%.64s': use 1..64 of A-Z a-z 0-9 _ . -", name);
     sqlite3 *db;
     if (sqlite3_open(path, &db) != SQLITE_OK) return dl_fail(DL_ERR_IO, "cannot open %s", path);
     dl_status s = sq(db, "CREATE TABLE IF NOT EXISTS profile (name TEXT, resolution TEXT, phase TEXT, dop INTEGER, seconds REAL,"
                          " PRIMARY KEY (name, resolution, phase, dop));"
                          "CREATE TABLE IF NOT EXISTS profile_meta (name TEXT PRIMARY KEY, steps INTEGER);BEGIN;");
+    char del[160]; /* a re-import replaces the whole profile */
+    snprintf(del, sizeof del, "DELETE FROM profile WHERE name = '%s';", name);
+    if (s == DL_OK) s = sq(db, del);
     sqlite3_stmt *st = NULL;
     if (s == DL_OK && sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO profile VALUES (?, ?, ?, ?, ?);", -1, &st, NULL) != SQLITE_OK)
         s = dl_fail(DL_ERR_IO, "profile store: %s", sqlite3_errmsg(db));
@@ -113,7 +126,7 @@ dl_status dl_profile_store_put(const char *path, const char *name, const dl_prof
     sqlite3_finalize(st);
     char meta[256];
     snprintf(meta, sizeof meta, "INSERT OR REPLACE INTO profile_meta VALUES ('%.100s', %d);COMMIT;", name, p->steps);
-    if (s == DL_OK && !strchr(name, '\'')) s = sq(db, meta);
+    if (s == DL_OK) s = sq(db, meta);
     sqlite3_close(db);
     return s;
 }

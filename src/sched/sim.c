@@ -10,7 +10,8 @@
  *           the mix, each of units of the class's B devices;
  *   dpci    dynamic partition, cluster isolation: the same number of units per class;
  *   dp      dpci, but a request whose cluster is busy may take a smaller unit of
- *           another cluster.
+ *           another cluster;
+ *   optimal the theoretical optimum's partition (Algorithm 1) as fixed clusters.
  * Time is exact (no ticks): the next event is the earliest arrival or step end. */
 #include <math.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@ const char *dl_policy_name(dl_policy p) {
     case DL_POLICY_SPCI: return "spci";
     case DL_POLICY_DPCI: return "dpci";
     case DL_POLICY_DP: return "dp";
+    case DL_POLICY_OPTIMAL: return "optimal";
     }
     return "?";
 }
@@ -108,8 +110,15 @@ dl_status dl_simulate(const dl_profile *p, const dl_sim_config *c, dl_sim_result
         rq[i] = (req){.res = res, .arrive = t, .B = dl_profile_best_dop(p, res), .gstart = -1, .pend_start = -1, .unit_cls = -1};
         if (rq[i].B > c->per_node) rq[i].B = c->per_node;
     }
-    /* cluster policies: units of each class's B devices */
-    if (c->policy >= DL_POLICY_SPCI) {
+    if (c->policy == DL_POLICY_OPTIMAL) { /* Algorithm 1's partition, as fixed clusters */
+        dl_optimal_plan plan;
+        if ((s = dl_optimal(p, c, &plan)) != DL_OK) {
+            free(rq), free(lat), free(cl);
+            return s;
+        }
+        for (int k = 0; k < p->nres; k++) cl->size[k] = plan.dop[k], cl->nunits[k] = plan.instances[k];
+        out->optimal_cost = plan.cost;
+    } else if (c->policy >= DL_POLICY_SPCI) { /* cluster policies: units of each class's B devices */
         int used = 0, sumB = 0;
         for (int k = 0; k < p->nres; k++) {
             int b = dl_profile_best_dop(p, k);
@@ -197,76 +206,90 @@ dl_status dl_simulate(const dl_profile *p, const dl_sim_config *c, dl_sim_result
             }
         }
         /* ---- scheduling at time t ---- */
-        if (c->policy == DL_POLICY_DDIT && c->promote && new_devices) {
-            /* hungry requests by starvation time (Eq. 5), longest first */
-            int hungry[4096], nh = 0;
-            for (int i = head; i < next_arrival && nh < 4096; i++) {
-                req *r = &rq[i];
-                if (r->phase != DIT || r->pend_size || r->gsize >= r->B) continue; /* one promotion at a time */
-                r->starv += (r->step - r->last_step) * (dit_step(p, r->res, r->gsize) - dit_step(p, r->res, r->B));
-                r->last_step = r->step;
-                hungry[nh++] = i;
-            }
-            for (int a = 1; a < nh; a++)
-                for (int b = a; b > 0 && rq[hungry[b]].starv > rq[hungry[b - 1]].starv; b--) {
-                    int tmp = hungry[b];
-                    hungry[b] = hungry[b - 1];
-                    hungry[b - 1] = tmp;
-                }
-            for (int k = 0; k < nh; k++) {
-                req *r = &rq[hungry[k]];
-                for (int target = r->B; target > r->gsize; target /= 2) {
-                    int moved = 0, g = dl_buddy_grow(&bd, r->gstart, r->gsize, target);
-                    if (g < 0) g = dl_buddy_alloc(&bd, target), moved = 1;
-                    if (g >= 0) { /* reserved now, used from the next step boundary */
-                        account(r, t, moved ? r->gsize + target : target, &out->cost);
-                        r->pend_start = g;
-                        r->pend_size = target;
-                        r->pend_moved = moved;
-                        out->promotions++;
-                        break;
+        /* the paper's order: hungry requests first, then waiting ones; queue-aware:
+         * waiting ones first, and promotions only when nobody waits */
+        int nwait = 0;
+        for (int i = head; i < next_arrival; i++) nwait += rq[i].phase == WAITING;
+        for (int pass = 0; pass < 2; pass++) {
+            if ((pass == 0) != (c->queue_aware != 0)) {
+                if (c->queue_aware && nwait > 0) continue;
+                if (c->policy == DL_POLICY_DDIT && c->promote && new_devices) {
+                    /* hungry requests by starvation time (Eq. 5), longest first */
+                    int hungry[4096], nh = 0;
+                    for (int i = head; i < next_arrival && nh < 4096; i++) {
+                        req *r = &rq[i];
+                        if (r->phase != DIT || r->pend_size || r->gsize >= r->B) continue; /* one promotion at a time */
+                        r->starv += (r->step - r->last_step) * (dit_step(p, r->res, r->gsize) - dit_step(p, r->res, r->B));
+                        r->last_step = r->step;
+                        hungry[nh++] = i;
+                    }
+                    for (int a = 1; a < nh; a++)
+                        for (int b = a; b > 0 && rq[hungry[b]].starv > rq[hungry[b - 1]].starv; b--) {
+                            int tmp = hungry[b];
+                            hungry[b] = hungry[b - 1];
+                            hungry[b - 1] = tmp;
+                        }
+                    for (int k = 0; k < nh; k++) {
+                        req *r = &rq[hungry[k]];
+                        for (int target = r->B; target > r->gsize; target /= 2) {
+                            int moved = 0, g = dl_buddy_grow(&bd, r->gstart, r->gsize, target);
+                            if (g < 0) g = dl_buddy_alloc(&bd, target), moved = 1;
+                            if (g >= 0) { /* reserved now, used from the next step boundary */
+                                account(r, t, moved ? r->gsize + target : target, &out->cost);
+                                r->pend_start = g;
+                                r->pend_size = target;
+                                r->pend_moved = moved;
+                                out->promotions++;
+                                break;
+                            }
+                        }
                     }
                 }
+                new_devices = 0;
+                continue;
             }
-        }
-        new_devices = 0;
-        for (int i = head; i < next_arrival; i++) { /* waiting requests, FCFS */
-            req *r = &rq[i];
-            if (r->phase != WAITING) continue;
-            int got = -1, size = 0;
-            if (c->policy == DL_POLICY_DDIT) {
-                for (size = r->B; size >= 1; size /= 2)
-                    if ((got = dl_buddy_alloc(&bd, size)) >= 0) break;
-            } else if (c->policy == DL_POLICY_SDOP) {
-                size = c->static_dop;
-                got = dl_buddy_alloc(&bd, size);
-            } else { /* a free unit of its own cluster; dp: or a smaller one elsewhere */
-                int k = r->res;
-                for (int u = 0; u < cl->nunits[k] && got < 0; u++)
-                    if (!cl->busy[k][u]) got = u, r->unit_cls = k;
-                for (int k2 = 0; c->policy == DL_POLICY_DP && got < 0 && k2 < p->nres; k2++)
-                    if (k2 != k && cl->size[k2] < cl->size[k])
-                        for (int u = 0; u < cl->nunits[k2] && got < 0; u++)
-                            if (!cl->busy[k2][u]) got = u, r->unit_cls = k2;
-                if (got >= 0) {
-                    cl->busy[r->unit_cls][got] = 1;
-                    r->unit_id = got;
-                    size = cl->size[r->unit_cls];
+            for (int i = head; i < next_arrival; i++) { /* waiting requests, FCFS */
+                req *r = &rq[i];
+                if (r->phase != WAITING) continue;
+                int got = -1, size = 0;
+                if (c->policy == DL_POLICY_DDIT) {
+                    int cap = r->B; /* queue-aware: an even share of the free devices among the waiting */
+                    if (c->queue_aware)
+                        while (cap > 1 && cap * nwait > dl_buddy_free_count(&bd)) cap /= 2;
+                    for (size = cap; size >= 1; size /= 2)
+                        if ((got = dl_buddy_alloc(&bd, size)) >= 0) break;
+                    if (got >= 0) nwait--;
+                } else if (c->policy == DL_POLICY_SDOP) {
+                    size = c->static_dop;
+                    got = dl_buddy_alloc(&bd, size);
+                } else { /* a free unit of its own cluster; dp: or a smaller one elsewhere */
+                    int k = r->res;
+                    for (int u = 0; u < cl->nunits[k] && got < 0; u++)
+                        if (!cl->busy[k][u]) got = u, r->unit_cls = k;
+                    for (int k2 = 0; c->policy == DL_POLICY_DP && got < 0 && k2 < p->nres; k2++)
+                        if (k2 != k && cl->size[k2] < cl->size[k])
+                            for (int u = 0; u < cl->nunits[k2] && got < 0; u++)
+                                if (!cl->busy[k2][u]) got = u, r->unit_cls = k2;
+                    if (got >= 0) {
+                        cl->busy[r->unit_cls][got] = 1;
+                        r->unit_id = got;
+                        size = cl->size[r->unit_cls];
+                    }
                 }
+                if (got < 0) {
+                    if (c->policy <= DL_POLICY_SDOP) break; /* FCFS over one pool: later ones wait too */
+                    continue;                               /* cluster isolation: only this cluster is full */
+                }
+                if (size > r->B && c->policy == DL_POLICY_DDIT) out->errors_dop++;
+                r->gstart = r->unit_cls >= 0 ? -1 : got;
+                r->gsize = size;
+                r->phase = DIT;
+                r->start = t;
+                r->held_since = t;
+                r->held = size;
+                r->started_seq = started++;
+                r->step_end = t + dit_step(p, r->res, size);
             }
-            if (got < 0) {
-                if (c->policy <= DL_POLICY_SDOP) break; /* FCFS over one pool: later ones wait too */
-                continue;                               /* cluster isolation: only this cluster is full */
-            }
-            if (size > r->B && c->policy == DL_POLICY_DDIT) out->errors_dop++;
-            r->gstart = r->unit_cls >= 0 ? -1 : got;
-            r->gsize = size;
-            r->phase = DIT;
-            r->start = t;
-            r->held_since = t;
-            r->held = size;
-            r->started_seq = started++;
-            r->step_end = t + dit_step(p, r->res, size);
         }
         if (c->policy == DL_POLICY_DDIT) /* nothing idle while someone waits: DDiT takes any free device */
             for (int i = head; i < next_arrival; i++)
