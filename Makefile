@@ -28,9 +28,12 @@ test-asan: deps
 bench: deps build
 	$(BUILD)/difflet bench kernels --json $(BUILD)/bench-kernels.json
 
-# Until the embedded model lands, the main job is the kernel self-check.
+# The main job: a prompt in, a picture out, with the embedded model (difflet-tiny).
+DEMO_PROMPT ?= a large yellow triangle in the bottom right on a purple background
 demo: deps build
-	$(BUILD)/difflet selfcheck
+	$(BUILD)/difflet selfcheck > /dev/null
+	$(BUILD)/difflet generate --prompt "$(DEMO_PROMPT)" --seed 1 -o $(CURDIR)/demo.png
+	@echo "wrote $(CURDIR)/demo.png ($(DEMO_PROMPT)); try: make demo DEMO_PROMPT='a small green square in the centre on a white background'"
 
 # libFuzzer targets (clang): parsers and tokenizers, FUZZ_SECONDS each (not in CI).
 FUZZ_SECONDS ?= 300

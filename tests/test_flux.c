@@ -173,6 +173,40 @@ static void test_bad_input(void) {
     }
 }
 
+/* The embedded model, difflet-tiny (models/difflet-tiny), against diffusers'
+ * FluxPipeline on the same weights: 64x64, 8 steps, true CFG 3 with an empty negative
+ * prompt, from the committed initial latents (tools/tiny/export_eval.py). Bars: PSNR
+ * >= 40 dB in f32, >= 30 dB in bf16. */
+static void test_tiny(dl_dtype dt) {
+    dl_checkpoint *v;
+    if (dl_ckpt_open(&v, DATA_DIR "/tiny/parity.safetensors", "tiny") != DL_OK) {
+        CHECK(0, "%s", dl_last_error());
+        return;
+    }
+    const dl_st_tensor *ti = dl_ckpt_find(v, "latents"), *tw = dl_ckpt_find(v, "image");
+    dl_flux_shape shape = {.width = 64, .height = 64, .max_sequence_length = 32, .dt = dt};
+    dl_flux_pipeline *p;
+    if (!ti || !tw || ti->numel != 64 * 16 || tw->numel != 64 * 64 * 3 ||
+        dl_flux_pipeline_load(&p, SOURCE_DIR "/models/difflet-tiny", &shape) != DL_OK) {
+        CHECK(0, "difflet-tiny parity setup: %s", dl_last_error());
+        dl_ckpt_free(v);
+        return;
+    }
+    float *init = malloc(64 * 16 * 4), *want = malloc(64 * 64 * 3 * 4), *img = malloc(64 * 64 * 3 * 4);
+    uint8_t *rgb = malloc(64 * 64 * 3);
+    dl_ckpt_read(ti, DL_F32, init);
+    dl_ckpt_read(tw, DL_F32, want);
+    dl_flux_request r = {.prompt = "a large red circle in the top left on a blue background", .negative_prompt = "",
+                         .steps = 8, .guidance = 3.5f, .true_cfg = 3.f, .init_latents = init};
+    CHECK(dl_flux_generate(p, &r, rgb, img, NULL) == DL_OK, "%s", dl_last_error());
+    double db = psnr(img, want, 64 * 64 * 3), bar = dt == DL_F32 ? 40.0 : 30.0;
+    CHECK(db >= bar, "difflet-tiny %s: PSNR %.1f dB < %.0f", dl_dtype_name(dt), db, bar);
+    if (getenv("DIFFLET_TEST_VERBOSE")) printf("difflet-tiny %s: PSNR %.1f dB\n", dl_dtype_name(dt), db);
+    free(init), free(want), free(img), free(rgb);
+    dl_flux_pipeline_free(p);
+    dl_ckpt_free(v);
+}
+
 int main(void) {
     if (dl_ckpt_open(&g_vec, DATA_DIR "/flux/vectors.safetensors", "vectors") != DL_OK) {
         fprintf(stderr, "%s\n", dl_last_error());
@@ -185,6 +219,8 @@ int main(void) {
     test_pipeline("schnell", DL_F32);
     test_pipeline("dev", DL_BF16);
     test_bad_input();
+    test_tiny(DL_F32);
+    test_tiny(DL_BF16);
     dl_ckpt_free(g_vec);
     return test_done("test_flux");
 }

@@ -4,7 +4,8 @@
  * relative L1 change of the denoiser output; a least-squares polynomial maps one to
  * the other (R² reported); with --skip-budget N, the accumulated threshold that skips
  * N steps on the calibration prompts is chosen by replaying the decisions.
- * eval-cache: per mode, denoiser calls, wall-time speed-up over `off`, PSNR and SSIM
+ * eval-cache: per mode, denoiser calls, speed-up over `off` in wall time of the
+ * denoising loop (the fastest of --repeat runs per prompt), PSNR and SSIM
  * against the uncached picture (mean and worst prompt), and the fewer-steps baseline
  * (no caching, as many steps as the mode made calls) on the same metrics. */
 #include <cjson/cJSON.h>
@@ -146,7 +147,7 @@ static dl_flux_pipeline *open_model(const char *model, int w, int h) {
 /* shared options */
 typedef struct {
     const char *model, *prompts, *out, *json, *modes;
-    int steps, degree, budget, w, h, keep_a, keep_b;
+    int steps, degree, budget, w, h, keep_a, keep_b, repeat;
     float cfg;
 } opts;
 
@@ -164,6 +165,7 @@ static int parse_opts(int argc, char **argv, opts *o, const char *cmd) {
         else if (!strcmp(a, "--json")) o->json = v;
         else if (!strcmp(a, "--modes")) o->modes = v;
         else if (!strcmp(a, "--steps")) o->steps = atoi(v);
+        else if (!strcmp(a, "--repeat")) o->repeat = atoi(v);
         else if (!strcmp(a, "--degree")) o->degree = atoi(v);
         else if (!strcmp(a, "--skip-budget")) o->budget = atoi(v);
         else if (!strcmp(a, "--true-cfg")) o->cfg = strtof(v, NULL);
@@ -270,9 +272,13 @@ done:
 }
 
 int cli_eval_cache(int argc, char **argv) {
-    opts o = {.steps = 50, .degree = 4, .cfg = 1.f, .keep_a = 5, .keep_b = 5,
+    opts o = {.repeat = 3, .steps = 50, .degree = 4, .cfg = 1.f, .keep_a = 5, .keep_b = 5,
               .modes = "cadence:2,online-delta:0.6"};
     if (!parse_opts(argc, argv, &o, "eval-cache")) return 2;
+    if (o.repeat < 1 || o.repeat > 100) {
+        fprintf(stderr, "difflet: eval-cache: --repeat must be 1..100\n");
+        return 2;
+    }
     char *prompts[MAXPROMPTS], *modes[16], mbuf[2048];
     int np = read_prompts(o.prompts, prompts, MAXPROMPTS), nm = 0;
     if (np <= 0) return 1;
@@ -298,10 +304,13 @@ int cli_eval_cache(int argc, char **argv) {
         dl_flux_request r = {.prompt = prompts[i], .negative_prompt = o.cfg > 1 ? "" : NULL, .steps = o.steps,
                              .true_cfg = o.cfg, .guidance = 3.5f, .seed = (uint64_t)i, .cache = &off};
         dl_flux_timing tm;
-        double t0 = dl_now();
         if (dl_flux_generate(p, &r, ref + isz * (size_t)i, NULL, &tm) != DL_OK) rc = 1;
-        t_off += dl_now() - t0;
-        full_call += tm.denoise_s;
+        double best = tm.denoise_s;
+        for (int k = 1; k < o.repeat && !rc; k++) /* the fastest of --repeat runs: less noise */
+            if (dl_flux_generate(p, &r, img, NULL, &tm) != DL_OK) rc = 1;
+            else best = fmin(best, tm.denoise_s);
+        t_off += best;
+        full_call += best;
         calls_off += tm.transformer_calls;
     }
     full_call /= calls_off;
@@ -316,13 +325,15 @@ int cli_eval_cache(int argc, char **argv) {
         for (int i = 0; i < np && !rc; i++) {
             dl_flux_request r = {.prompt = prompts[i], .negative_prompt = o.cfg > 1 ? "" : NULL, .steps = o.steps,
                                  .true_cfg = o.cfg, .guidance = 3.5f, .seed = (uint64_t)i, .cache = &cfgs[k]};
-            dl_flux_timing tm;
-            double t0 = dl_now();
+            dl_flux_timing tm, tk;
             if (dl_flux_generate(p, &r, img, NULL, &tm) != DL_OK) {
                 rc = 1;
                 break;
             }
-            t_mode += dl_now() - t0;
+            double best = tm.denoise_s;
+            for (int k2 = 1; k2 < o.repeat; k2++)
+                if (dl_flux_generate(p, &r, few, NULL, &tk) == DL_OK) best = fmin(best, tk.denoise_s);
+            t_mode += best;
             int c = tm.transformer_calls / (1 + (o.cfg > 1));
             calls += c;
             cached_s += tm.cached_s, ncached += tm.cached_steps, probe_s += tm.probe_s;

@@ -31,7 +31,7 @@ static void usage(FILE *f) {
             "                       --prompts FILE [--model DIR] [--steps 50] [--degree 4]\n"
             "                       [--skip-budget N] [--size WxH] [--true-cfg S] [-o calib.json]\n"
             "  eval-cache           step caching quality and speed per mode vs uncached and vs\n"
-            "                       fewer steps: --prompts FILE [--modes m1,m2] [--steps 50] ...\n"
+            "                       fewer steps: --prompts FILE [--modes m1,m2] [--steps 50] [--repeat 3] ...\n"
             "  serve                HTTP API (OpenAI-style images + async jobs) with a resident\n"
             "                       model process: [--profile FILE] [--port N] [--host H]\n"
             "                       [--api-key K] [--model DIR] [--results DIR] [--no-compile]\n"
