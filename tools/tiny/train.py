@@ -122,7 +122,7 @@ def save(out, vae, te, tok, te2, tok2, tr):
     tmp = out + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     pipe.save_pretrained(tmp)
-    for f in ("README.md", "training_log.json"):  # keep what the folder already documents
+    for f in ("README.md", "training_log.json", "eval_prompts.json"):  # keep what the folder already documents
         if os.path.exists(os.path.join(out, f)):
             shutil.copy(os.path.join(out, f), tmp)
     shutil.rmtree(out, ignore_errors=True)
