@@ -2,8 +2,10 @@
  * prompts (combinations never used in training, from <model>/eval_prompts.json) the
  * C engine generates a picture, and simple pixel statistics read it back:
  *   background colour: the mean of the border pixels, nearest named colour;
- *   shape colour: the mean of the pixels far from the background colour, nearest
- *     named colour other than the background;
+ *   shape colour: the mean of the shape's core, the pixels at least 0.71 (sqrt 1/2) times as far
+ *     (in RGB distance) from the background colour as the farthest one, since the
+ *     shape's edge blends with the background; nearest named colour other than the
+ *     background;
  *   position: the centroid of those pixels, nearest of the five named positions.
  * Prints a table and the fraction right for each; exits 1 when a rate is below the
  * thresholds given (--min-bg, --min-fg, --min-pos), so `make test` can run a small
@@ -52,22 +54,26 @@ static void classify(const palette *p, const uint8_t *img, int size, int *bg, in
             }
     float bgc[3] = {acc[0] / n, acc[1] / n, acc[2] / n};
     *bg = nearest_colour(p, bgc, -1);
-    float f[3] = {0}, cx = 0, cy = 0, m = 0;
-    for (int y = 0; y < size; y++)
-        for (int x = 0; x < size; x++) {
-            const uint8_t *q = img + (y * size + x) * 3;
-            float d = 0;
-            for (int c = 0; c < 3; c++) d += (q[c] - bgc[c]) * (q[c] - bgc[c]);
-            if (d > 60.f * 60.f) { /* clearly not background */
-                for (int c = 0; c < 3; c++) f[c] += q[c];
-                cx += (float)x, cy += (float)y, m++;
+    float f[3] = {0}, cx = 0, cy = 0, m = 0, dmax = 0, mf = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int y = 0; y < size; y++)
+            for (int x = 0; x < size; x++) {
+                const uint8_t *q = img + (y * size + x) * 3;
+                float d = 0;
+                for (int c = 0; c < 3; c++) d += (q[c] - bgc[c]) * (q[c] - bgc[c]);
+                if (pass == 0) {
+                    dmax = fmaxf(dmax, d);
+                    if (d > 60.f * 60.f) cx += (float)x, cy += (float)y, m++; /* clearly not background */
+                } else if (d >= 0.5f * dmax) { /* the shape's core: its edge blends with the background */
+                    for (int c = 0; c < 3; c++) f[c] += q[c];
+                    mf++;
+                }
             }
-        }
     if (m < 4) {
         *fg = *pos = -1;
         return;
     }
-    for (int c = 0; c < 3; c++) f[c] /= m;
+    for (int c = 0; c < 3; c++) f[c] /= mf;
     *fg = nearest_colour(p, f, *bg);
     cx /= m, cy /= m;
     float bd = INFINITY;
