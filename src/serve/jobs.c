@@ -29,6 +29,25 @@ static dl_status exec(jobstore *js, const char *sql) {
     return DL_OK;
 }
 
+/* Several changes that land together, one commit. Durability where it matters: the
+ * store runs with synchronous=NORMAL (WAL: safe against a crash of any process, and a
+ * commit costs no fsync), and a durable transaction (accepting a job, a client's
+ * cancel) commits with synchronous=FULL, an fsync that also covers every commit before
+ * it. A power cut can undo only non-durable changes (progress, in_progress, a result),
+ * and recovery puts such jobs back in the queue: redone, never lost. */
+dl_status jobs_begin(jobstore *js, int durable) {
+    return exec(js, durable ? "PRAGMA synchronous=FULL; BEGIN IMMEDIATE;" : "BEGIN IMMEDIATE;");
+}
+dl_status jobs_commit(jobstore *js) {
+    dl_status s = exec(js, "COMMIT;");
+    exec(js, "PRAGMA synchronous=NORMAL;");
+    return s;
+}
+void jobs_rollback(jobstore *js) {
+    if (!sqlite3_get_autocommit(js->db)) sqlite3_exec(js->db, "ROLLBACK;", NULL, NULL, NULL);
+    sqlite3_exec(js->db, "PRAGMA synchronous=NORMAL;", NULL, NULL, NULL);
+}
+
 dl_status jobs_open(jobstore **out, const char *path) {
     *out = NULL;
     jobstore *js = calloc(1, sizeof *js);
@@ -40,7 +59,7 @@ dl_status jobs_open(jobstore **out, const char *path) {
         return s;
     }
     sqlite3_busy_timeout(js->db, 5000);
-    dl_status s = exec(js, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+    dl_status s = exec(js, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
                            "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, status TEXT NOT NULL, request TEXT NOT NULL,"
                            " created REAL, started REAL, finished REAL, deadline REAL, error TEXT, result TEXT,"
                            " step INTEGER DEFAULT 0, steps INTEGER DEFAULT 0, cached INTEGER DEFAULT 0, model_s REAL DEFAULT 0);"

@@ -27,6 +27,9 @@ dl_status profile_from_json(serve_profile *p, const cJSON *j);
 dl_status msg_send(int fd, const cJSON *msg);
 /* Blocks; DL_ERR_IO on EOF or error. *out is the caller's. */
 dl_status msg_recv(int fd, cJSON **out);
+/* The same with a limit on the wait for each part of the frame (the API side: a model
+ * process stopped half-way through a frame must not hang the server). */
+dl_status msg_recv_within(int fd, cJSON **out, int timeout_ms);
 
 /* ---- job store (SQLite, WAL) ---- */
 typedef struct jobstore jobstore;
@@ -38,6 +41,9 @@ dl_status jobs_insert(jobstore *js, const char *id, const char *request_json, do
 int jobs_count(jobstore *js, const char *status);
 /* The oldest queued job (id and request), or 0. */
 int jobs_next(jobstore *js, char *id, size_t idn, char **request_json, double *deadline);
+dl_status jobs_begin(jobstore *js, int durable); /* durable: the commit is fsynced */
+dl_status jobs_commit(jobstore *js);
+void jobs_rollback(jobstore *js);
 dl_status jobs_set(jobstore *js, const char *id, const char *status, const char *error, const char *result);
 dl_status jobs_progress(jobstore *js, const char *id, int step, int steps, int cached);
 dl_status jobs_model_seconds(jobstore *js, const char *id, double secs);

@@ -40,6 +40,7 @@ typedef struct {
     pid_t pid;
     char inflight[40];
     double deadline, cancel_time, next_spawn, backoff;
+    double progress_written; /* per-step progress reaches SQLite at most every 0.25 s */
 } worker;
 
 typedef struct {
@@ -48,6 +49,7 @@ typedef struct {
     jobstore *js;
     pthread_mutex_t mu;
     pthread_cond_t cv; /* any job changed state */
+    int wake[2];       /* a byte here wakes the supervisor: a job was queued */
     int stopping, nworkers;
     worker w[MAX_WORKERS];
     char cancel_req[40];
@@ -153,8 +155,11 @@ static void handle_msg(worker *w, cJSON *m) {
         DL_ERROR("serve: the model process failed to start: %s", A.last_error);
     } else if (id && !strcmp(id, w->inflight)) {
         if (!strcmp(type, "progress")) {
-            jobs_progress(A.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
-                          (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps")), 0);
+            if (wall() - w->progress_written >= 0.25) { /* each write is a commit: not one per step */
+                jobs_progress(A.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
+                              (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps")), 0);
+                w->progress_written = wall();
+            }
         } else if (!strcmp(type, "done")) {
             char path[1200];
             snprintf(path, sizeof path, "%s/%s.png", A.pr.results, id);
@@ -164,9 +169,11 @@ static void handle_msg(worker *w, cJSON *m) {
             cJSON *j = jobs_get(A.js, id);
             int steps = j ? (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps")) : 0;
             cJSON_Delete(j);
+            int tx = jobs_begin(A.js, 0) == DL_OK;
             jobs_progress(A.js, id, steps, steps, cached);
             jobs_model_seconds(A.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "seconds")));
             finish_inflight(w, "completed", NULL, path);
+            if (tx && jobs_commit(A.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
         } else if (!strcmp(type, "error")) {
             int cancelled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "cancelled"));
             finish_inflight(w, cancelled ? "cancelled" : "failed", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL);
@@ -196,8 +203,11 @@ static void dispatch(void) {
         cJSON_AddStringToObject(m, "id", id);
         cJSON_AddStringToObject(m, "out", out);
         cJSON_AddItemToObject(m, "request", rq);
+        int tx = jobs_begin(A.js, 0) == DL_OK;
         jobs_set(A.js, id, "in_progress", NULL, NULL);
         jobs_progress(A.js, id, 0, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")), 0);
+        if (tx && jobs_commit(A.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
+        w->progress_written = wall();
         snprintf(w->inflight, sizeof w->inflight, "%s", id);
         w->deadline = deadline;
         w->cancel_sent = 0;
@@ -218,13 +228,13 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
     if (w->pid <= 0 && now >= w->next_spawn && !A.stopping) spawn_worker(w, k);
     if (w->pid > 0 && pf && (pf->revents & (POLLIN | POLLHUP | POLLERR))) {
         cJSON *m = NULL;
-        if (msg_recv(w->fd, &m) == DL_OK) {
+        if (msg_recv_within(w->fd, &m, 2000) == DL_OK) {
             handle_msg(w, m);
             cJSON_Delete(m);
-        } else { /* the model process exited: fail its job, replace it */
+        } else { /* the model process exited, or stalled half-way through a frame: fail its job, replace it */
             int was_ready = w->ready;
             pid_t pid = w->pid;
-            reap_worker(w, 0);
+            reap_worker(w, 1); /* SIGKILL: a no-op on one that already exited, and never a wait on a stuck one */
             A.restarts++;
             if (w->inflight[0]) {
                 DL_WARN("serve: model process %d died during job %s; replacing it", (int)pid, w->inflight);
@@ -266,10 +276,15 @@ static void *supervisor(void *arg) {
     (void)arg;
     pthread_mutex_lock(&A.mu);
     while (!A.stopping) {
-        struct pollfd pf[MAX_WORKERS];
+        struct pollfd pf[MAX_WORKERS + 1];
         for (int i = 0; i < A.nworkers; i++) pf[i] = (struct pollfd){.fd = A.w[i].pid > 0 ? A.w[i].fd : -1, .events = POLLIN};
+        pf[A.nworkers] = (struct pollfd){.fd = A.wake[0], .events = POLLIN};
         pthread_mutex_unlock(&A.mu);
-        int pr = poll(pf, (nfds_t)A.nworkers, 50);
+        int pr = poll(pf, (nfds_t)A.nworkers + 1, 50);
+        if (pr > 0 && (pf[A.nworkers].revents & POLLIN)) {
+            char drain[64];
+            while (read(A.wake[0], drain, sizeof drain) > 0) {}
+        }
         pthread_mutex_lock(&A.mu);
         for (int i = 0; i < A.nworkers; i++) tend(&A.w[i], i, pr > 0 ? &pf[i] : NULL);
         dispatch();
@@ -446,7 +461,8 @@ static void new_id(char *id) {
     for (int i = 0; i < 8; i++) sprintf(id + 2 * i, "%02x", b[i]);
 }
 
-/* Enqueue n jobs (seed s, s+1, ... when given; random otherwise). 0 when the queue is full. */
+/* Enqueue n jobs (seed s, s+1, ... when given; random otherwise). 0 when the queue is
+ * full, -1 when the job store could not record them (nothing was accepted). */
 static int enqueue(cJSON *req, int n, char ids[][24]) {
     pthread_mutex_lock(&A.mu);
     int queued = jobs_count(A.js, "queued");
@@ -455,17 +471,25 @@ static int enqueue(cJSON *req, int n, char ids[][24]) {
         return 0;
     }
     double seed = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "seed"));
-    for (int i = 0; i < n; i++) {
+    int ok = jobs_begin(A.js, 1) == DL_OK; /* the whole request is accepted with one durable commit */
+    for (int i = 0; i < n && ok; i++) {
         new_id(ids[i]);
         uint64_t sd;
         if (seed >= 0) sd = (uint64_t)seed + (uint64_t)i;
         else if (getrandom(&sd, sizeof sd, 0) != sizeof sd) sd = (uint64_t)rand();
         cJSON_ReplaceItemInObject(req, "seed", cJSON_CreateNumber((double)(sd & ((1ull << 52) - 1))));
         char *t = cJSON_PrintUnformatted(req);
-        jobs_insert(A.js, ids[i], t, wall() + A.pr.timeout_s);
+        ok = t && jobs_insert(A.js, ids[i], t, wall() + A.pr.timeout_s) == DL_OK;
         free(t);
     }
+    if (!ok || jobs_commit(A.js) != DL_OK) {
+        DL_ERROR("serve: job store: %s", dl_last_error());
+        jobs_rollback(A.js);
+        pthread_mutex_unlock(&A.mu);
+        return -1;
+    }
     pthread_cond_broadcast(&A.cv);
+    if (write(A.wake[1], "j", 1) < 0) {} /* full pipe: the supervisor is awake anyway */
     pthread_mutex_unlock(&A.mu);
     return 1;
 }
@@ -556,7 +580,12 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
     if (!validate(cn->body ? cn->body : "", cn->len, &req, &n, &want_b64, err, sizeof err, param, sizeof param))
         return error_reply(c, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
     char ids[4][24];
-    if (!enqueue(req, n, ids)) {
+    int q = enqueue(req, n, ids);
+    if (q < 0) {
+        cJSON_Delete(req);
+        return error_reply(c, 500, "server_error", NULL, "the job store could not record the request: %s", dl_last_error());
+    }
+    if (!q) {
         cJSON_Delete(req);
         return error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", A.pr.queue_capacity);
     }
@@ -749,13 +778,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         char ids[1][24];
         int ok = enqueue(req, 1, ids);
         cJSON_Delete(req);
+        if (ok < 0) return error_reply(c, 500, "server_error", NULL, "the job store could not record the job: %s", dl_last_error());
         if (!ok) return error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", A.pr.queue_capacity);
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "id", ids[0]);
-        cJSON_AddStringToObject(j, "status", "queued");
-        pthread_mutex_lock(&A.mu);
+        pthread_mutex_lock(&A.mu); /* the state now: an idle model process may have taken it already */
+        cJSON *cur = jobs_get(A.js, ids[0]);
+        const char *st = cur ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cur, "status")) : NULL;
+        cJSON_AddStringToObject(j, "status", st ? st : "queued");
         cJSON_AddNumberToObject(j, "queue_position", jobs_position(A.js, ids[0]));
         pthread_mutex_unlock(&A.mu);
+        cJSON_Delete(cur);
         return json_reply(c, 202, j);
     }
     if (!strncmp(url, "/v1/jobs/", 9)) {
@@ -792,8 +825,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         }
         if (post && !strcmp(tail, "/cancel")) {
             pthread_mutex_lock(&A.mu);
-            if (!strcmp(st, "queued")) jobs_set(A.js, id, "cancelled", "cancelled by the client", NULL);
-            else if (!strcmp(st, "in_progress")) snprintf(A.cancel_req, sizeof A.cancel_req, "%s", id);
+            if (!strcmp(st, "queued")) { /* durable: a cancelled job never runs after a restart */
+                if (jobs_begin(A.js, 1) == DL_OK) {
+                    jobs_set(A.js, id, "cancelled", "cancelled by the client", NULL);
+                    if (jobs_commit(A.js) != DL_OK) jobs_rollback(A.js);
+                }
+            } else if (!strcmp(st, "in_progress")) snprintf(A.cancel_req, sizeof A.cancel_req, "%s", id);
             pthread_cond_broadcast(&A.cv);
             pthread_mutex_unlock(&A.mu);
             cJSON_Delete(j);
@@ -829,6 +866,10 @@ int serve_api_main(const serve_profile *pr, const char *self_exe) {
     for (int i = 0; i < A.nworkers; i++) A.w[i] = (worker){.fd = -1, .pid = -1, .backoff = 0.5};
     pthread_mutex_init(&A.mu, NULL);
     pthread_cond_init(&A.cv, NULL);
+    if (pipe(A.wake) != 0 || fcntl(A.wake[0], F_SETFL, O_NONBLOCK) != 0 || fcntl(A.wake[1], F_SETFL, O_NONBLOCK) != 0) {
+        fprintf(stderr, "difflet: serve: pipe: %s\n", strerror(errno));
+        return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     if (dl_mkdir_p(pr->results) != DL_OK || jobs_open(&A.js, pr->db) != DL_OK) {
         fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
