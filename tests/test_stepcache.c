@@ -58,16 +58,22 @@ static void test_modes(void) {
     CHECK(ok && calls < S && calls >= 30, "online-delta: alternates at most, keeps 5+5 (%d calls)", calls);
     dl_stepcache_parse("online-delta:0.000001", &c);
     CHECK(simulate(&c, S, NULL, outs, pat) == S, "online-delta with a tiny alpha caches nothing");
-    /* calibrated, accumulated: f(x) = x, constant score 0.1, threshold 0.25:
-       acc 0.1 cache, 0.2 cache, 0.3 compute (reset), ... in the middle region */
+    /* calibrated, accumulated: f(x) = x, constant score 0.1, threshold 0.25: acc 0.1
+       cache, then a full step (never two cached in a row: each one extrapolates from
+       the last computed change), reset, ... in the middle region */
     c = (dl_stepcache_config){.mode = DL_STEPCACHE_CALIBRATED, .threshold = 0.25f, .keep_first = 2, .keep_last = 2,
                               .coef = {1.0, 0.0}, .ncoef = 2, .accumulate = 1};
     double sc[20];
     for (int i = 0; i < 20; i++) sc[i] = 0.1;
     simulate(&c, 20, sc, outs, pat);
     ok = 1;
-    for (int i = 0; i < 20; i++) ok &= pat[i] == (i >= 2 && i < 18 && (i - 2) % 3 != 2);
-    CHECK(ok, "calibrated (accumulated): cache, cache, compute and reset, ...");
+    for (int i = 0; i < 20; i++) ok &= pat[i] == (i >= 2 && i < 18 && (i - 2) % 2 == 0);
+    CHECK(ok, "calibrated (accumulated): cache, compute and reset, ...");
+    for (int i = 0; i < 20; i++) sc[i] = 0.0; /* no predicted change at all: still alternates */
+    simulate(&c, 20, sc, outs, pat);
+    ok = 1;
+    for (int i = 1; i < 20; i++) ok &= !(pat[i] && pat[i - 1]);
+    CHECK(ok, "calibrated: never two cached steps in a row");
     c.accumulate = 0;
     for (int i = 0; i < 20; i++) sc[i] = i % 2 ? 0.5 : 0.1; /* per-step: below 0.25 only on even steps */
     simulate(&c, 20, sc, outs, pat);

@@ -41,7 +41,9 @@ typedef struct {
     float threshold;             /* calibrated */
     int keep_first, keep_last;   /* K initial and K final full steps (default 5, 5) */
     double coef[DL_STEPCACHE_MAX_COEF]; /* calibration polynomial, highest degree first */
-    int ncoef, accumulate;       /* accumulate: TeaCache's accumulated threshold */
+    int ncoef, accumulate;       /* accumulate: TeaCache's accumulated threshold; a cached
+                                    step is always followed by a full one (each extrapolates
+                                    from the last computed change; runs of them compound) */
 } dl_stepcache_config;
 
 /* "off" | "cadence:N" | "online-delta[:ALPHA]" | "calibrated:FILE[:THRESHOLD]" */

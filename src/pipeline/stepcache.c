@@ -118,7 +118,7 @@ int dl_stepcache_decide(const dl_stepcache_config *c, dl_stepcache_state *s, int
         double est = dl_stepcache_poly(c, probe);
         if (c->accumulate) {
             s->acc += est;
-            cache = can && s->acc < c->threshold;
+            cache = can && !s->cached_last && s->acc < c->threshold;
             if (!cache) s->acc = 0;
         } else {
             cache = can && est < c->threshold;
