@@ -92,6 +92,10 @@ dl_status dl_png_write(const char *path, const uint8_t *rgb, int width, int heig
 typedef struct dl_model_dir dl_model_dir;
 struct cJSON;
 
+/* A JSON file whose top level is an object (up to 64 MiB). Errors name `shown` (NULL:
+ * the path): missing, unreadable, or not a valid JSON object (with the byte offset). */
+dl_status dl_json_read_object(const char *path, const char *shown, struct cJSON **out);
+
 /* Reads DIR/model_index.json. */
 dl_status dl_model_dir_open(dl_model_dir **out, const char *dir);
 void dl_model_dir_free(dl_model_dir *m);

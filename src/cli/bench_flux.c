@@ -154,14 +154,7 @@ int bench_flux_model(const char *dir, int quick, int64_t *grid, int64_t *txt) {
 int cli_bench_flux(int argc, char **argv) {
     const char *json_path = NULL;
     int quick = 0, reps = 2;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
-        else if (!strcmp(argv[i], "--quick")) quick = 1;
-        else {
-            fprintf(stderr, "difflet: bench flux-step: unknown option '%s' (options: --json FILE, --quick)\n", argv[i]);
-            return 2;
-        }
-    }
+    if (!bench_opts(argc, argv, "flux-step", &json_path, &quick)) return 2;
     bench_cfg c = {.D = 3072, .H = 24, .Dh = 128, .Jd = 4096, .Pd = 768, .Cin = 64, .gh = 64, .gw = 64, .T = 512, .nd = 1, .ns = 1};
     if (quick) c.gh = c.gw = 16, c.T = 128, reps = 1;
     char dir[] = "/tmp/difflet-bench-flux-XXXXXX", path[4200], cmd[8192];

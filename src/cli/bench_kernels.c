@@ -80,17 +80,22 @@ static void attn_fn(void *ctx, int ith, int nth) {
     dl_attn_t(t->a, t->scratch, ith, nth);
 }
 
+int bench_opts(int argc, char **argv, const char *name, const char **json_path, int *quick) {
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) *json_path = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) *quick = 1;
+        else {
+            fprintf(stderr, "difflet: bench %s: unknown option '%s' (options: --json FILE, --quick)\n", name, argv[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 int cli_bench_kernels(int argc, char **argv) {
     const char *json_path = NULL;
     int quick = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
-        else if (!strcmp(argv[i], "--quick")) quick = 1;
-        else {
-            fprintf(stderr, "difflet: bench kernels: unknown option '%s' (options: --json FILE, --quick)\n", argv[i]);
-            return 2;
-        }
-    }
+    if (!bench_opts(argc, argv, "kernels", &json_path, &quick)) return 2;
     const int reps = quick ? 1 : 3;
     const int64_t M = quick ? 512 : 4608;
     printf("difflet bench kernels: path %s, %d threads, oneDNN %s%s\n", dl_isa_name(dl_kernel_isa()),

@@ -5,6 +5,8 @@
 #include <stdint.h>
 
 int cli_bench_kernels(int argc, char **argv);
+/* --json FILE and --quick, the options every benchmark takes; 0 (message printed) on a bad one */
+int bench_opts(int argc, char **argv, const char *name, const char **json_path, int *quick);
 int cli_inspect(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_bench_flux(int argc, char **argv);

@@ -121,15 +121,13 @@ int cli_eval_tiny(int argc, char **argv) {
         fprintf(stderr, "difflet: eval-tiny: --prompts and --steps must be positive\n");
         return 2;
     }
-    char path[4096], *txt;
-    size_t len;
+    char path[4096];
     snprintf(path, sizeof path, "%s/eval_prompts.json", model);
-    if (dl_file_read(path, 16u << 20, &txt, &len) != DL_OK) {
+    cJSON *root;
+    if (dl_json_read_object(path, NULL, &root) != DL_OK) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
         return 1;
     }
-    cJSON *root = cJSON_ParseWithLength(txt, len);
-    free(txt);
     palette pal = {0};
     const cJSON *e, *prompts = cJSON_GetObjectItemCaseSensitive(root, "prompts");
     int size = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(root, "size"));

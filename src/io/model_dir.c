@@ -8,7 +8,7 @@
 
 #include "difflet/io.h"
 
-enum { MAX_COMPONENTS = 32, MAX_JSON = 16u << 20 };
+enum { MAX_COMPONENTS = 32, MAX_JSON = 64u << 20 }; /* tokenizer.json files run to tens of MiB */
 
 typedef struct {
     char *name;
@@ -33,7 +33,8 @@ void dl_model_dir_free(dl_model_dir *m) {
     free(m);
 }
 
-static dl_status read_json(const char *path, const char *shown, cJSON **out) {
+dl_status dl_json_read_object(const char *path, const char *shown, struct cJSON **out) {
+    if (!shown) shown = path;
     char *txt;
     size_t len;
     *out = NULL;
@@ -58,7 +59,7 @@ dl_status dl_model_dir_open(dl_model_dir **out, const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/model_index.json", dir);
     cJSON *idx;
-    dl_status s = read_json(path, path, &idx);
+    dl_status s = dl_json_read_object(path, NULL, &idx);
     if (s != DL_OK) {
         if (s == DL_ERR_IO && !dl_file_exists(dir))
             return dl_fail(DL_ERR_IO, "model folder `%s` does not exist", dir);
@@ -129,7 +130,7 @@ dl_status dl_model_dir_config(dl_model_dir *m, const char *name, const cJSON **c
         char path[4096], shown[512];
         snprintf(path, sizeof path, "%s/%s/config.json", m->dir, name);
         snprintf(shown, sizeof shown, "%s/config.json", name);
-        dl_status s = read_json(path, shown, &c->config);
+        dl_status s = dl_json_read_object(path, shown, &c->config);
         if (s != DL_OK) return s;
     }
     *cfg = c->config;

@@ -144,9 +144,7 @@ dl_status dl_clip_text_load(dl_clip_text **out, dl_model_dir *dir, const char *c
     plan_add(&pl, &m->att, (size_t)(S * D) * es, 1, 1);
     plan_add(&pl, &m->o, (size_t)(S * D) * 4, 1, 1);
     plan_add(&pl, &m->f, (size_t)(S * F) * es, 1, 1);
-    dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = m->H, .head_dim = D / m->H, .q = m->qkv, .k = m->qkv, .v = m->qkv,
-                      .q_stride = 3 * D, .k_stride = 3 * D, .v_stride = 3 * D, .out = m->att, .kv_end = S, .causal = 1};
-    plan_add(&pl, &m->scratch, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, 1, 1);
+    plan_attn_scratch(&pl, &m->scratch, dt, S, m->H, D / m->H, 1, 1, 1);
     if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
     ws_close(ck);
     *out = m;

@@ -278,9 +278,7 @@ dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, 
     plan_add(&pl, &m->tproj, 256 * 4, 0, 0);
     plan_add(&pl, &m->vec_in, (size_t)vmax * es, 0, 2);
     plan_add(&pl, &m->vec_h, (size_t)vmax * es, 0, 0);
-    dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = m->H, .head_dim = m->Dh, .q = m->qkv, .k = m->qkv,
-                      .v = m->qkv, .q_stride = 3 * D, .k_stride = 3 * D, .v_stride = 3 * D, .out = m->att, .kv_end = S};
-    plan_add(&pl, &m->scratch, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, 1, 1);
+    plan_attn_scratch(&pl, &m->scratch, dt, S, m->H, m->Dh, 0, 1, 1);
     if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
     ws_close(ck);
     *out = m;

@@ -2,6 +2,7 @@
  * load asks for parameters and layers by checkpoint name; the source reads the
  * checkpoint (converting and packing; recording into an artifact when compiling)
  * or reads an artifact compiled earlier (packed weights used in place). */
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,14 @@ void plan_add(act_plan *p, void *dst_ptr_addr, size_t bytes, int first, int last
     p->b[p->n].first = first;
     p->b[p->n].last = last;
     p->n++;
+}
+
+void plan_attn_scratch(act_plan *p, void *dst_ptr_addr, dl_dtype dt, int64_t S, int64_t heads, int64_t head_dim,
+                       int causal, int first, int last) {
+    const int64_t st = 3 * heads * head_dim; /* fused QKV rows */
+    dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = heads, .head_dim = head_dim, .q_stride = st, .k_stride = st,
+                      .v_stride = st, .kv_end = S, .causal = causal};
+    plan_add(p, dst_ptr_addr, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, first, last);
 }
 
 dl_status plan_commit(act_plan *p, dl_wsrc *ws, void **arena) {

@@ -34,6 +34,9 @@ typedef struct {
     size_t total;
 } act_plan;
 void plan_add(act_plan *p, void *dst_ptr_addr, size_t bytes, int first, int last);
+/* The per-thread scratch of self-attention over S tokens read from fused QKV rows. */
+void plan_attn_scratch(act_plan *p, void *dst_ptr_addr, dl_dtype dt, int64_t S, int64_t heads, int64_t head_dim,
+                       int causal, int first, int last);
 /* Allocates the arena (*arena, 64-byte aligned; free with dl_aligned_free). */
 dl_status plan_commit(act_plan *p, dl_wsrc *ws, void **arena);
 

@@ -173,9 +173,7 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
     plan_add(&pl, &m->att, (size_t)(S * I) * es, 1, 1);
     plan_add(&pl, &m->f0, (size_t)(S * F) * es, 1, 1);
     plan_add(&pl, &m->f1, (size_t)(S * F) * es, 1, 1);
-    dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = m->H, .head_dim = m->DK, .q = m->qkv, .k = m->qkv,
-                      .v = m->qkv, .q_stride = 3 * I, .k_stride = 3 * I, .v_stride = 3 * I, .out = m->att, .kv_end = S};
-    plan_add(&pl, &m->scratch, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, 1, 1);
+    plan_attn_scratch(&pl, &m->scratch, dt, S, m->H, m->DK, 0, 1, 1);
     if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
     ws_close(ck);
     *out = m;

@@ -220,9 +220,7 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
     plan_add(&pl, &m->t2, (size_t)(HW * 3 * top) * es, 1, 1);
     plan_add(&pl, &m->tf, (size_t)(HW * top) * 4, 1, 1);
     plan_add(&pl, &m->tf2, (size_t)(HW * top) * 4, 1, 1);
-    dl_attn_args a = {.dt = dt, .sq = HW, .sk = HW, .heads = 1, .head_dim = top, .q = m->t2, .k = m->t2, .v = m->t2,
-                      .q_stride = 3 * top, .k_stride = 3 * top, .v_stride = 3 * top, .out = m->t1, .kv_end = HW};
-    plan_add(&pl, &m->scratch, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, 1, 1);
+    plan_attn_scratch(&pl, &m->scratch, dt, HW, 1, top, 0, 1, 1);
     if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
     ws_close(ck);
     *out = m;

@@ -12,16 +12,9 @@ dl_status dl_flowmatch_load(dl_model_dir *dir, dl_flowmatch *fm) {
     const char *file = "scheduler/scheduler_config.json";
     char path[4096];
     snprintf(path, sizeof path, "%s/scheduler/scheduler_config.json", dl_model_dir_path(dir));
-    char *txt;
-    size_t len;
-    dl_status s = dl_file_read(path, 1 << 20, &txt, &len);
+    cJSON *cfg;
+    dl_status s = dl_json_read_object(path, file, &cfg);
     if (s != DL_OK) return s;
-    cJSON *cfg = cJSON_ParseWithLength(txt, len);
-    free(txt);
-    if (!cJSON_IsObject(cfg)) {
-        cJSON_Delete(cfg);
-        return dl_fail(DL_ERR_FORMAT, "`%s`: not a valid JSON object", file);
-    }
     const char *cls, *tst;
     int karras, expo, beta, stoch, inv;
     double term;

@@ -23,12 +23,9 @@
 #include "difflet/pipeline.h"
 
 dl_status dl_stepcache_load_calibration(const char *path, dl_stepcache_config *c) {
-    char *txt;
-    size_t len;
-    dl_status s = dl_file_read(path, 1 << 20, &txt, &len);
+    cJSON *j;
+    dl_status s = dl_json_read_object(path, NULL, &j);
     if (s != DL_OK) return s;
-    cJSON *j = cJSON_ParseWithLength(txt, len);
-    free(txt);
     const cJSON *co = cJSON_GetObjectItemCaseSensitive(j, "coefficients");
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(j, "threshold");
     const cJSON *acc = cJSON_GetObjectItemCaseSensitive(j, "accumulate");

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "difflet/io.h"
 #include "serve/serve_impl.h"
 
 #ifndef DIFFLET_SOURCE_DIR
@@ -82,16 +83,9 @@ dl_status profile_from_json(serve_profile *p, const cJSON *j) {
 dl_status profile_load(serve_profile *p, const char *path) {
     defaults(p);
     if (path) {
-        char *txt;
-        size_t len;
-        dl_status s = dl_file_read(path, 1 << 20, &txt, &len);
+        cJSON *j;
+        dl_status s = dl_json_read_object(path, NULL, &j);
         if (s != DL_OK) return s;
-        cJSON *j = cJSON_ParseWithLength(txt, len);
-        free(txt);
-        if (!cJSON_IsObject(j)) {
-            cJSON_Delete(j);
-            return dl_fail(DL_ERR_FORMAT, "`%s`: not a JSON object", path);
-        }
         s = profile_from_json(p, j);
         cJSON_Delete(j);
         if (s != DL_OK) return s;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "difflet/io.h"
 #include "text/text_impl.h"
 
 #define CLIP_PATTERN \
@@ -20,18 +21,7 @@ static dl_status read_json_file(const char *dir, const char *name, cJSON **out, 
     *out = NULL;
     if (!dl_file_exists(path))
         return required ? dl_fail(DL_ERR_IO, "`%s` is missing", path) : DL_OK;
-    char *txt;
-    size_t len;
-    dl_status s = dl_file_read(path, MAX_FILE, &txt, &len);
-    if (s != DL_OK) return s;
-    *out = cJSON_ParseWithLength(txt, len);
-    free(txt);
-    if (!*out || !cJSON_IsObject(*out)) {
-        cJSON_Delete(*out);
-        *out = NULL;
-        return dl_fail(DL_ERR_FORMAT, "`%s`: not a valid JSON object", path);
-    }
-    return DL_OK;
+    return dl_json_read_object(path, NULL, out);
 }
 
 /* A token given as "text" or {"content": "text"} (tokenizer_config.json style). */
