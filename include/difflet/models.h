@@ -72,10 +72,39 @@ int dl_flux_blocks(const dl_flux *m, int *n_single);
 dl_status dl_flux_run(dl_flux *m, const float *latents, const float *txt, const float *pooled, float timestep,
                       float guidance, float *out, float *block_out);
 void dl_flux_free(dl_flux *m);
+
+/* Parallel execution of one denoiser evaluation (Difflet §4; comm.h). TP: Megatron
+ * splits over the tp group (attention heads, MLP columns; row-parallel output
+ * projections all-reduced). SP: on the TP group, norms, modulation and residuals
+ * run on a token shard (all-gather before column-parallel layers, reduce-scatter
+ * after row-parallel ones). CP: image tokens partitioned over the cp group, text
+ * replicated; joint attention by Ulysses (all-to-all sequence <-> heads), ring
+ * (visual K/V rotate, partials merged by row max and sum of exponentials) or
+ * gather (all-gather K/V). Shards may be uneven: no padding is ever attended. */
+typedef enum { DL_CP_ULYSSES = 0, DL_CP_RING, DL_CP_GATHER } dl_cp_mode;
+typedef struct dl_comm dl_comm;
+typedef struct {
+    int tp, cp, sp;           /* degrees (1: off); sp: 1 = sequence parallel on the TP group */
+    dl_cp_mode cp_mode;
+    int tp_rank, cp_rank;     /* this rank's place (what its weights and rows are) */
+    dl_comm *tp_comm, *cp_comm; /* at run time; NULL when the degree is 1 (compiling needs none) */
+} dl_flux_split;
+const char *dl_cp_mode_name(dl_cp_mode m);
+/* As dl_flux_load, building this rank's part (its weight slices, its rows). */
+dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *component, int64_t grid_h, int64_t grid_w,
+                             int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_flux_split *split);
+/* Why a split is infeasible for a model with `heads` heads (NULL when feasible). */
+const char *dl_flux_split_check(const dl_flux_split *split, int64_t heads, char *buf, size_t n);
+int64_t dl_flux_heads(const dl_flux *m);
+/* Valid text tokens [0, valid) of txt_len (the rest is padding and is never
+ * attended); txt_len by default. Every rank of a split model must set the same. */
+dl_status dl_flux_set_text_valid(dl_flux *m, int64_t valid);
 /* The step-caching probe, fused into the denoiser: the first block's modulated
  * image input (x_embedder, then LN * (1 + scale) + shift of block 0) for these
  * inputs, compared with the last call of the same slot (0 or 1, one per CFG
- * branch): *score = relative L1 change (0 on a slot's first call). */
+ * branch): *score = relative L1 change (0 on a slot's first call). On a split
+ * model it is collective over the cp group (sums reduced in rank order, so every
+ * rank gets the same score bit for bit). */
 dl_status dl_flux_probe(dl_flux *m, int slot, const float *latents, const float *pooled, float timestep,
                         float guidance, double *score);
 void dl_flux_probe_reset(dl_flux *m);

@@ -149,16 +149,36 @@ dl_status lin_load(lin *l, dl_wsrc *ws, const char *const *names, const char *co
 dl_status lin_load_ld(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                       const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
                       int64_t ldy) {
+    return lin_load_split(l, ws, names, bnames, nparts, n_parts, m, k, dt, dst_dt, act, ldy, NULL);
+}
+
+dl_status lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
+                         const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
+                         int64_t ldy, const lin_split *sp) {
     memset(l, 0, sizeof *l);
-    int64_t n = 0;
-    for (int i = 0; i < nparts; i++) n += n_parts[i];
+    static const lin_split whole = {0};
+    if (!sp) sp = &whole;
+    int64_t n = 0, kk = 0;
+    for (int i = 0; i < nparts; i++) {
+        if (sp->rows && sp->row0 + sp->rows > n_parts[i])
+            return dl_fail(DL_ERR_INVALID, "`%s`: row slice [%lld, %lld) is outside its %lld rows", names[i],
+                           (long long)sp->row0, (long long)(sp->row0 + sp->rows), (long long)n_parts[i]);
+        n += sp->rows ? sp->rows : n_parts[i];
+    }
+    for (int j = 0; j < sp->nseg; j++) {
+        if (sp->seg0[j] < 0 || sp->seg0[j] + sp->segn[j] > k)
+            return dl_fail(DL_ERR_INVALID, "`%s`: column slice is outside its %lld columns", names[0], (long long)k);
+        kk += sp->segn[j];
+    }
+    if (!sp->nseg) kk = k;
     int any_bias = 0;
     for (int i = 0; bnames && i < nparts; i++) any_bias |= bnames[i] != NULL;
-    dl_matmul_desc d = {.m = m, .k = k, .n = n, .dt = dt, .dst_dt = dst_dt, .act = act, .ldy = ldy};
+    if (sp->no_bias) any_bias = 0;
+    dl_matmul_desc d = {.m = m, .k = kk, .n = n, .dt = dt, .dst_dt = dst_dt, .act = act, .ldy = ldy};
     char pk[300], bk[300];
     snprintf(pk, sizeof pk, "%s#packed", names[0]);
     snprintf(bk, sizeof bk, "%s#bias", names[0]);
-    l->k = k;
+    l->k = kk;
     l->n = n;
     if (!ws->ck) { /* artifact: packed weights in place, bias copied by oneDNN's wrapper */
         size_t wb, bb;
@@ -168,25 +188,38 @@ dl_status lin_load_ld(lin *l, dl_wsrc *ws, const char *const *names, const char 
         if (any_bias && (!b || bb != (size_t)n * 4)) return art_missing(bk);
         return dl_matmul_new_packed(&l->mm, &d, w, wb, b);
     }
-    float *w = malloc((size_t)(n * k) * sizeof *w), *b = NULL;
+    int64_t pmax = 0;
+    for (int i = 0; i < nparts; i++) pmax = n_parts[i] > pmax ? n_parts[i] : pmax;
+    int sliced = sp->rows || sp->nseg;
+    float *w = malloc((size_t)(n * kk) * sizeof *w), *b = NULL;
+    float *full = sliced ? malloc((size_t)(pmax * k) * sizeof *full) : NULL, *fb = malloc((size_t)pmax * sizeof *fb);
     if (any_bias) b = calloc((size_t)n, sizeof *b);
-    if (!w || (any_bias && !b)) {
-        free(w), free(b);
+    if (!w || !fb || (sliced && !full) || (any_bias && !b)) {
+        free(w), free(b), free(full), free(fb);
         return dl_fail(DL_ERR_NOMEM, "out of memory loading `%s`", names[0]);
     }
     dl_status s = DL_OK;
     int64_t row = 0;
     for (int i = 0; i < nparts && s == DL_OK; i++) {
         const dl_st_tensor *t;
-        int64_t shape[2] = {n_parts[i], k};
+        int64_t shape[2] = {n_parts[i], k}, r0 = sp->rows ? sp->row0 : 0, rn = sp->rows ? sp->rows : n_parts[i];
         s = dl_ckpt_expect(ws->ck, names[i], 2, shape, &t);
-        if (s == DL_OK) s = dl_ckpt_read(t, DL_F32, w + row * k);
+        if (s == DL_OK) s = dl_ckpt_read(t, DL_F32, sliced ? full : w + row * kk);
+        if (s == DL_OK && sliced) /* keep rows [r0, r0 + rn) and the column segments */
+            for (int64_t r = 0; r < rn; r++) {
+                const float *src = full + (r0 + r) * k;
+                float *dst = w + (row + r) * kk;
+                if (!sp->nseg) memcpy(dst, src, (size_t)k * 4);
+                for (int j = 0, o = 0; j < sp->nseg; o += (int)sp->segn[j], j++)
+                    memcpy(dst + o, src + sp->seg0[j], (size_t)sp->segn[j] * 4);
+            }
         if (s == DL_OK && any_bias && bnames[i]) {
             int64_t bs[1] = {n_parts[i]};
             s = dl_ckpt_expect(ws->ck, bnames[i], 1, bs, &t);
-            if (s == DL_OK) s = dl_ckpt_read(t, DL_F32, b + row);
+            if (s == DL_OK) s = dl_ckpt_read(t, DL_F32, fb);
+            if (s == DL_OK) memcpy(b + row, fb + r0, (size_t)rn * 4);
         }
-        row += n_parts[i];
+        row += rn;
     }
     if (s == DL_OK) s = dl_matmul_new(&l->mm, &d, w, DL_F32, b);
     if (s == DL_OK && ws->rec) {
@@ -195,7 +228,7 @@ dl_status lin_load_ld(lin *l, dl_wsrc *ws, const char *const *names, const char 
         s = dl_artifact_writer_add(ws->rec, pk, "onednn", packed, bytes);
         if (s == DL_OK && any_bias) s = dl_artifact_writer_add(ws->rec, bk, "f32", b, (size_t)n * 4);
     }
-    free(w), free(b);
+    free(w), free(b), free(full), free(fb);
     return s;
 }
 

@@ -54,6 +54,20 @@ dl_status lin_load(lin *l, dl_wsrc *ws, const char *const *names, const char *co
 dl_status lin_load_ld(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                       const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
                       int64_t ldy);
+/* A tensor-parallel slice of such a linear (Megatron): rows [row0, row0 + rows) of
+ * every part (column parallel; rows 0 keeps all), and only the input columns of the
+ * nseg segments [seg0[j], seg0[j] + segn[j]) (row parallel; nseg 0 keeps all). A
+ * row-parallel rank other than the first sets no_bias: the bias is added once, by
+ * the rank whose partial sum carries it. n_parts and k are the checkpoint's. */
+typedef struct {
+    int64_t row0, rows;
+    int nseg;
+    int64_t seg0[2], segn[2];
+    int no_bias;
+} lin_split;
+dl_status lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
+                         const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
+                         int64_t ldy, const lin_split *sp);
 void lin_free(lin *l);
 static inline dl_status lin_run(lin *l, const void *x, void *y) { return dl_matmul_run(l->mm, x, y); }
 
