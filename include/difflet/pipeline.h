@@ -4,6 +4,7 @@
 #ifndef DIFFLET_PIPELINE_H
 #define DIFFLET_PIPELINE_H
 
+#include "difflet/comm.h"
 #include "difflet/models.h"
 
 #ifdef __cplusplus
@@ -76,6 +77,35 @@ void dl_stepcache_estimate(dl_stepcache_state *s, float *out);
  * (equally valid) picture than diffusers with that seed: parity tests pass the
  * initial latents explicitly. */
 void dl_randn(uint64_t seed, float *out, int64_t n);
+
+/* ---- parallel layouts (parallel.c) --------------------------------------------------
+ * `--parallel tp=2,cp=2:ulysses,cfg=2,dp=2,sp`: each replica (dp of them) has
+ * cfg x cp x tp ranks; world rank = ((replica * cfg + branch) * cp + cp_rank) * tp + tp_rank
+ * (TP ranks adjacent: they talk most). */
+typedef struct {
+    int dp, cfg, tp, cp, sp;
+    dl_cp_mode cp_mode;
+} dl_par_config;
+/* Keys tp=N, cp=N[:ulysses|ring|gather], cfg=1|2, dp=N, sp (a flag); "" or "1" is one
+ * rank. Unknown keys and bad values are refused by name. */
+dl_status dl_par_parse(const char *spec, dl_par_config *c);
+int dl_par_ranks(const dl_par_config *c);
+/* canonical text ("tp2.sp.cp2-ring.cfg2.dp1"; part of program keys) */
+void dl_par_format(const dl_par_config *c, char *buf, size_t n);
+/* Why this layout cannot run a model with `heads` heads whose pipeline makes
+ * `passes` denoiser evaluations per step, on `world` ranks (NULL: feasible). */
+const char *dl_par_check(const dl_par_config *c, int64_t heads, int passes, int world, char *buf, size_t n);
+
+typedef struct {
+    dl_par_config cfg;
+    int rank, replica, branch;  /* world rank, dp index, cfg branch (0: the prompt) */
+    dl_flux_split split;        /* tp / cp places and communicators */
+    dl_comm *world, *replica_comm, *cfg_comm; /* cfg_comm: the ranks with the same replica, tp and cp place */
+    dl_comm *tp_comm, *cp_comm;
+} dl_par_place;
+/* This rank's place in the layout (collective over world: splits communicators). */
+dl_status dl_par_place_new(dl_comm *world, const dl_par_config *c, dl_par_place *out);
+void dl_par_place_free(dl_par_place *p);
 
 /* ---- FluxPipeline ------------------------------------------------------------------ */
 typedef struct dl_flux_pipeline dl_flux_pipeline;
