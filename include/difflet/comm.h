@@ -23,6 +23,9 @@ typedef struct dl_comm dl_comm;
 dl_status dl_comm_world(dl_comm **world);
 /* Finalizes MPI (after freeing every communicator split from the world). */
 void dl_comm_finalize(void);
+/* Ends every rank of the job (a rank that failed alone would leave the others
+ * waiting in a collective): MPI_Abort under MPI, exit otherwise. */
+void dl_comm_abort(int code) __attribute__((noreturn));
 /* 1 when this build has MPI; 1 when this process was launched by mpirun. */
 int dl_comm_have_mpi(void);
 int dl_comm_launched(void);

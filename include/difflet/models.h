@@ -96,6 +96,8 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
 /* Why a split is infeasible for a model with `heads` heads (NULL when feasible). */
 const char *dl_flux_split_check(const dl_flux_split *split, int64_t heads, char *buf, size_t n);
 int64_t dl_flux_heads(const dl_flux *m);
+/* joint_attention_dim (T5 width) and pooled_projection_dim (CLIP width) */
+void dl_flux_text_dims(const dl_flux *m, int64_t *joint, int64_t *pooled);
 /* Valid text tokens [0, valid) of txt_len (the rest is padding and is never
  * attended); txt_len by default. Every rank of a split model must set the same. */
 dl_status dl_flux_set_text_valid(dl_flux *m, int64_t valid);

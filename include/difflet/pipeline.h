@@ -115,11 +115,22 @@ typedef struct {
     int max_sequence_length; /* T5 tokens; 0: tokenizer_2's model_max_length if below 512, else 512 */
     dl_dtype dt;
     int cache;               /* dl_cache_mode (program.h): 0 = load or compile and cache */
+    /* Parallel execution (NULL: one rank). Every rank of a replica loads the pipeline
+     * with its place: the replica's first rank (the host) loads the tokenizers, text
+     * encoders and VAE and runs the host flow; every rank loads its part of the
+     * transformer (its own program: the split is in the key) and, if not the host,
+     * serves the host's steps in dl_flux_pipeline_worker. */
+    const dl_par_place *par;
 } dl_flux_shape;
 
 /* Load every component of a diffusers FluxPipeline folder for this shape. */
 dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, const dl_flux_shape *shape);
+/* The host's free also releases the replica's workers. */
 void dl_flux_pipeline_free(dl_flux_pipeline *p);
+/* 1 on the rank that runs the host flow (always, without parallel execution). */
+int dl_flux_pipeline_is_host(const dl_flux_pipeline *p);
+/* A non-host rank: execute the host's denoiser steps until it stops (its free). */
+dl_status dl_flux_pipeline_worker(dl_flux_pipeline *p);
 /* Packed latent token count and channels (the shape of an initial latent). */
 void dl_flux_pipeline_latent_shape(const dl_flux_pipeline *p, int64_t *tokens, int64_t *channels);
 int dl_flux_pipeline_has_guidance(const dl_flux_pipeline *p);
@@ -150,6 +161,8 @@ typedef struct {
 typedef struct {
     double encode_s, denoise_s, decode_s, probe_s, cached_s; /* cached_s: time in estimated steps */
     int transformer_calls, cached_steps;
+    int ranks;          /* ranks of the replica that checked they ran exactly the decided steps */
+    double comm_s;      /* host: seconds in communication (parallel execution) */
 } dl_flux_timing;
 
 /* Generate one image: rgb is height*width*3 bytes (row-major, RGB); image (may be

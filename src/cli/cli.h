@@ -24,5 +24,9 @@ int cli_cache(int argc, char **argv);
 int cli_profile(int argc, char **argv);
 int cli_simulate(int argc, char **argv);
 int cli_sched_eval(int argc, char **argv);
+/* Run `difflet <sub...> <argv...>` as `ranks` MPI processes of `threads` threads
+ * each (0: the cores shared out): replace this process (exec), or wait for it and
+ * return its exit code. */
+int cli_mpirun(const char *const *sub, int nsub, int argc, char **argv, int ranks, int threads, int replace);
 
 #endif

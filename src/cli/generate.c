@@ -1,6 +1,9 @@
 /* `difflet generate`: prompt in, PNG out, through a diffusers-layout FLUX folder.
  * Argument errors: one line, exit 2. Runtime failures: the library's message,
- * exit 1. A progress line on a terminal, a per-stage timing summary at the end. */
+ * exit 1. A progress line on a terminal, a per-stage timing summary at the end.
+ * `--parallel LAYOUT` runs the ranks through mpirun (started here unless already
+ * under it); `--prompt` may repeat: with dp replicas, prompt i goes to replica
+ * i mod dp, and each picture is written as OUT-i.png. */
 #include <errno.h>
 #include <omp.h>
 #include <stdio.h>
@@ -8,7 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli/cli.h"
+#include "difflet/comm.h"
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
 
@@ -73,8 +79,39 @@ static int load_latents(const char *path, int64_t n, int64_t c, float **out) {
     return ok;
 }
 
+/* "out.png" -> "out-3.png" */
+static void indexed(char *buf, size_t n, const char *path, int i) {
+    const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+    if (!dot || (slash && dot < slash)) dot = path + strlen(path);
+    snprintf(buf, n, "%.*s-%d%s", (int)(dot - path), path, i, dot);
+}
+
+/* the model's attention heads, read before anything is built (feasibility) */
+static int64_t model_heads(const char *model) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/transformer/config.json", model);
+    cJSON *j;
+    int64_t h = 24;
+    if (dl_json_read_object(path, NULL, &j) != DL_OK) return -1;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "num_attention_heads");
+    if (cJSON_IsNumber(v)) h = (int64_t)v->valuedouble;
+    cJSON_Delete(j);
+    return h;
+}
+
+/* a rank that fails alone would leave the others waiting: end them all */
+static int rank_fail(int parallel, int code) {
+    if (parallel) {
+        fflush(stderr);
+        dl_comm_abort(code);
+    }
+    return code;
+}
+
 int cli_generate(int argc, char **argv) {
-    const char *model = getenv("DIFFLET_MODEL"), *prompt = NULL, *neg = NULL, *outp = "out.png", *lat_path = NULL;
+    const char *model = getenv("DIFFLET_MODEL"), *neg = NULL, *outp = "out.png", *lat_path = NULL;
+    const char *prompts[64], *par_spec = NULL;
+    int nprompts = 0;
     long width = 0, height = 0, steps = 28, maxseq = 0, threads = 0, seed = 0;
     float guidance = 3.5f, true_cfg = 1.f;
     int cache = DL_CACHE_USE, have_sc = 0, keep_a = -1, keep_b = -1;
@@ -97,7 +134,11 @@ int cli_generate(int argc, char **argv) {
         return 2;                                                               \
     } while (0)
         if (!strcmp(a, "--model")) { NEED(); model = v; }
-        else if (!strcmp(a, "--prompt")) { NEED(); prompt = v; }
+        else if (!strcmp(a, "--prompt")) {
+            NEED();
+            if (nprompts == 64) BAD("at most 64 prompts");
+            prompts[nprompts++] = v;
+        } else if (!strcmp(a, "--parallel")) { NEED(); par_spec = v; }
         else if (!strcmp(a, "--negative-prompt")) { NEED(); neg = v; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { NEED(); outp = v; }
         else if (!strcmp(a, "--latents")) { NEED(); lat_path = v; }
@@ -141,23 +182,68 @@ int cli_generate(int argc, char **argv) {
             return 2;
         }
     }
-    if (!prompt) {
+    if (!nprompts) {
         fprintf(stderr, "difflet: generate: --prompt TEXT is required\n");
         return 2;
+    }
+    dl_par_config pc;
+    if (dl_par_parse(par_spec, &pc) != DL_OK) {
+        fprintf(stderr, "difflet: generate: %s\n", dl_last_error());
+        return 2;
+    }
+    const int ranks = dl_par_ranks(&pc), passes = true_cfg > 1.f && neg ? 2 : 1;
+    if (ranks > 1) { /* feasibility before anything is compiled, with the reason */
+        char why[512];
+        int64_t heads = model_heads(model);
+        const char *bad = heads < 0 ? "cannot read the transformer's config.json"
+                                    : dl_par_check(&pc, heads, passes, ranks, why, sizeof why);
+        if (bad) {
+            fprintf(stderr, "difflet: generate: --parallel %s: %s\n", par_spec, bad);
+            return 2;
+        }
+        if (!dl_comm_launched()) {
+            const char *sub[1] = {"generate"};
+            return cli_mpirun(sub, 1, argc, argv, ranks, (int)threads, 1);
+        }
+    }
+    dl_comm *world = NULL;
+    dl_par_place place = {0};
+    int parallel = dl_comm_launched() && ranks > 1;
+    if (parallel) {
+        if (dl_comm_world(&world) != DL_OK || dl_par_place_new(world, &pc, &place) != DL_OK) {
+            fprintf(stderr, "difflet: generate: %s\n", dl_last_error());
+            return rank_fail(parallel, 1);
+        }
     }
     if (threads) dl_set_threads((int)threads);
     if (!width) width = height ? height : dl_flux_default_size(model);
     if (!height) height = width;
     dl_flux_shape shape = {.width = (int)width, .height = (int)height, .max_sequence_length = (int)maxseq, .dt = dt,
-                           .cache = cache};
-    fprintf(stderr, "difflet: loading %s for %ldx%ld (%s, %d threads)\n", model, width, height, dl_dtype_name(dt), dl_threads());
+                           .cache = cache, .par = parallel ? &place : NULL};
+    int host = !parallel || dl_comm_rank(place.replica_comm) == 0;
+    char lay[96];
+    dl_par_format(&pc, lay, sizeof lay);
+    if (!parallel || dl_comm_rank(world) == 0)
+        fprintf(stderr, "difflet: loading %s for %ldx%ld (%s, %d threads%s%s%s)\n", model, width, height,
+                dl_dtype_name(dt), dl_threads(), parallel ? " per rank, " : "", parallel ? lay : "",
+                parallel ? " over MPI" : "");
     double t0 = dl_now();
     dl_flux_pipeline *p;
     if (dl_flux_pipeline_load(&p, model, &shape) != DL_OK) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
-        return 1;
+        return rank_fail(parallel, 1);
     }
     double load_s = dl_now() - t0;
+    if (!host) { /* this rank executes its part of the host's steps */
+        if (dl_flux_pipeline_worker(p) != DL_OK) {
+            fprintf(stderr, "difflet: rank %d: %s\n", dl_comm_rank(world), dl_last_error());
+            return rank_fail(parallel, 1);
+        }
+        dl_flux_pipeline_free(p);
+        dl_par_place_free(&place);
+        dl_comm_finalize();
+        return 0;
+    }
     float *init = NULL;
     int64_t n, c;
     dl_flux_pipeline_latent_shape(p, &n, &c);
@@ -166,27 +252,41 @@ int cli_generate(int argc, char **argv) {
         return 1;
     }
     uint8_t *rgb = malloc((size_t)(width * height * 3));
-    progress pr = {isatty(2)};
+    progress pr = {isatty(2) && !parallel};
     if (keep_a >= 0) sc.keep_first = keep_a, sc.keep_last = keep_b;
     (void)have_sc;
-    dl_flux_request r = {.prompt = prompt, .negative_prompt = neg, .steps = (int)steps, .guidance = guidance,
-                         .true_cfg = true_cfg, .seed = (uint64_t)seed, .init_latents = init, .cache = &sc,
-                         .on_step = on_step, .ctx = &pr};
-    dl_flux_timing tm;
     int rc = 0;
-    if (!rgb || dl_flux_generate(p, &r, rgb, NULL, &tm) != DL_OK) {
-        fprintf(stderr, "difflet: %s\n", rgb ? dl_last_error() : "out of memory");
-        rc = 1;
-    } else if (dl_png_write(outp, rgb, (int)width, (int)height) != DL_OK) {
-        fprintf(stderr, "difflet: %s\n", dl_last_error());
-        rc = 1;
-    } else {
-        fprintf(stderr, "difflet: load %.2f s | encode %.2f s | denoise %.2f s (%d transformer calls, %.3f s each; %d cached steps) | decode %.2f s\n",
-                load_s, tm.encode_s, tm.denoise_s, tm.transformer_calls,
-                tm.transformer_calls ? tm.denoise_s / tm.transformer_calls : 0.0, tm.cached_steps, tm.decode_s);
-        printf("%s\n", outp);
+    const int replica = parallel ? place.replica : 0;
+    for (int i = replica; i < nprompts && rc == 0; i += pc.dp) { /* this replica's prompts */
+        char path[4096];
+        if (nprompts > 1) indexed(path, sizeof path, outp, i);
+        else snprintf(path, sizeof path, "%s", outp);
+        dl_flux_request r = {.prompt = prompts[i], .negative_prompt = neg, .steps = (int)steps, .guidance = guidance,
+                             .true_cfg = true_cfg, .seed = (uint64_t)seed, .init_latents = init, .cache = &sc,
+                             .on_step = on_step, .ctx = &pr};
+        dl_flux_timing tm;
+        if (!rgb || dl_flux_generate(p, &r, rgb, NULL, &tm) != DL_OK) {
+            fprintf(stderr, "difflet: %s\n", rgb ? dl_last_error() : "out of memory");
+            rc = 1;
+        } else if (dl_png_write(path, rgb, (int)width, (int)height) != DL_OK) {
+            fprintf(stderr, "difflet: %s\n", dl_last_error());
+            rc = 1;
+        } else {
+            fprintf(stderr, "difflet: load %.2f s | encode %.2f s | denoise %.2f s (%d transformer calls, %.3f s each; %d cached steps) | decode %.2f s\n",
+                    load_s, tm.encode_s, tm.denoise_s, tm.transformer_calls,
+                    tm.transformer_calls ? tm.denoise_s / tm.transformer_calls : 0.0, tm.cached_steps, tm.decode_s);
+            if (parallel)
+                fprintf(stderr, "difflet: replica %d: %s; %d ranks ran exactly the decided steps; host %.3f s in communication\n",
+                        replica, lay, tm.ranks, tm.comm_s);
+            printf("%s\n", path);
+        }
     }
     free(rgb), free(init);
-    dl_flux_pipeline_free(p);
+    dl_flux_pipeline_free(p); /* releases this replica's workers */
+    if (parallel) {
+        if (rc) return rank_fail(parallel, rc);
+        dl_par_place_free(&place);
+        dl_comm_finalize();
+    }
     return rc;
 }

@@ -83,6 +83,13 @@ void dl_comm_finalize(void) {
     g_init = 0;
 }
 
+void dl_comm_abort(int code) {
+#ifdef DIFFLET_HAVE_MPI
+    if (g_mpi && g_world.size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+    exit(code);
+}
+
 int dl_comm_rank(const dl_comm *c) { return c->rank; }
 int dl_comm_size(const dl_comm *c) { return c->size; }
 dl_comm_stats dl_comm_stats_get(const dl_comm *c) { return c->st; }

@@ -168,6 +168,10 @@ const char *dl_flux_split_check(const dl_flux_split *sp, int64_t heads, char *bu
 }
 
 int64_t dl_flux_heads(const dl_flux *m) { return m->H; }
+void dl_flux_text_dims(const dl_flux *m, int64_t *joint, int64_t *pooled) {
+    *joint = m->Jd;
+    *pooled = m->Pd;
+}
 
 dl_status dl_flux_set_text_valid(dl_flux *m, int64_t valid) {
     if (valid < 1 || valid > m->T)

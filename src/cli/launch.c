@@ -1,0 +1,60 @@
+/* Starting a command's ranks through mpirun: `difflet generate --parallel ...`
+ * relaunches itself as `mpirun -n W difflet generate ...` unless it already runs
+ * under MPI. As root mpirun needs --allow-run-as-root; with more ranks x threads
+ * than cores it needs --oversubscribe, and core binding is turned off so several
+ * threads per rank can spread. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "difflet/base.h"
+#include "difflet/comm.h"
+
+int cli_mpirun(const char *const *sub, int nsub, int argc, char **argv, int ranks, int threads, int replace) {
+    if (!dl_comm_have_mpi()) {
+        fprintf(stderr, "difflet: %d ranks asked for, but this build has no MPI (install libopenmpi-dev openmpi-bin: make deps)\n",
+                ranks);
+        return 2;
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1) ncpu = 1;
+    if (threads < 1) threads = (int)(ncpu / ranks > 0 ? ncpu / ranks : 1);
+    char np[16], omp[48];
+    snprintf(np, sizeof np, "%d", ranks);
+    snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%d", threads);
+    const char *av[256];
+    int n = 0;
+    av[n++] = "mpirun";
+    if (geteuid() == 0) av[n++] = "--allow-run-as-root";
+    if ((long)ranks * threads > ncpu) av[n++] = "--oversubscribe";
+    if (threads > 1 || (long)ranks * threads > ncpu) av[n++] = "--bind-to", av[n++] = "none";
+    av[n++] = "-n", av[n++] = np, av[n++] = "-x", av[n++] = omp;
+    av[n++] = "/proc/self/exe";
+    static char self[4096];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k > 0) self[k] = 0, av[n - 1] = self;
+    for (int i = 0; i < nsub && n < 250; i++) av[n++] = sub[i];
+    for (int i = 0; i < argc && n < 254; i++) av[n++] = argv[i];
+    av[n] = NULL;
+    fflush(stdout), fflush(stderr);
+    if (replace) {
+        execvp("mpirun", (char *const *)av);
+        fprintf(stderr, "difflet: cannot run mpirun: %s (make deps installs Open MPI)\n", strerror(errno));
+        return 1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+        execvp("mpirun", (char *const *)av);
+        fprintf(stderr, "difflet: cannot run mpirun: %s (make deps installs Open MPI)\n", strerror(errno));
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
