@@ -36,6 +36,22 @@ out="$tmpd/a.png"
 expect 0 "denoise" generate --model "$flux" --prompt "a red circle" --width 32 --height 48 --steps 3 \
   --max-sequence-length 32 --seed 7 -o "$out"
 if head -c 8 "$out" 2>/dev/null | od -An -c | grep -q "P   N   G"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $out is not a PNG"; fi
+# generate --parallel: refused layouts (before anything is built) and a real
+# self-launched mpirun job
+expect 2 "not divisible by tp=4" generate --model "$flux" --prompt x --parallel tp=4
+expect 2 "cfg=2 runs the conditional" generate --model "$flux" --prompt x --parallel cfg=2
+expect 2 "unknown key" generate --model "$flux" --prompt x --parallel pp=2
+expect 2 "ulysses, ring or gather" generate --model "$flux" --prompt x --parallel cp=2:spiral
+if command -v mpirun >/dev/null; then
+    expect 0 "2 ranks ran exactly the decided steps" generate --model "$flux" --prompt "a red circle" --width 32 \
+      --height 48 --steps 3 --max-sequence-length 32 --seed 7 --parallel cp=2:ring -o "$tmpd/par.png"
+    expect 0 "4 ranks ran exactly the decided steps" generate --model "$flux" --prompt "a red circle" \
+      --negative-prompt "blue" --true-cfg 2 --width 32 --height 48 --steps 3 --max-sequence-length 32 \
+      --parallel tp=2,sp,cfg=2 -o "$tmpd/par2.png"
+    "$bin" generate --model "$flux" --prompt "a" --prompt "b" --width 32 --height 48 --steps 2 \
+      --max-sequence-length 32 --parallel dp=2 -o "$tmpd/dp.png" >/dev/null 2>&1
+    if [ -s "$tmpd/dp-0.png" ] && [ -s "$tmpd/dp-1.png" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: dp=2 did not write dp-0.png and dp-1.png"; fi
+fi
 expect 0 "" inspect "$data/io/clip_sharded/model.safetensors.index.json"
 expect 0 "" --help
 # sched: profiles in SQLite, simulate deterministic per seed, honest `measure`

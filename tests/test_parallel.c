@@ -12,6 +12,7 @@
 
 #include "difflet/comm.h"
 #include "difflet/pipeline.h"
+#include "difflet/program.h"
 #include "test_util.h"
 
 #ifndef DATA_DIR
@@ -154,6 +155,94 @@ static void model(dl_comm *world, const char *dir, const char *name) {
     dl_model_dir_free(md);
 }
 
+static double psnr(const float *a, const float *b, int64_t n) {
+    double se = 0;
+    for (int64_t i = 0; i < n; i++) se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return se == 0 ? INFINITY : 10 * log10((double)n / se);
+}
+
+/* The whole pipeline on a layout (true CFG, step caching on, programs from the cache
+ * twice: compiled, then loaded): every replica host's picture against the unsplit
+ * pipeline's, PSNR >= 50 dB in f32, and every rank ran exactly the decided steps. */
+static void pipeline_layout(dl_comm *world, const char *dir, const char *name, int w, int h, const char *spec) {
+    dl_par_config pc;
+    dl_par_parse(spec, &pc);
+    dl_par_place pl;
+    if (dl_par_place_new(world, &pc, &pl) != DL_OK) {
+        CHECK(0, "%s %s: place: %s", name, spec, dl_last_error());
+        return;
+    }
+    /* round 0: cadence:2; round 1: calibrated on the probe (collective over the cp
+     * group, sent from the branch-1 group with cfg=2): f(x) = x, accumulated */
+    dl_stepcache_config cad, cal = {.mode = DL_STEPCACHE_CALIBRATED, .threshold = 0.25f, .coef = {1, 0}, .ncoef = 2,
+                                    .accumulate = 1};
+    dl_stepcache_parse("cadence:2", &cad);
+    cad.keep_first = cad.keep_last = cal.keep_first = cal.keep_last = 1;
+    const int64_t n = (int64_t)w * h * 3;
+    float *ref = malloc((size_t)n * 4), *img = malloc((size_t)n * 4);
+    int ok = 1;
+    for (int round = 0; round < 2 && ok; round++) {
+        dl_flux_shape sh = {.width = w, .height = h, .max_sequence_length = 16, .dt = DL_F32, .par = &pl};
+        dl_flux_pipeline *p = NULL;
+        int compiles = dl_program_stats_get().compiles;
+        ok = dl_flux_pipeline_load(&p, dir, &sh) == DL_OK;
+        CHECK(ok, "%s %s: load: %s", name, spec, dl_last_error());
+        if (!ok) break;
+        /* the second load finds every rank's program (its own split) in the cache */
+        CHECK(round == 0 || dl_program_stats_get().compiles == compiles, "%s %s: rank %d recompiled", name, spec, g_rank);
+        if (!dl_flux_pipeline_is_host(p)) {
+            ok = dl_flux_pipeline_worker(p) == DL_OK;
+            CHECK(ok, "%s %s: worker: %s", name, spec, dl_last_error());
+            dl_flux_pipeline_free(p);
+            continue;
+        }
+        const char *prompt = pl.replica ? "a large green square in the centre on a white background"
+                                        : "a small red circle in the top left on a blue background";
+        dl_flux_request r = {.prompt = prompt, .negative_prompt = "blurry", .steps = 6, .guidance = 3.5f,
+                             .true_cfg = 3.f, .seed = 5 + (uint64_t)pl.replica, .cache = round ? &cal : &cad};
+        dl_flux_timing tm = {0}, tr = {0};
+        ok = dl_flux_generate(p, &r, NULL, img, &tm) == DL_OK;
+        CHECK(ok, "%s %s: generate: %s", name, spec, dl_last_error());
+        dl_flux_pipeline_free(p); /* releases the workers */
+        if (!ok) break;
+        /* the unsplit reference, in this process */
+        dl_flux_shape one = {.width = w, .height = h, .max_sequence_length = 16, .dt = DL_F32, .cache = DL_CACHE_OFF};
+        ok = dl_flux_pipeline_load(&p, dir, &one) == DL_OK && dl_flux_generate(p, &r, NULL, ref, &tr) == DL_OK;
+        CHECK(ok, "%s %s: reference: %s", name, spec, dl_last_error());
+        dl_flux_pipeline_free(p);
+        if (!ok) break;
+        double db = psnr(ref, img, n);
+        int group = dl_comm_size(pl.replica_comm);
+        CHECK(db >= 50, "%s %s: image PSNR %.1f dB < 50 against one rank", name, spec, db);
+        CHECK(tm.ranks == group, "%s %s: %d of %d ranks confirmed the decided steps", name, spec, tm.ranks, group);
+        CHECK(tm.transformer_calls == tr.transformer_calls && tm.cached_steps == tr.cached_steps,
+              "%s %s: %d calls / %d cached vs %d / %d on one rank", name, spec, tm.transformer_calls, tm.cached_steps,
+              tr.transformer_calls, tr.cached_steps);
+        char q[32];
+        snprintf(q, sizeof q, isinf(db) ? "identical" : "PSNR %.1f dB", db);
+        if (ok)
+            printf("  %-10s %-22s pipeline (replica %d, %s): %s vs one rank, %d calls + %d cached, %d ranks agree\n",
+                   name, spec, pl.replica, round ? "calibrated, 2nd load" : "cadence:2, 1st load", q, tm.transformer_calls,
+                   tm.cached_steps, tm.ranks);
+    }
+    CHECK(all_ok(world, ok), "%s %s: a rank failed", name, spec);
+    free(ref), free(img);
+    dl_par_place_free(&pl);
+}
+
+static void pipelines(dl_comm *world) {
+    static const char *two[] = {"cfg=2", "tp=2,sp", "cp=2:ring", "dp=2", NULL};
+    static const char *four[] = {"tp=2,cfg=2", "cp=2:ulysses,cfg=2", "tp=2,cp=2:gather", "dp=2,cp=2:ring", NULL};
+    static const char *one[] = {"1", NULL};
+    int W = dl_comm_size(world);
+    const char **list = W == 2 ? two : W == 4 ? four : one;
+    for (int i = 0; list[i]; i++) {
+        pipeline_layout(world, SOURCE_DIR "/models/difflet-tiny", "tiny", 64, 64, list[i]);
+        if (!strstr(list[i], "tp=2,cp=2")) /* the parity model has 2 heads */
+            pipeline_layout(world, DATA_DIR "/flux/dev", "parity-dev", 32, 48, list[i]);
+    }
+}
+
 int main(void) {
     dl_comm *world;
     if (dl_comm_world(&world) != DL_OK) {
@@ -165,6 +254,7 @@ int main(void) {
     model(world, DATA_DIR "/flux/dev", "parity-dev");
     model(world, DATA_DIR "/flux/schnell", "parity-sch");
     model(world, SOURCE_DIR "/models/difflet-tiny", "tiny");
+    pipelines(world);
     /* layouts the parser refuses, by name */
     dl_par_config pc;
     CHECK(dl_par_parse("tp=0", &pc) != DL_OK, "tp=0 accepted");
