@@ -18,6 +18,8 @@ int cli_serve(int argc, char **argv);
 int cli_serve_worker(int argc, char **argv);
 int cli_loadgen(int argc, char **argv);
 int cli_bench_startup(int argc, char **argv);
+int cli_bench_parallel(int argc, char **argv);
+int cli_bench_parallel_rank(int argc, char **argv);
 int cli_bench_startup_child(int argc, char **argv);
 int bench_flux_model(const char *dir, int quick, int64_t *grid, int64_t *txt);
 int cli_cache(int argc, char **argv);

@@ -21,6 +21,8 @@ static void usage(FILE *f) {
             "                       [--no-cache] [--recompile-on-mismatch]\n"
             "                       [--cache off|cadence:N|online-delta[:A]|calibrated:FILE[:T]]\n"
             "                       [--cache-keep FIRST,LAST]  (step caching; default keep 5,5)\n"
+            "                       [--parallel tp=N,sp,cp=N[:ulysses|ring|gather],cfg=2,dp=N]\n"
+            "                       (MPI ranks, started through mpirun; --prompt may repeat)\n"
             "  compile              build and cache the programs of a serving shape:\n"
             "                       --model DIR [--size WxH] [--dtype f32|bf16]\n"
             "                       [--max-sequence-length N] [--recompile-on-mismatch]\n"
@@ -56,6 +58,9 @@ static void usage(FILE *f) {
             "                       (needs make tools-venv)  [--json FILE] [--quick]\n"
             "  bench startup        restart cost: checkpoint load vs compile vs artifact load,\n"
             "                       resident memory, first image cold / warm  [--json FILE]\n"
+            "  bench parallel       one FLUX-width step on 1 rank x 2 threads and on 2 ranks x 1\n"
+            "                       thread per layout (TP2, TP2+SP, CP2 ulysses/ring/gather):\n"
+            "                       ratios, bytes sent, time in communication  [--json F] [--quick]\n"
             "  version              engine version, kernel path, oneDNN version\n"
             "\n"
             "environment: DIFFLET_KERNELS=ref|avx2|avx512  DIFFLET_LOG=debug|info|warn|error\n"
@@ -154,7 +159,9 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[2], "flux-step")) return cli_bench_flux(argc - 3, argv + 3);
         if (!strcmp(argv[2], "startup")) return cli_bench_startup(argc - 3, argv + 3);
         if (!strcmp(argv[2], "startup-child")) return cli_bench_startup_child(argc - 3, argv + 3);
-        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels, flux-step, startup)\n", argv[2]);
+        if (!strcmp(argv[2], "parallel")) return cli_bench_parallel(argc - 3, argv + 3);
+        if (!strcmp(argv[2], "parallel-rank")) return cli_bench_parallel_rank(argc - 3, argv + 3);
+        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels, flux-step, startup, parallel)\n", argv[2]);
         return 2;
     }
     fprintf(stderr, "difflet: unknown command '%s' (try 'difflet --help')\n", cmd);
