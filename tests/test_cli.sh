@@ -48,6 +48,8 @@ if command -v mpirun >/dev/null; then
     expect 0 "4 ranks ran exactly the decided steps" generate --model "$flux" --prompt "a red circle" \
       --negative-prompt "blue" --true-cfg 2 --width 32 --height 48 --steps 3 --max-sequence-length 32 \
       --parallel tp=2,sp,cfg=2 -o "$tmpd/par2.png"
+    expect 0 "" compile --model "$flux" --size 32x48 --max-sequence-length 32 --parallel tp=2,sp
+    expect 2 "not divisible by tp=4" compile --model "$flux" --size 32x48 --parallel tp=4
     "$bin" generate --model "$flux" --prompt "a" --prompt "b" --width 32 --height 48 --steps 2 \
       --max-sequence-length 32 --parallel dp=2 -o "$tmpd/dp.png" >/dev/null 2>&1
     if [ -s "$tmpd/dp-0.png" ] && [ -s "$tmpd/dp-1.png" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: dp=2 did not write dp-0.png and dp-1.png"; fi

@@ -66,6 +66,10 @@ dl_status dl_component_hash(dl_model_dir *dir, const char *component, uint64_t *
  * JSON object string with the component's shape fields. *id: 16 hex digits. */
 dl_status dl_program_key(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, int probe,
                          char **key_json, char id[17]);
+/* The same for one rank's part of a split component: `parallel` is the layout
+ * (dl_par_format), `rank` the rank's place in it (tp_rank + tp * cp_rank). */
+dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, int probe,
+                             const char *parallel, int rank, char **key_json, char id[17]);
 
 /* Statistics of program use in this process (tests: "changing the seed compiles nothing"). */
 typedef struct {

@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include "difflet/pipeline.h"
+
 int cli_bench_kernels(int argc, char **argv);
 /* --json FILE and --quick, the options every benchmark takes; 0 (message printed) on a bad one */
 int bench_opts(int argc, char **argv, const char *name, const char **json_path, int *quick);
@@ -30,5 +32,8 @@ int cli_sched_eval(int argc, char **argv);
  * each (0: the cores shared out): replace this process (exec), or wait for it and
  * return its exit code. */
 int cli_mpirun(const char *const *sub, int nsub, int argc, char **argv, int ranks, int threads, int replace);
+/* Is the layout feasible for the model (heads from its transformer config) and a
+ * pipeline making `passes` evaluations per step? Prints the reason when not. */
+int cli_layout_ok(const char *cmd, const char *model, const char *spec, const dl_par_config *pc, int passes);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "difflet/comm.h"
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
 
@@ -15,7 +16,7 @@ static int parse_size(const char *s, int *w, int *h) {
 }
 
 int cli_compile(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *par_spec = NULL;
     int w = 0, h = 0, maxseq = 0, recompile = 0;
     dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
     for (int i = 0; i < argc; i++) {
@@ -49,10 +50,7 @@ int cli_compile(int argc, char **argv) {
         } else if (!strcmp(a, "--max-sequence-length")) {
             maxseq = atoi(v);
         } else if (!strcmp(a, "--parallel")) {
-            if (strcmp(v, "single") && strcmp(v, "1")) {
-                fprintf(stderr, "difflet: compile: --parallel %s: only a single rank is available in this build (parallel execution is a later issue)\n", v);
-                return 2;
-            }
+            par_spec = strcmp(v, "single") ? v : NULL;
         } else if (!strcmp(a, "--frames")) {
             if (atoi(v) != 1) {
                 fprintf(stderr, "difflet: compile: --frames %s: video models are not supported yet\n", v);
@@ -68,22 +66,57 @@ int cli_compile(int argc, char **argv) {
         return 2;
     }
     if (!w) w = h = dl_flux_default_size(model);
+    /* --parallel: every rank compiles its own transformer program (its slice of the
+     * weights, its rows), started through mpirun as `generate --parallel` is */
+    dl_par_config pc;
+    if (dl_par_parse(par_spec, &pc) != DL_OK) {
+        fprintf(stderr, "difflet: compile: %s\n", dl_last_error());
+        return 2;
+    }
+    const int ranks = dl_par_ranks(&pc);
+    dl_comm *world = NULL;
+    dl_par_place place = {0};
+    if (ranks > 1 && !cli_layout_ok("compile", model, par_spec, &pc, pc.cfg)) return 2;
+    if (ranks > 1 && !dl_comm_launched()) {
+        const char *sub[1] = {"compile"};
+        return cli_mpirun(sub, 1, argc, argv, ranks, 0, 1);
+    }
+    if (ranks > 1 && (dl_comm_world(&world) != DL_OK || dl_par_place_new(world, &pc, &place) != DL_OK)) {
+        fprintf(stderr, "difflet: compile: %s\n", dl_last_error());
+        dl_comm_abort(1);
+    }
     dl_flux_shape shape = {.width = w, .height = h, .max_sequence_length = maxseq, .dt = dt,
-                           .cache = recompile ? DL_CACHE_RECOMPILE_ON_MISMATCH : DL_CACHE_USE};
+                           .cache = recompile ? DL_CACHE_RECOMPILE_ON_MISMATCH : DL_CACHE_USE,
+                           .par = ranks > 1 ? &place : NULL};
     dl_log_set_level(DL_LOG_INFO < dl_log_get_level() ? dl_log_get_level() : DL_LOG_INFO);
     dl_program_stats before = dl_program_stats_get();
     double t0 = dl_now();
     dl_flux_pipeline *p;
     if (dl_flux_pipeline_load(&p, model, &shape) != DL_OK) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
+        if (ranks > 1) dl_comm_abort(1);
         return 1;
     }
     dl_program_stats after = dl_program_stats_get();
+    if (ranks > 1 && !dl_flux_pipeline_is_host(p)) { /* this rank's program; the host releases it */
+        printf("  rank %d (tp %d, cp %d): transformer %s\n", place.rank, place.split.tp_rank, place.split.cp_rank,
+               dl_flux_pipeline_program_id(p, 3));
+        int bad = dl_flux_pipeline_worker(p) != DL_OK;
+        dl_flux_pipeline_free(p);
+        dl_par_place_free(&place);
+        dl_comm_finalize();
+        return bad;
+    }
     printf("%s %dx%d %s: %d compiled, %d already cached, %.2f s; cache %s\n", model, w, h, dl_dtype_name(dt),
            after.compiles - before.compiles, after.loads - before.loads, dl_now() - t0, dl_cache_dir());
     static const char *names[4] = {"text_encoder", "text_encoder_2", "vae", "transformer"};
     for (int c = 0; c < 4; c++) printf("  %-15s %s\n", names[c], dl_flux_pipeline_program_id(p, c));
+    fflush(stdout);
     dl_flux_pipeline_free(p);
+    if (ranks > 1) {
+        dl_par_place_free(&place);
+        dl_comm_finalize();
+    }
     return 0;
 }
 

@@ -11,8 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
-
 #include "cli/cli.h"
 #include "difflet/comm.h"
 #include "difflet/pipeline.h"
@@ -84,19 +82,6 @@ static void indexed(char *buf, size_t n, const char *path, int i) {
     const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
     if (!dot || (slash && dot < slash)) dot = path + strlen(path);
     snprintf(buf, n, "%.*s-%d%s", (int)(dot - path), path, i, dot);
-}
-
-/* the model's attention heads, read before anything is built (feasibility) */
-static int64_t model_heads(const char *model) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/transformer/config.json", model);
-    cJSON *j;
-    int64_t h = 24;
-    if (dl_json_read_object(path, NULL, &j) != DL_OK) return -1;
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "num_attention_heads");
-    if (cJSON_IsNumber(v)) h = (int64_t)v->valuedouble;
-    cJSON_Delete(j);
-    return h;
 }
 
 /* a rank that fails alone would leave the others waiting: end them all */
@@ -193,14 +178,7 @@ int cli_generate(int argc, char **argv) {
     }
     const int ranks = dl_par_ranks(&pc), passes = true_cfg > 1.f && neg ? 2 : 1;
     if (ranks > 1) { /* feasibility before anything is compiled, with the reason */
-        char why[512];
-        int64_t heads = model_heads(model);
-        const char *bad = heads < 0 ? "cannot read the transformer's config.json"
-                                    : dl_par_check(&pc, heads, passes, ranks, why, sizeof why);
-        if (bad) {
-            fprintf(stderr, "difflet: generate: --parallel %s: %s\n", par_spec, bad);
-            return 2;
-        }
+        if (!cli_layout_ok("generate", model, par_spec, &pc, passes)) return 2;
         if (!dl_comm_launched()) {
             const char *sub[1] = {"generate"};
             return cli_mpirun(sub, 1, argc, argv, ranks, (int)threads, 1);

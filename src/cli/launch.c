@@ -10,9 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli/cli.h"
 #include "difflet/base.h"
 #include "difflet/comm.h"
+#include "difflet/pipeline.h"
 
 int cli_mpirun(const char *const *sub, int nsub, int argc, char **argv, int ranks, int threads, int replace) {
     if (!dl_comm_have_mpi()) {
@@ -57,4 +60,20 @@ int cli_mpirun(const char *const *sub, int nsub, int argc, char **argv, int rank
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
     return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+int cli_layout_ok(const char *cmd, const char *model, const char *spec, const dl_par_config *pc, int passes) {
+    char path[4096], why[512];
+    snprintf(path, sizeof path, "%s/transformer/config.json", model);
+    cJSON *j;
+    if (dl_json_read_object(path, NULL, &j) != DL_OK) {
+        fprintf(stderr, "difflet: %s: --parallel %s: %s\n", cmd, spec, dl_last_error());
+        return 0;
+    }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "num_attention_heads");
+    int64_t heads = cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 24; /* diffusers' default */
+    cJSON_Delete(j);
+    const char *bad = dl_par_check(pc, heads, passes, dl_par_ranks(pc), why, sizeof why);
+    if (bad) fprintf(stderr, "difflet: %s: --parallel %s: %s\n", cmd, spec, bad);
+    return bad == NULL;
 }

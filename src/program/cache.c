@@ -87,6 +87,11 @@ dl_status dl_component_hash(dl_model_dir *dir, const char *component, uint64_t *
 
 dl_status dl_program_key(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, int probe,
                          char **key_json, char id[17]) {
+    return dl_program_key_par(dir, component, shape_json, dt, probe, "single", 0, key_json, id);
+}
+
+dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, int probe,
+                             const char *parallel, int rank, char **key_json, char id[17]) {
     *key_json = NULL;
     char path[4096], hex[32], *cfg;
     size_t len;
@@ -115,9 +120,9 @@ dl_status dl_program_key(dl_model_dir *dir, const char *component, const char *s
     cJSON_AddNumberToObject(k, "format", 1);
     cJSON_AddStringToObject(k, "isa", dl_isa_name(dl_kernel_isa()));
     cJSON_AddStringToObject(k, "onednn", dl_onednn_version());
-    cJSON_AddStringToObject(k, "parallel", "single");
+    cJSON_AddStringToObject(k, "parallel", parallel);
     cJSON_AddBoolToObject(k, "probe", probe);
-    cJSON_AddNumberToObject(k, "rank", 0);
+    cJSON_AddNumberToObject(k, "rank", rank);
     cJSON_AddItemToObject(k, "shape", shape);
     *key_json = cJSON_PrintUnformatted(k);
     cJSON_Delete(k);
