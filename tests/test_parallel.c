@@ -1,4 +1,4 @@
-/* Parallel execution under real MPI ranks (`mpirun -n 2` and `-n 4`; one rank runs
+/* Parallel execution under real MPI ranks (`mpirun -n 2`, `-n 3` and `-n 4`; one rank runs
  * the single-rank paths): every split of the FLUX transformer that fits the world
  * size, on the parity models and difflet-tiny, against the unsplit model run by
  * every rank in the same process. Denoiser output max |err| <= 1e-5 max |ref| (f32);
@@ -141,9 +141,10 @@ static void model(dl_comm *world, const char *dir, const char *name) {
     static const char *two[] = {"tp=2", "tp=2,sp", "cp=2:ulysses", "cp=2:ring", "cp=2:gather", NULL};
     static const char *four[] = {"tp=2,cp=2:ulysses", "tp=2,cp=2:ring", "tp=2,sp,cp=2:gather", "tp=2,sp,cp=2:ring",
                                  "cp=4:ring", "cp=4:ulysses", "tp=4", "tp=4,sp", NULL};
+    static const char *three[] = {"cp=3:ring", "cp=3:gather", "cp=3:ulysses", NULL};
     static const char *one[] = {"1", NULL};
     int W = dl_comm_size(world);
-    const char **list = W == 2 ? two : W == 4 ? four : one;
+    const char **list = W == 2 ? two : W == 3 ? three : W == 4 ? four : one;
     for (int i = 0; ref && list[i]; i++) {
         dl_par_config pc;
         dl_par_parse(list[i], &pc);
@@ -153,6 +154,71 @@ static void model(dl_comm *world, const char *dir, const char *name) {
     dl_flux_free(ref);
     free(in.lat), free(in.txt), free(in.pooled);
     dl_model_dir_free(md);
+}
+
+/* Every collective with values each rank can predict: sums of rank ids, uneven
+ * gathers, a reduce-scatter, an all-to-all with per-pair sizes, a ring step. */
+static void comm_checks(dl_comm *w) {
+    const int r = dl_comm_rank(w), n = dl_comm_size(w);
+    int ok = 1;
+    float v[3] = {(float)r, 1.f, (float)(r * r)};
+    ok &= dl_comm_allreduce_sum(w, v, 3) == DL_OK;
+    float s1 = 0, s2 = 0;
+    for (int i = 0; i < n; i++) s1 += (float)i, s2 += (float)(i * i);
+    CHECK(ok && v[0] == s1 && v[1] == (float)n && v[2] == s2, "allreduce: %g %g %g", v[0], v[1], v[2]);
+    int32_t b[2] = {r == 0 ? 77 : -1, r == 0 ? 88 : -1};
+    CHECK(dl_comm_bcast(w, b, sizeof b, 0) == DL_OK && b[0] == 77 && b[1] == 88, "bcast");
+    /* rank i contributes i + 1 bytes of value i */
+    size_t cnt[64], dsp[64], tot = 0;
+    for (int i = 0; i < n; i++) cnt[i] = (size_t)i + 1, dsp[i] = tot, tot += cnt[i];
+    unsigned char mine[64], all[64 * 65 / 2];
+    memset(mine, r, sizeof mine);
+    ok = dl_comm_allgatherv(w, mine, all, cnt, dsp) == DL_OK;
+    for (int i = 0; i < n && ok; i++)
+        for (size_t k = 0; k < cnt[i]; k++) ok &= all[dsp[i] + k] == i;
+    CHECK(ok, "allgatherv with uneven counts");
+    int32_t ag[64], me = 10 * r;
+    ok = dl_comm_allgather(w, &me, sizeof me, ag) == DL_OK;
+    for (int i = 0; i < n; i++) ok &= ag[i] == 10 * i;
+    CHECK(ok, "allgather");
+    /* reduce-scatter: element j of every rank's vector is j + rank; rank i keeps i + 1 sums */
+    float sv[64 * 65 / 2], rv[64];
+    for (size_t j = 0; j < tot; j++) sv[j] = (float)j + (float)r;
+    ok = dl_comm_reduce_scatter_sum(w, sv, rv, cnt) == DL_OK;
+    for (size_t k = 0; k < cnt[r] && ok; k++) ok &= rv[k] == (float)n * (float)(dsp[r] + k) + s1;
+    CHECK(ok, "reduce-scatter with uneven counts");
+    /* all-to-all: rank r sends (r + j + 1) bytes of value 16 r + j to rank j */
+    size_t sc[64], sd[64], rc[64], rd[64], so = 0, ro = 0;
+    unsigned char sb[64 * 130], rb[64 * 130];
+    for (int j = 0; j < n; j++) {
+        sc[j] = (size_t)(r + j + 1), sd[j] = so, memset(sb + so, 16 * r + j, sc[j]), so += sc[j];
+        rc[j] = (size_t)(j + r + 1), rd[j] = ro, ro += rc[j];
+    }
+    ok = dl_comm_alltoallv(w, sb, sc, sd, rb, rc, rd) == DL_OK;
+    for (int j = 0; j < n && ok; j++)
+        for (size_t k = 0; k < rc[j]; k++) ok &= rb[rd[j] + k] == (unsigned char)(16 * j + r);
+    CHECK(ok, "alltoallv");
+    /* ring step: send my id right, receive the left neighbour's */
+    int32_t out = r, in = -1;
+    ok = dl_comm_sendrecv(w, &out, sizeof out, (r + 1) % n, &in, sizeof in, (r + n - 1) % n) == DL_OK;
+    CHECK(ok && in == (r + n - 1) % n, "sendrecv ring: got %d", in);
+    if (n > 1) { /* a sub-group: even and odd ranks; sums within it */
+        dl_comm *g;
+        ok = dl_comm_split(w, r % 2, r, &g) == DL_OK;
+        float x = (float)r;
+        ok = ok && dl_comm_allreduce_sum(g, &x, 1) == DL_OK;
+        float want = 0;
+        for (int i = r % 2; i < n; i += 2) want += (float)i;
+        CHECK(ok && x == want && dl_comm_rank(g) == r / 2, "split: sum %g, want %g", x, want);
+        if (r == 0) CHECK(dl_comm_send(w, &out, sizeof out, 1, 5) == DL_OK, "send");
+        if (r == 1) CHECK(dl_comm_recv(w, &in, sizeof in, 0, 5) == DL_OK && in == 0, "recv");
+        dl_comm_free(g);
+    } else {
+        CHECK(dl_comm_send(w, &out, sizeof out, 0, 5) != DL_OK, "send on one rank is refused");
+    }
+    dl_comm_stats st = dl_comm_stats_get(w);
+    CHECK(n == 1 || (st.bytes > 0 && st.calls >= 7), "statistics: %.0f bytes, %ld calls", st.bytes, st.calls);
+    if (g_rank == 0) printf("  comm: every collective checked on %d rank(s)%s\n", n, dl_comm_have_mpi() ? " (MPI build)" : "");
 }
 
 static double psnr(const float *a, const float *b, int64_t n) {
@@ -233,9 +299,10 @@ static void pipeline_layout(dl_comm *world, const char *dir, const char *name, i
 static void pipelines(dl_comm *world) {
     static const char *two[] = {"cfg=2", "tp=2,sp", "cp=2:ring", "dp=2", NULL};
     static const char *four[] = {"tp=2,cfg=2", "cp=2:ulysses,cfg=2", "tp=2,cp=2:gather", "dp=2,cp=2:ring", NULL};
+    static const char *three[] = {"cp=3:ring", "dp=3", NULL};
     static const char *one[] = {"1", NULL};
     int W = dl_comm_size(world);
-    const char **list = W == 2 ? two : W == 4 ? four : one;
+    const char **list = W == 2 ? two : W == 3 ? three : W == 4 ? four : one;
     for (int i = 0; list[i]; i++) {
         pipeline_layout(world, SOURCE_DIR "/models/difflet-tiny", "tiny", 64, 64, list[i]);
         if (!strstr(list[i], "tp=2,cp=2")) /* the parity model has 2 heads */
@@ -251,6 +318,7 @@ int main(void) {
     }
     g_rank = dl_comm_rank(world);
     if (g_rank == 0) printf("test_parallel: %d rank(s)\n", dl_comm_size(world));
+    comm_checks(world);
     model(world, DATA_DIR "/flux/dev", "parity-dev");
     model(world, DATA_DIR "/flux/schnell", "parity-sch");
     model(world, SOURCE_DIR "/models/difflet-tiny", "tiny");
