@@ -186,6 +186,19 @@ int cli_generate(int argc, char **argv) {
     }
     dl_comm *world = NULL;
     dl_par_place place = {0};
+    if (dl_comm_launched() && ranks == 1) { /* `mpirun -n K difflet generate` without a layout */
+        if (dl_comm_world(&world) != DL_OK) {
+            fprintf(stderr, "difflet: generate: %s\n", dl_last_error());
+            return 1;
+        }
+        if (dl_comm_size(world) > 1) {
+            if (dl_comm_rank(world) == 0)
+                fprintf(stderr, "difflet: generate: started as %d MPI ranks without --parallel (e.g. --parallel dp=%d)\n",
+                        dl_comm_size(world), dl_comm_size(world));
+            dl_comm_finalize();
+            return 2;
+        }
+    }
     int parallel = dl_comm_launched() && ranks > 1;
     if (parallel) {
         if (dl_comm_world(&world) != DL_OK || dl_par_place_new(world, &pc, &place) != DL_OK) {
