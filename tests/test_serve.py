@@ -4,14 +4,17 @@ only: CI has no tools virtualenv). Covers every route, every bad-input case, the
 bounded queue (429), a SIGKILLed model process (the request fails at once, a
 replacement starts, the same request and seed give the same bytes as before), a
 model process that ignores its cancel (timeout, kill after the grace period,
-replacement), an API restart with queued jobs surviving, and 8 concurrent clients
-sending 56 requests with none lost or duplicated.
+replacement), an API restart with queued jobs surviving, 8 concurrent clients
+sending 56 requests with none lost or duplicated, data-parallel replicas, and a
+parallel replica (an mpirun job of 2 ranks: same bytes as one rank, replaced whole
+when killed, gone when the server stops).
 
     tests/test_serve.py path/to/difflet tests/data
 """
 import base64
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -284,6 +287,49 @@ ts = [threading.Thread(target=lambda: res2.append(image(s, {"prompt": "dp", "ste
 [t.join(120) for t in ts]
 check(res2 == [200] * 4, f"requests spread over the replicas: {res2}")
 s.stop()
+
+# ---- a parallel replica: its model process is a 2-rank mpirun job ---------------------
+if shutil.which("mpirun"):
+    bad = os.path.join(tmp, "bad-par.json")
+    with open(bad, "w") as f:
+        json.dump({"model": MODEL, "parallel": "tp=4"}, f)
+    p = subprocess.run([BIN, "serve", "--profile", bad], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "not divisible by tp=4" in p.stderr, f"an infeasible layout is refused: {p.stderr}")
+    s = Server(os.path.join(tmp, "r6"), parallel="cp=2:ulysses")
+    r = s.wait_ready(timeout=120)
+    check(r and r["ready"], "a cp=2 model process (an mpirun job of 2 ranks) gets ready")
+    st, png = image(s, {"prompt": "a red circle", "steps": 4, "seed": 5})
+    check(st == 200 and png == before_crash, "the 2-rank replica gives the bytes one rank gave (Ulysses is exact)")
+
+    def session(sid, settle=0):  # live processes of the mpirun job's session (a SIGKILL takes a moment)
+        t0 = time.time()
+        while True:
+            out = []
+            for d in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    if int(fields[3]) == sid and fields[0] != "Z":
+                        out.append(int(d))
+                except (OSError, ValueError, IndexError):
+                    pass
+            if not out or time.time() - t0 >= settle:
+                return out
+            time.sleep(0.05)
+
+    old = r["model_pid"]
+    check(len(session(old)) >= 3, f"mpirun and its 2 ranks share a session: {session(old)}")
+    os.kill(old, signal.SIGKILL)  # mpirun dies: every rank goes, a new job starts
+    t0 = time.time()
+    while time.time() - t0 < 60 and s.json("GET", "/ready")[1].get("model_pid") in (old, -1, 0, None):
+        time.sleep(0.05)
+    r = s.wait_ready(timeout=60)
+    check(r and r["model_pid"] != old and not session(old, 5), f"replaced, with no rank of the old job left: {session(old)}")
+    st, png = image(s, {"prompt": "a red circle", "steps": 4, "seed": 5})
+    check(st == 200 and png == before_crash, "the replacement gives the same bytes")
+    new = r["model_pid"] if r else 0
+    s.stop()
+    check(not session(new, 5), f"stopping the server leaves no rank behind: {session(new)}")
 
 # ---- API key --------------------------------------------------------------------------
 s = Server(os.path.join(tmp, "r4"), api_key="sekret")

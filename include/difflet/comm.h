@@ -30,6 +30,12 @@ void dl_comm_abort(int code) __attribute__((noreturn));
 int dl_comm_have_mpi(void);
 int dl_comm_launched(void);
 
+/* The command line that starts `ranks` copies of this executable (followed by the
+ * caller's arguments, appended at av[*n..]): mpirun, --allow-run-as-root as root,
+ * --oversubscribe and --bind-to none when ranks x threads exceed the cores (or
+ * threads > 1), -x OMP_NUM_THREADS. threads 0: the cores shared out. The strings
+ * live in `store` (at least 4096 bytes). Returns the count of entries in av. */
+int dl_comm_mpirun_argv(const char **av, int max, int ranks, int threads, char *store, size_t store_n);
 int dl_comm_rank(const dl_comm *c);
 int dl_comm_size(const dl_comm *c);
 /* Ranks with the same color form one communicator, ordered by key. */

@@ -131,6 +131,9 @@ void dl_flux_pipeline_free(dl_flux_pipeline *p);
 int dl_flux_pipeline_is_host(const dl_flux_pipeline *p);
 /* A non-host rank: execute the host's denoiser steps until it stops (its free). */
 dl_status dl_flux_pipeline_worker(dl_flux_pipeline *p);
+/* The same for one request: returns when the host ends it (or, *stopped set, when
+ * the host frees the pipeline). */
+dl_status dl_flux_pipeline_worker_one(dl_flux_pipeline *p, int *stopped);
 /* Packed latent token count and channels (the shape of an initial latent). */
 void dl_flux_pipeline_latent_shape(const dl_flux_pipeline *p, int64_t *tokens, int64_t *channels);
 int dl_flux_pipeline_has_guidance(const dl_flux_pipeline *p);

@@ -23,23 +23,9 @@ int cli_mpirun(const char *const *sub, int nsub, int argc, char **argv, int rank
                 ranks);
         return 2;
     }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (ncpu < 1) ncpu = 1;
-    if (threads < 1) threads = (int)(ncpu / ranks > 0 ? ncpu / ranks : 1);
-    char np[16], omp[48];
-    snprintf(np, sizeof np, "%d", ranks);
-    snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%d", threads);
+    static char store[4200];
     const char *av[256];
-    int n = 0;
-    av[n++] = "mpirun";
-    if (geteuid() == 0) av[n++] = "--allow-run-as-root";
-    if ((long)ranks * threads > ncpu) av[n++] = "--oversubscribe";
-    if (threads > 1 || (long)ranks * threads > ncpu) av[n++] = "--bind-to", av[n++] = "none";
-    av[n++] = "-n", av[n++] = np, av[n++] = "-x", av[n++] = omp;
-    av[n++] = "/proc/self/exe";
-    static char self[4096];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (k > 0) self[k] = 0, av[n - 1] = self;
+    int n = dl_comm_mpirun_argv(av, 200, ranks, threads, store, sizeof store);
     for (int i = 0; i < nsub && n < 250; i++) av[n++] = sub[i];
     for (int i = 0; i < argc && n < 254; i++) av[n++] = argv[i];
     av[n] = NULL;

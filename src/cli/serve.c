@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "difflet/comm.h"
 #include "serve/serve_impl.h"
 
 int cli_serve(int argc, char **argv) {
@@ -49,6 +50,15 @@ int cli_serve(int argc, char **argv) {
         fprintf(stderr, "difflet: serve: model folder %s does not exist\n", p.model);
         return 1;
     }
+    dl_par_config pc;
+    dl_par_parse(p.parallel, &pc); /* checked by profile_load */
+    if (dl_par_ranks(&pc) > 1) { /* each replica an mpirun job: refused before anything starts */
+        if (!dl_comm_have_mpi()) {
+            fprintf(stderr, "difflet: serve: parallel `%s` needs MPI, and this build has none (make deps)\n", p.parallel);
+            return 2;
+        }
+        if (!cli_layout_ok("serve", p.model, p.parallel, &pc, 1)) return 2;
+    }
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) {
@@ -62,8 +72,10 @@ int cli_serve(int argc, char **argv) {
 int cli_serve_worker(int argc, char **argv) {
     serve_profile p;
     if (argc != 2 || profile_load(&p, argv[1]) != DL_OK) {
-        fprintf(stderr, "difflet: serve-worker: %s\n", argc != 2 ? "usage: serve-worker FD PROFILE (started by serve)" : dl_last_error());
+        fprintf(stderr, "difflet: serve-worker: %s\n", argc != 2 ? "usage: serve-worker FD|unix:PATH PROFILE (started by serve)" : dl_last_error());
         return 2;
     }
-    return serve_worker_main(atoi(argv[0]), &p);
+    /* "FD" (inherited socket) or "unix:PATH" (a parallel model process under mpirun) */
+    if (!strncmp(argv[0], "unix:", 5)) return serve_worker_main(-1, argv[0] + 5, &p);
+    return serve_worker_main(atoi(argv[0]), NULL, &p);
 }

@@ -3,8 +3,10 @@
  * an MPI build. Byte counts travel as MPI_BYTE (as int counts: a message over 2 GiB
  * is refused by name rather than truncated). */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "difflet/comm.h"
 
@@ -88,6 +90,27 @@ void dl_comm_abort(int code) {
     if (g_mpi && g_world.size > 1) MPI_Abort(MPI_COMM_WORLD, code);
 #endif
     exit(code);
+}
+
+int dl_comm_mpirun_argv(const char **av, int max, int ranks, int threads, char *store, size_t store_n) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1) ncpu = 1;
+    if (threads < 1) threads = (int)(ncpu / ranks > 0 ? ncpu / ranks : 1);
+    char *np = store, *omp = store + 16, *self = store + 64;
+    snprintf(np, 16, "%d", ranks);
+    snprintf(omp, 48, "OMP_NUM_THREADS=%d", threads);
+    ssize_t k = readlink("/proc/self/exe", self, store_n - 65);
+    if (k <= 0) snprintf(self, store_n - 64, "/proc/self/exe");
+    else self[k] = 0;
+    int n = 0;
+    const char *a[16];
+    a[n++] = "mpirun";
+    if (geteuid() == 0) a[n++] = "--allow-run-as-root";
+    if ((long)ranks * threads > ncpu) a[n++] = "--oversubscribe";
+    if (threads > 1 || (long)ranks * threads > ncpu) a[n++] = "--bind-to", a[n++] = "none";
+    a[n++] = "-n", a[n++] = np, a[n++] = "-x", a[n++] = omp, a[n++] = self;
+    for (int i = 0; i < n && i < max; i++) av[i] = a[i];
+    return n < max ? n : max;
 }
 
 int dl_comm_rank(const dl_comm *c) { return c->rank; }

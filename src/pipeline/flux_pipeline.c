@@ -343,14 +343,15 @@ static dl_status eval_branch(dl_flux_pipeline *p, int op, int b, int step, float
     return s;
 }
 
-dl_status dl_flux_pipeline_worker(dl_flux_pipeline *p) {
+dl_status dl_flux_pipeline_worker_one(dl_flux_pipeline *p, int *stopped) {
+    *stopped = 0;
     if (p->host) return dl_fail(DL_ERR_INVALID, "the host rank runs the pipeline, not the worker loop");
     for (;;) {
         step_msg m;
         dl_status s = dl_comm_bcast(p->par->replica_comm, &m, sizeof m, 0);
         if (s != DL_OK) return s;
         switch (m.op) {
-        case OP_STOP: return DL_OK;
+        case OP_STOP: *stopped = 1; return DL_OK;
         case OP_REQUEST:
             if ((s = send_text(p, m.two))) return s;
             dl_flux_probe_reset(p->tr);
@@ -369,12 +370,18 @@ dl_status dl_flux_pipeline_worker(dl_flux_pipeline *p) {
             break;
         case OP_END: {
             int ranks;
-            if ((s = check_ranks(p, &ranks))) return s;
-            break;
+            return check_ranks(p, &ranks); /* the request is over */
         }
         default: return dl_fail(DL_ERR_INVALID, "worker: unknown step message %d", m.op);
         }
     }
+}
+
+dl_status dl_flux_pipeline_worker(dl_flux_pipeline *p) {
+    int stopped = 0;
+    dl_status s = DL_OK;
+    while (s == DL_OK && !stopped) s = dl_flux_pipeline_worker_one(p, &stopped);
+    return s;
 }
 
 dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t *rgb, float *image,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "difflet/io.h"
+#include "difflet/pipeline.h"
 #include "serve/serve_impl.h"
 
 #ifndef DIFFLET_SOURCE_DIR
@@ -52,7 +53,8 @@ dl_status profile_from_json(serve_profile *p, const cJSON *j) {
     if (!str_field(j, "model", p->model, sizeof p->model) || !str_field(j, "results_dir", p->results, sizeof p->results) ||
         !str_field(j, "db", p->db, sizeof p->db) || !str_field(j, "host", p->host, sizeof p->host) ||
         !str_field(j, "api_key", p->api_key, sizeof p->api_key) || !str_field(j, "dtype", p->dtype, sizeof p->dtype) ||
-        !str_field(j, "cache", p->cache, sizeof p->cache) || !num_field(j, "port", &port) ||
+        !str_field(j, "cache", p->cache, sizeof p->cache) || !str_field(j, "parallel", p->parallel, sizeof p->parallel) ||
+        !num_field(j, "port", &port) ||
         !num_field(j, "queue_capacity", &qc) || !num_field(j, "max_steps", &ms) || !num_field(j, "max_prompt_bytes", &mp) ||
         !num_field(j, "request_timeout_s", &p->timeout_s) || !num_field(j, "cancel_grace_s", &p->grace_s) ||
         !num_field(j, "result_ttl_s", &p->result_ttl_s) || !num_field(j, "no_compile", &nc) ||
@@ -74,6 +76,11 @@ dl_status profile_from_json(serve_profile *p, const cJSON *j) {
     p->no_compile = (int)nc;
     p->replicas = (int)reps;
     if (p->replicas < 1 || p->replicas > 8) return dl_fail(DL_ERR_FORMAT, "serving profile: replicas must be 1..8");
+    dl_par_config pc;
+    if (dl_par_parse(p->parallel, &pc) != DL_OK) return dl_fail(DL_ERR_FORMAT, "serving profile: %s", dl_last_error());
+    if (pc.dp > 1 || pc.cfg > 1)
+        return dl_fail(DL_ERR_FORMAT, "serving profile: parallel `%s`: data parallelism is `replicas`, and cfg=2 needs every "
+                                      "request to use true CFG; use tp, sp and cp", p->parallel);
     if (p->port < 0 || p->port > 65535 || p->queue_capacity < 1 || p->max_steps < 1 || p->timeout_s <= 0 ||
         (strcmp(p->dtype, "f32") && strcmp(p->dtype, "bf16")))
         return dl_fail(DL_ERR_FORMAT, "serving profile: port, queue_capacity, max_steps, request_timeout_s or dtype out of range");
@@ -102,6 +109,7 @@ cJSON *profile_to_json(const serve_profile *p) {
     cJSON_AddStringToObject(j, "host", p->host);
     cJSON_AddStringToObject(j, "dtype", p->dtype);
     cJSON_AddStringToObject(j, "cache", p->cache);
+    cJSON_AddStringToObject(j, "parallel", p->parallel);
     cJSON_AddNumberToObject(j, "port", p->port);
     cJSON_AddNumberToObject(j, "queue_capacity", p->queue_capacity);
     cJSON_AddNumberToObject(j, "max_steps", p->max_steps);

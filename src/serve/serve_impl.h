@@ -16,6 +16,8 @@ typedef struct {
     int sizes[8][2];        /* width, height */
     double timeout_s, grace_s, result_ttl_s;
     char dtype[8], cache[256]; /* default step-caching mode */
+    char parallel[128];     /* each replica's layout (tp, sp, cp; "" = one rank): its model
+                               process is an mpirun job whose first rank talks to the server */
 } serve_profile;
 
 /* Defaults (difflet-tiny, 64x64, 127.0.0.1), then the JSON profile file if given. */
@@ -53,6 +55,8 @@ cJSON *jobs_get(jobstore *js, const char *id);
 int jobs_position(jobstore *js, const char *id);
 
 int serve_api_main(const serve_profile *p, const char *self_exe);
-int serve_worker_main(int fd, const serve_profile *p);
+/* fd: the connection to the API process; or, fd < 0, the unix socket path the
+ * first rank of a parallel model process connects to. */
+int serve_worker_main(int fd, const char *sock_path, const serve_profile *p);
 
 #endif

@@ -21,10 +21,13 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <dirent.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "difflet/comm.h"
 #include "difflet/io.h"
 #include "difflet/pipeline.h"
 #include "serve/serve_impl.h"
@@ -38,6 +41,9 @@ enum { MAX_WORKERS = 8 };
 typedef struct {
     int fd, ready, cancel_sent;
     pid_t pid;
+    int mpi, listening; /* an mpirun job (its own session); still waiting for its first rank */
+    char sock[108];     /* the unix socket that first rank connects to */
+    double spawn_time;
     char inflight[40];
     double deadline, cancel_time, next_spawn, backoff;
     double progress_written; /* per-step progress reaches SQLite at most every 0.25 s */
@@ -82,24 +88,75 @@ static int inflight_count(void) {
 
 /* ---- the model processes ------------------------------------------------------------ */
 
+/* in a model process's child: replica k on cores [k*per, (k+1)*per) when there are several */
+static int pin_replica(int k, int per) {
+    if (A.nworkers < 2 || per < 1) return 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c = k * per; c < (k + 1) * per; c++) CPU_SET(c, &set);
+    sched_setaffinity(0, sizeof set, &set);
+    return 1;
+}
+
+/* a parallel replica: listen on a unix socket, start `mpirun ... serve-worker
+ * unix:PATH` in its own session (so every rank can be killed together) */
+static void spawn_mpi_worker(worker *w, int k, int ranks, int per) {
+    static unsigned seq;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(w->sock, sizeof w->sock, "/tmp/difflet-serve-%d-%d-%u.sock", (int)getpid(), k, seq++);
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", w->sock);
+    unlink(w->sock);
+    int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 1) != 0) {
+        DL_ERROR("serve: socket %s: %s", w->sock, strerror(errno));
+        if (ls >= 0) close(ls);
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        pin_replica(k, per);
+        static char store[4200], conn[128];
+        const char *av[64];
+        int n = dl_comm_mpirun_argv(av, 56, ranks, per / ranks > 0 ? per / ranks : 1, store, sizeof store);
+        snprintf(conn, sizeof conn, "unix:%s", w->sock);
+        av[n++] = "serve-worker", av[n++] = conn, av[n++] = A.profile_path, av[n] = NULL;
+        execvp("mpirun", (char *const *)av);
+        _exit(127);
+    }
+    if (pid < 0) {
+        close(ls);
+        unlink(w->sock);
+        DL_ERROR("serve: fork: %s", strerror(errno));
+        return;
+    }
+    w->fd = ls;
+    w->pid = pid;
+    w->mpi = w->listening = 1;
+    w->ready = 0;
+    w->spawn_time = wall();
+    DL_INFO("serve: model process %d (replica %d, %d MPI ranks, %s) starting", (int)pid, k, ranks, A.pr.parallel);
+}
+
 static void spawn_worker(worker *w, int k) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int per = (int)(ncpu / A.nworkers);
+    dl_par_config pc;
+    if (dl_par_parse(A.pr.parallel, &pc) == DL_OK && dl_par_ranks(&pc) > 1) {
+        spawn_mpi_worker(w, k, dl_par_ranks(&pc), per > 0 ? per : 1);
+        return;
+    }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         DL_ERROR("serve: socketpair: %s", strerror(errno));
         return;
     }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int per = (int)(ncpu / A.nworkers);
     pid_t pid = fork();
     if (pid == 0) {
         int fd = dup(sv[1]); /* without CLOEXEC: it survives exec */
         char fds[16], th[16];
         snprintf(fds, sizeof fds, "%d", fd);
-        if (A.nworkers > 1 && per >= 1) { /* replica k on cores [k*per, (k+1)*per) */
-            cpu_set_t set;
-            CPU_ZERO(&set);
-            for (int c = k * per; c < (k + 1) * per; c++) CPU_SET(c, &set);
-            sched_setaffinity(0, sizeof set, &set);
+        if (pin_replica(k, per)) {
             snprintf(th, sizeof th, "%d", per);
             setenv("OMP_NUM_THREADS", th, 1);
         }
@@ -118,15 +175,41 @@ static void spawn_worker(worker *w, int k) {
     DL_INFO("serve: model process %d (replica %d) starting", (int)pid, k);
 }
 
+/* SIGKILL every process of session sid (mpirun and its ranks) */
+static void kill_session(pid_t sid) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300], buf[512];
+        pid_t p = (pid_t)atoi(e->d_name);
+        if (p <= 0) continue;
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *rp = strrchr(buf, ')'); /* fields after "(comm)": state ppid pgrp session */
+        int ppid, pgrp, sess;
+        char st;
+        if (rp && sscanf(rp + 1, " %c %d %d %d", &st, &ppid, &pgrp, &sess) == 4 && sess == (int)sid) kill(p, SIGKILL);
+    }
+    if (d) closedir(d);
+}
+
 static void reap_worker(worker *w, int kill_it) {
     if (w->pid <= 0) return;
+    if (kill_it && w->mpi) kill_session(w->pid);
     if (kill_it) kill(w->pid, SIGKILL);
     int st;
     waitpid(w->pid, &st, 0); /* confirm the exit before a replacement starts */
+    if (w->mpi) kill_session(w->pid); /* no rank may outlive its job */
     close(w->fd);
+    if (w->listening) unlink(w->sock);
     w->fd = -1;
     w->pid = -1;
     w->ready = 0;
+    w->mpi = w->listening = 0;
 }
 
 static void finish_inflight(worker *w, const char *status, const char *err, const char *result) {
@@ -226,6 +309,46 @@ static void dispatch(void) {
 static void tend(worker *w, int k, const struct pollfd *pf) {
     double now = wall();
     if (w->pid <= 0 && now >= w->next_spawn && !A.stopping) spawn_worker(w, k);
+    if (w->pid > 0 && w->mpi) { /* an mpirun job: its first rank connects; mpirun's exit is its death */
+        int st;
+        int gone = waitpid(w->pid, &st, WNOHANG) == w->pid;
+        if (gone) w->pid = -w->pid; /* reaped: reap_worker must not wait again */
+        if (!gone && w->listening && pf && (pf->revents & POLLIN)) {
+            int c = accept4(w->fd, NULL, NULL, SOCK_CLOEXEC);
+            if (c >= 0) {
+                close(w->fd);
+                unlink(w->sock);
+                w->fd = c;
+                w->listening = 0;
+            }
+            return;
+        }
+        if (gone || (w->listening && now - w->spawn_time > 300)) {
+            pid_t pid = gone ? -w->pid : w->pid;
+            cJSON *m = NULL; /* what its first rank said last (a fatal start-up error) */
+            struct pollfd q = {.fd = w->fd, .events = POLLIN};
+            while (!w->listening && poll(&q, 1, 0) > 0 && (q.revents & POLLIN) && msg_recv_within(w->fd, &m, 100) == DL_OK) {
+                handle_msg(w, m);
+                cJSON_Delete(m);
+            }
+            if (gone) {
+                w->pid = pid;
+                kill_session(pid);
+                close(w->fd);
+                if (w->listening) unlink(w->sock);
+                w->fd = -1, w->pid = -1, w->ready = 0, w->mpi = w->listening = 0;
+            } else {
+                reap_worker(w, 1);
+            }
+            A.restarts++;
+            if (w->inflight[0]) finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
+            DL_WARN("serve: parallel model process %d exited; replacing it", (int)pid);
+            w->next_spawn = now + w->backoff;
+            w->backoff = fmin(w->backoff * 2, 30);
+            return;
+        }
+        if (w->listening) return;
+    }
     if (w->pid > 0 && pf && (pf->revents & (POLLIN | POLLHUP | POLLERR))) {
         cJSON *m = NULL;
         if (msg_recv_within(w->fd, &m, 2000) == DL_OK) {

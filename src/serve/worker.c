@@ -1,14 +1,22 @@
 /* The resident model process: loads every program of the profile once, proves it
  * works with a test generation, then serves one job at a time from the API process
  * (framed JSON over a Unix socket). A reader thread takes cancel messages while a
- * job runs; the generation stops at the next step boundary. */
+ * job runs; the generation stops at the next step boundary.
+ *
+ * With a parallel layout the model process is an mpirun job: its first rank (the
+ * host) connects to the API process's socket and runs the pipelines; before each
+ * generation it broadcasts which pipeline (size) runs, and the other ranks serve
+ * that request's steps. -1 ends the job. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include "difflet/comm.h"
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
 #include "serve/serve_impl.h"
@@ -107,20 +115,84 @@ static dl_status test_generation(dl_flux_pipeline *p, const serve_profile *pr, i
     return s;
 }
 
-int serve_worker_main(int fd, const serve_profile *pr) {
+/* the API process's socket, for the first rank of a parallel model process */
+static int connect_unix(const char *path) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path) return -1;
+    strcpy(a.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* which pipeline the next request runs on, host to every rank (-1: the end) */
+static dl_status dispatch(const dl_par_place *pl, int32_t idx) {
+    return pl ? dl_comm_bcast(pl->replica_comm, &idx, sizeof idx, 0) : DL_OK;
+}
+
+/* a non-host rank of a parallel model process: the host's requests, then its frees */
+static int serve_ranks(dl_flux_pipeline **pipes, int n, const dl_par_place *pl) {
+    dl_status s = DL_OK;
+    for (;;) {
+        int32_t idx;
+        if ((s = dl_comm_bcast(pl->replica_comm, &idx, sizeof idx, 0)) != DL_OK || idx < 0 || idx >= n) break;
+        int stopped;
+        if ((s = dl_flux_pipeline_worker_one(pipes[idx], &stopped)) != DL_OK) break;
+    }
+    for (int i = 0; s == DL_OK && i < n; i++) s = dl_flux_pipeline_worker(pipes[i]); /* each host free's stop */
+    if (s != DL_OK) {
+        fprintf(stderr, "difflet: serve-worker rank %d: %s\n", pl->rank, dl_last_error());
+        dl_comm_abort(1);
+    }
+    for (int i = 0; i < n; i++) dl_flux_pipeline_free(pipes[i]);
+    return 0;
+}
+
+int serve_worker_main(int fd, const char *sock_path, const serve_profile *pr) {
     dl_flux_pipeline *pipes[8] = {0};
     dl_dtype dt = strcmp(pr->dtype, "bf16") ? DL_F32 : DL_BF16;
     double t0 = dl_now();
+    dl_par_config pc;
+    dl_par_place place = {0}, *pl = NULL;
+    dl_comm *world;
+    if (dl_par_parse(pr->parallel, &pc) != DL_OK) return 2;
+    if (dl_par_ranks(&pc) > 1) {
+        if (!dl_comm_launched() || dl_comm_world(&world) != DL_OK || dl_par_place_new(world, &pc, &place) != DL_OK) {
+            fprintf(stderr, "difflet: serve-worker: %s\n", dl_comm_launched() ? dl_last_error() : "a parallel model process runs under mpirun");
+            if (dl_comm_launched()) dl_comm_abort(1);
+            return 1;
+        }
+        pl = &place;
+    }
+    int host = !pl || dl_comm_rank(pl->replica_comm) == 0;
+    if (host && fd < 0 && (fd = connect_unix(sock_path)) < 0) {
+        fprintf(stderr, "difflet: serve-worker: cannot connect to %s\n", sock_path);
+        if (pl) dl_comm_abort(1);
+        return 1;
+    }
     for (int i = 0; i < pr->nsizes; i++) {
         dl_flux_shape shape = {.width = pr->sizes[i][0], .height = pr->sizes[i][1], .dt = dt,
-                               .cache = pr->no_compile ? DL_CACHE_NO_COMPILE : DL_CACHE_USE};
+                               .cache = pr->no_compile ? DL_CACHE_NO_COMPILE : DL_CACHE_USE, .par = pl};
         dl_status s = dl_flux_pipeline_load(&pipes[i], pr->model, &shape);
-        if (s == DL_OK && i == 0) s = test_generation(pipes[i], pr, pr->sizes[i][0], pr->sizes[i][1]);
+        if (s == DL_OK && i == 0 && host && (s = dispatch(pl, 0)) == DL_OK)
+            s = test_generation(pipes[i], pr, pr->sizes[i][0], pr->sizes[i][1]);
+        if (s == DL_OK && i == 0 && !host) {
+            int32_t idx;
+            int stopped;
+            if ((s = dl_comm_bcast(pl->replica_comm, &idx, sizeof idx, 0)) == DL_OK)
+                s = dl_flux_pipeline_worker_one(pipes[0], &stopped);
+        }
         if (s != DL_OK) {
-            send_simple(fd, "fatal", NULL, "message", dl_last_error());
+            if (host) send_simple(fd, "fatal", NULL, "message", dl_last_error());
+            else fprintf(stderr, "difflet: serve-worker rank %d: %s\n", place.rank, dl_last_error());
+            if (pl) dl_comm_abort(1);
             return 1;
         }
     }
+    if (!host) return serve_ranks(pipes, pr->nsizes, pl);
     cJSON *ready = cJSON_CreateObject();
     cJSON_AddStringToObject(ready, "type", "ready");
     cJSON_AddNumberToObject(ready, "load_seconds", dl_now() - t0);
@@ -164,7 +236,11 @@ int serve_worker_main(int fd, const serve_profile *pr) {
                                  .true_cfg = (float)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "true_cfg_scale")),
                                  .seed = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "seed")),
                                  .cache = &sc, .cancel = &mb.cancel, .on_step = on_step, .ctx = &sctx};
-            s = rgb ? dl_flux_generate(p, &r, rgb, NULL, &tm) : dl_fail(DL_ERR_NOMEM, "out of memory");
+            int32_t idx = 0;
+            for (int i = 0; i < pr->nsizes; i++)
+                if (pipes[i] == p) idx = i;
+            if (!rgb) s = dl_fail(DL_ERR_NOMEM, "out of memory");
+            else if ((s = dispatch(pl, idx)) == DL_OK) s = dl_flux_generate(p, &r, rgb, NULL, &tm);
         }
         if (s == DL_OK) s = dl_png_write(out, rgb, w, h);
         free(rgb);
@@ -188,6 +264,11 @@ int serve_worker_main(int fd, const serve_profile *pr) {
         pthread_mutex_unlock(&mb.mu);
     }
     pthread_join(th, NULL);
+    dispatch(pl, -1); /* the other ranks now wait for each pipeline's stop */
     for (int i = 0; i < pr->nsizes; i++) dl_flux_pipeline_free(pipes[i]);
+    if (pl) {
+        dl_par_place_free(pl);
+        dl_comm_finalize();
+    }
     return 0;
 }
