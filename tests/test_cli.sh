@@ -64,7 +64,14 @@ expect 0 "" profile show mine
 expect 1 "no profile named" profile show nosuch
 printf 'low,dit,3,1\n' > "$tmpd/bad.csv"
 expect 1 "" profile import "$tmpd/bad.csv" --name bad
-expect 1 "not available yet" profile measure
+if command -v mpirun >/dev/null; then # measured on this machine: DoP 1 and 2, each an mpirun job
+    expect 0 "" profile measure --model "$flux" --sizes 32x48 --steps 3 --reps 1 --max-dop 2 --name meas
+    out=$("$bin" profile show meas 2>&1)
+    if [[ "$out" == *"(3 steps"* ]] && [[ "$out" == *"32x48"* ]] && [ "$(echo "$out" | grep -c ' dit ')" = 1 ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: measured profile: $out"; fi
+    out=$("$bin" simulate --profile meas --rate 0.5 --requests 50 2>&1)
+    if [[ "$out" == *"p99"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: simulate on the measured profile: $out"; fi
+fi
+expect 2 "is not WxH" profile measure --model "$flux" --sizes 32by48
 expect 2 "bad argument" simulate --policy nonsense
 expect 2 "bad argument" simulate --mix 1:x
 a=$("$bin" simulate --profile mine --policy ddit --rate 0.3 --mix 1:1 --requests 300 --seed 9 2>&1)

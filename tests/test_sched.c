@@ -65,6 +65,10 @@ static void test_profile(void) {
               r.nres == 4 && r.dit[3][3] == 6.90 && !strcmp(r.name[2], "360p"),
           "SQLite round trip: %s", dl_last_error());
     CHECK(dl_profile_store_get(path, "nope", &r) == DL_ERR_INVALID, "unknown profile");
+    q.steps = 12; /* the step count travels with the profile */
+    CHECK(dl_profile_store_put(path, "twelve", &q) == DL_OK && dl_profile_store_get(path, "twelve", &r) == DL_OK &&
+              r.steps == 12,
+          "steps round trip: %d", r.steps);
     unlink(path);
 }
 

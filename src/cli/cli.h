@@ -28,6 +28,8 @@ int cli_cache(int argc, char **argv);
 int cli_profile(int argc, char **argv);
 int cli_simulate(int argc, char **argv);
 int cli_sched_eval(int argc, char **argv);
+int cli_profile_measure(int argc, char **argv, const char *db, const char *name);
+int cli_profile_measure_rank(int argc, char **argv);
 /* Run `difflet <sub...> <argv...>` as `ranks` MPI processes of `threads` threads
  * each (0: the cores shared out): replace this process (exec), or wait for it and
  * return its exit code. */

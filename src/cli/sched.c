@@ -48,6 +48,26 @@ int cli_profile(int argc, char **argv) {
     char db[1024];
     default_db(db, sizeof db);
     const char *name = NULL, *sub = argc > 0 ? argv[0] : "", *file = NULL;
+    if (!strcmp(sub, "measure-rank")) return cli_profile_measure_rank(argc - 1, argv + 1);
+    if (!strcmp(sub, "measure")) {
+        for (int i = 1; i + 1 < argc; i++)
+            if (!strcmp(argv[i], "--db")) snprintf(db, sizeof db, "%s", argv[i + 1]);
+            else if (!strcmp(argv[i], "--name")) name = argv[i + 1];
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s", db);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        if (slash && dl_mkdir_p(dir) != DL_OK) {
+            fprintf(stderr, "difflet: %s\n", dl_last_error());
+            return 1;
+        }
+        int rc = cli_profile_measure(argc - 1, argv + 1, db, name ? name : "measured");
+        if (rc == 0) {
+            dl_profile p;
+            if (load_profile(db, name ? name : "measured", &p)) print_profile(name ? name : "measured", &p);
+        }
+        return rc;
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--db") && i + 1 < argc) snprintf(db, sizeof db, "%s", argv[++i]);
         else if (!strcmp(argv[i], "--name") && i + 1 < argc) name = argv[++i];
@@ -93,12 +113,8 @@ int cli_profile(int argc, char **argv) {
         print_profile(name, &p);
         return 0;
     }
-    if (!strcmp(sub, "measure")) {
-        fprintf(stderr, "difflet profile measure: not available yet: it needs elastic multi-rank execution "
-                        "(the parallel-execution issue); import measured times with `difflet profile import`\n");
-        return 1;
-    }
-    fprintf(stderr, "difflet profile: import FILE.csv [--name N] | show [NAME] | measure  [--db FILE]\n");
+    fprintf(stderr, "difflet profile: import FILE.csv [--name N] | show [NAME] | measure [--model DIR] [--sizes WxH,...] "
+                    "[--steps N] [--reps N] [--max-dop D] [--name N]  [--db FILE]\n");
     return 2;
 }
 

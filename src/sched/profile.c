@@ -155,6 +155,12 @@ dl_status dl_profile_store_get(const char *path, const char *name, dl_profile *p
         if (r < p->nres && d >= 0) (strcmp(ph, "dit") ? p->vae : p->dit)[r][d] = sqlite3_column_double(st, 3);
     }
     sqlite3_finalize(st);
+    /* the step count the DiT figures cover (stores older than the table keep 30) */
+    if (sqlite3_prepare_v2(db, "SELECT steps FROM profile_meta WHERE name = ?;", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0) p->steps = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
     sqlite3_close(db);
     if (!p->nres) s = dl_fail(DL_ERR_INVALID, "no profile named `%s` in %s", name, path);
     return s;
