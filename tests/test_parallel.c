@@ -117,6 +117,36 @@ static void run_layout(dl_comm *world, dl_model_dir *md, const char *name, dl_fl
     dl_par_place_free(&pl);
 }
 
+/* bf16 (the default on AVX-512 BF16 machines): splitting may change rounding, but
+ * never by more than bf16 itself changes the result, |split - one rank| <=
+ * |one rank bf16 - one rank f32|. */
+static void bf16_layout(dl_comm *world, dl_model_dir *md, const char *name, dl_flux *ref32, dl_flux *ref16,
+                        const inputs *in, const char *spec, int64_t gh, int64_t gw) {
+    dl_par_config pc;
+    dl_par_place pl;
+    if (dl_par_parse(spec, &pc) != DL_OK || dl_par_place_new(world, &pc, &pl) != DL_OK) {
+        CHECK(0, "%s %s bf16: %s", name, spec, dl_last_error());
+        return;
+    }
+    dl_flux *m = NULL;
+    const int64_t n = in->N * in->Cin;
+    float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4), *c = malloc((size_t)n * 4);
+    int ok = dl_flux_load_split(&m, md, "transformer", gh, gw, in->T, DL_BF16, NULL, &pl.split) == DL_OK &&
+             dl_flux_run(ref32, in->lat, in->txt, in->pooled, 0.6f, 3.5f, a, NULL) == DL_OK &&
+             dl_flux_run(ref16, in->lat, in->txt, in->pooled, 0.6f, 3.5f, b, NULL) == DL_OK &&
+             dl_flux_run(m, in->lat, in->txt, in->pooled, 0.6f, 3.5f, c, NULL) == DL_OK;
+    CHECK(ok, "%s %s bf16: %s", name, spec, dl_last_error());
+    if (ok) {
+        double mr = max_abs(a, n), es = max_diff(b, c, n) / mr, eb = max_diff(a, b, n) / mr;
+        CHECK(es <= eb, "%s %s bf16: the split moves the output by %.3g, more than bf16 does (%.3g)", name, spec, es, eb);
+        if (g_rank == 0) printf("  %-10s %-22s bf16: split vs one rank %.2e, bf16 vs f32 %.2e\n", name, spec, es, eb);
+    }
+    CHECK(all_ok(world, ok), "%s %s bf16: a rank failed", name, spec);
+    free(a), free(b), free(c);
+    dl_flux_free(m);
+    dl_par_place_free(&pl);
+}
+
 static void model(dl_comm *world, const char *dir, const char *name) {
     dl_model_dir *md;
     if (dl_model_dir_open(&md, dir) != DL_OK) {
@@ -151,6 +181,15 @@ static void model(dl_comm *world, const char *dir, const char *name) {
         int need = (pc.cp > 1 && pc.cp_mode == DL_CP_ULYSSES) ? pc.tp * pc.cp : pc.tp;
         run_layout(world, md, name, ref, &in, list[i], gh, gw, H % need != 0);
     }
+    dl_flux *ref16 = NULL;
+    if (ref && dl_flux_load(&ref16, md, "transformer", gh, gw, in.T, DL_BF16, NULL) == DL_OK)
+        for (int i = 0; list[i]; i++) {
+            dl_par_config pc;
+            dl_par_parse(list[i], &pc);
+            int need = (pc.cp > 1 && pc.cp_mode == DL_CP_ULYSSES) ? pc.tp * pc.cp : pc.tp;
+            if (H % need == 0) bf16_layout(world, md, name, ref, ref16, &in, list[i], gh, gw);
+        }
+    dl_flux_free(ref16);
     dl_flux_free(ref);
     free(in.lat), free(in.txt), free(in.pooled);
     dl_model_dir_free(md);
