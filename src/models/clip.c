@@ -23,7 +23,8 @@ struct dl_clip_text {
     dl_dtype dt;
     float eps;
     int64_t eos_id;
-    float *tok, *pos;         /* [V, D], [P, D] */
+    const float *tok;         /* [V, D]: the artifact's mapping, or tok_own */
+    float *tok_own, *pos;     /* [P, D] */
     float *lnf_w, *lnf_b;     /* [D] */
     clip_layer *layers;
     /* activations, planned at load */
@@ -45,7 +46,7 @@ void dl_clip_text_free(dl_clip_text *m) {
         lin_free(&l->qkv), lin_free(&l->out), lin_free(&l->fc1), lin_free(&l->fc2);
     }
     free(m->layers);
-    free(m->tok), free(m->pos), free(m->lnf_w), free(m->lnf_b);
+    free(m->tok_own), free(m->pos), free(m->lnf_w), free(m->lnf_b);
     dl_aligned_free(m->arena);
     free(m);
 }
@@ -103,7 +104,7 @@ dl_status dl_clip_text_load(dl_clip_text **out, dl_model_dir *dir, const char *c
     const char *pre = ws_find(ck, "text_model.embeddings.token_embedding.weight") ? "text_model." : "";
     int64_t D = m->D, S = m->S, F = m->F;
     int64_t sh_tok[2] = {m->V, D}, sh_pos[2] = {m->P, D}, sh_d[1] = {D};
-    if ((s = param_f32(ck, pname(nb[0], 256, pre, "embeddings.token_embedding.weight"), 2, sh_tok, &m->tok)) ||
+    if ((s = param_f32_map(ck, pname(nb[0], 256, pre, "embeddings.token_embedding.weight"), 2, sh_tok, &m->tok, &m->tok_own)) ||
         (s = param_f32(ck, pname(nb[0], 256, pre, "embeddings.position_embedding.weight"), 2, sh_pos, &m->pos)) ||
         (s = param_f32(ck, pname(nb[0], 256, pre, "final_layer_norm.weight"), 1, sh_d, &m->lnf_w)) ||
         (s = param_f32(ck, pname(nb[0], 256, pre, "final_layer_norm.bias"), 1, sh_d, &m->lnf_b)))

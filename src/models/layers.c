@@ -265,6 +265,24 @@ dl_status conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_de
     return s;
 }
 
+dl_status param_f32_map(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, const float **out, float **owned) {
+    *out = NULL;
+    *owned = NULL;
+    size_t bytes;
+    const void *d = ws->ck ? NULL : dl_artifact_get(ws->art, name, "f32", &bytes);
+    if (!d || (uintptr_t)d % sizeof(float)) { /* checkpoint (converted, recorded), or an unaligned entry: a copy */
+        dl_status s = param_f32(ws, name, ndim, shape, owned);
+        *out = *owned;
+        return s;
+    }
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) numel *= shape[i];
+    if (bytes != (size_t)numel * 4)
+        return dl_fail(DL_ERR_FORMAT, "program artifact: `%s` has %zu bytes, expected %lld", name, bytes, (long long)numel * 4);
+    *out = d; /* in place: the read-only mapping outlives the model */
+    return DL_OK;
+}
+
 /* param_f32 from the checkpoint without recording (weights recorded packed instead) */
 dl_status param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out) {
     dl_artifact_writer *rec = ws->rec;

@@ -76,6 +76,9 @@ dl_status conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_de
 
 /* A float parameter of exactly this shape as malloc'd f32 (recorded when compiling). */
 dl_status param_f32(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out);
+/* The same, read in place from an artifact's mapping (no copy; large embedding
+ * tables): *owned is what the model frees (NULL when mapped). */
+dl_status param_f32_map(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, const float **out, float **owned);
 /* The same, never recorded (for weights that are recorded packed). */
 dl_status param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out);
 

@@ -23,7 +23,8 @@ struct dl_t5_encoder {
     int L, gated;
     dl_dtype dt;
     float eps;
-    float *emb;      /* [V, D] */
+    const float *emb; /* [V, D]: the artifact's mapping, or emb_own */
+    float *emb_own;
     float *bias_rel; /* [H, 2S - 1] */
     float *ln_final; /* [D] */
     t5_layer *layers;
@@ -64,7 +65,7 @@ void dl_t5_encoder_free(dl_t5_encoder *m) {
         lin_free(&l->qkv), lin_free(&l->o), lin_free(&l->wi0), lin_free(&l->wi1), lin_free(&l->wo);
     }
     free(m->layers);
-    free(m->emb), free(m->bias_rel), free(m->ln_final);
+    free(m->emb_own), free(m->bias_rel), free(m->ln_final);
     dl_aligned_free(m->arena);
     free(m);
 }
@@ -118,7 +119,7 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
     /* the embedding is `shared.weight`, or `encoder.embed_tokens.weight` when only that is stored */
     const char *emb = ws_find(ck, "shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
     float *rb = NULL;
-    if ((s = param_f32(ck, emb, 2, sh_emb, &m->emb)) ||
+    if ((s = param_f32_map(ck, emb, 2, sh_emb, &m->emb, &m->emb_own)) ||
         (s = param_f32(ck, "encoder.final_layer_norm.weight", 1, sh_d, &m->ln_final)) ||
         (s = param_f32(ck, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2, sh_rb, &rb)))
         goto fail;
