@@ -45,6 +45,7 @@ static inline void store_bf16x8(uint16_t *p, __m256 v) {
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define V_FNMA(a, b, c) _mm256_fnmadd_ps(a, b, c) /* c - a*b */
 #define V_RCP_EST(d) _mm256_rcp_ps(d)
+#define V_RCP_BITS 12
 #define V_HSUM(v) hsum8(v)
 #define V_HMAX(v) hmax8(v)
 #define V_ABS(v) _mm256_andnot_ps(_mm256_set1_ps(-0.f), v)

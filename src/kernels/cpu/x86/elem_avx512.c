@@ -18,6 +18,7 @@ typedef __m512 vf;
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define V_FNMA(a, b, c) _mm512_fnmadd_ps(a, b, c) /* c - a*b */
 #define V_RCP_EST(d) _mm512_rcp14_ps(d)
+#define V_RCP_BITS 14
 #define V_HSUM(v) _mm512_reduce_add_ps(v)
 #define V_HMAX(v) _mm512_reduce_max_ps(v)
 #define V_ABS(v) _mm512_abs_ps(v)
