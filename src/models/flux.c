@@ -454,7 +454,7 @@ static void timestep_proj(float t, float *out) {
 /* temb += linear_2(silu(linear_1(v))) for a one-row input v (f32) */
 static dl_status embed(dl_flux *m, lin *l1, lin *l2, const float *v, int64_t n, float *acc) {
     dl_status s;
-    to_dt(m->dt, m->vec_in, v, n);
+    dl_convert_t(m->dt, m->vec_in, DL_F32, v, n, 0, 1); /* one row: cheaper than waking the pool */
     if ((s = lin_run(l1, m->vec_in, m->vec_h)) || (s = lin_run(l2, m->vec_h, m->o))) return s;
     for (int64_t i = 0; i < m->D; i++) acc[i] += m->o[i];
     return DL_OK;
@@ -786,7 +786,7 @@ static dl_status conditioning(dl_flux *m, const float *pooled, float timestep, f
     }
     if ((s = embed(m, &m->p1, &m->p2, pooled, m->Pd, m->temb))) return s;
     for (int64_t i = 0; i < D; i++) m->o[i] = m->temb[i] / (1.f + expf(-m->temb[i]));
-    to_dt(m->dt, m->vec_in, m->o, D);
+    dl_convert_t(m->dt, m->vec_in, DL_F32, m->o, D, 0, 1);
     return DL_OK;
 }
 
@@ -817,9 +817,18 @@ dl_status dl_flux_probe(dl_flux *m, int slot, const float *latents, const float 
     if (m->probe_have[slot]) {
         double sums[2 * 64] = {0}, num = 0, den = 0;
         const float *prev = m->probe_prev[slot];
-        for (int64_t i = 0; i < Nl * D; i++) {
-            num += fabs((double)cur[i] - prev[i]);
-            den += fabs((double)prev[i]);
+        const int64_t n = Nl * D;
+        int64_t i = 0;
+        while (i < n) { /* 16 float lanes per block of <= 4096 (vectorisable), blocks summed in double */
+            float a[16] = {0}, b[16] = {0};
+            int64_t e = i + 4096 < n ? i + 4096 : n;
+            for (; i + 16 <= e; i += 16)
+                for (int k = 0; k < 16; k++) {
+                    a[k] += fabsf(cur[i + k] - prev[i + k]);
+                    b[k] += fabsf(prev[i + k]);
+                }
+            for (; i < e; i++) a[0] += fabsf(cur[i] - prev[i]), b[0] += fabsf(prev[i]);
+            for (int k = 0; k < 16; k++) num += a[k], den += b[k];
         }
         if (m->sp.cp > 1) { /* every rank's sums, added in rank order: the same score everywhere */
             if (m->sp.cp > 64) return dl_fail(DL_ERR_UNSUPPORTED, "probe over more than 64 cp ranks");
