@@ -317,6 +317,17 @@ if shutil.which("mpirun"):
                 return out
             time.sleep(0.05)
 
+    # a running job cancelled mid-way: every rank leaves it together, the next request is unchanged
+    st, j = s.json("POST", "/v1/jobs", {"prompt": "slow", "steps": 2000, "seed": 3})
+    t0 = time.time()
+    while time.time() - t0 < 30 and s.json("GET", f"/v1/jobs/{j['id']}")[1].get("steps_done", 0) < 2:
+        time.sleep(0.02)
+    st2, c = s.json("POST", f"/v1/jobs/{j['id']}/cancel")
+    e = s.wait_job(j["id"])
+    check(st == 202 and e and e["status"] == "cancelled" and 0 < e.get("steps_done", 0) < 2000,
+          f"a running job on the 2-rank replica is cancelled at a step boundary: {e}")
+    st, png = image(s, {"prompt": "a red circle", "steps": 4, "seed": 5})
+    check(st == 200 and png == before_crash, "after the cancel the ranks are still in step (same bytes)")
     old = r["model_pid"]
     check(len(session(old)) >= 3, f"mpirun and its 2 ranks share a session: {session(old)}")
     os.kill(old, signal.SIGKILL)  # mpirun dies: every rank goes, a new job starts
