@@ -13,10 +13,6 @@
 #include "difflet/models.h"
 #include "test_util.h"
 
-#ifndef DATA_DIR
-#define DATA_DIR "tests/data"
-#endif
-
 static dl_checkpoint *g_vec;
 
 static float *vec(const char *name, int64_t *numel) {

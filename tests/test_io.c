@@ -12,10 +12,6 @@
 #include "difflet/io.h"
 #include "test_util.h"
 
-#ifndef DATA_DIR
-#define DATA_DIR "tests/data"
-#endif
-
 static char g_dir[64];
 
 static const char *tmp(const char *name) {

@@ -15,13 +15,6 @@
 #include "difflet/program.h"
 #include "test_util.h"
 
-#ifndef DATA_DIR
-#define DATA_DIR "tests/data"
-#endif
-#ifndef SOURCE_DIR
-#define SOURCE_DIR "."
-#endif
-
 static int g_rank;
 
 static double max_abs(const float *a, int64_t n) {

@@ -16,9 +16,6 @@
 #include "models/models_impl.h"
 #include "test_util.h"
 
-#ifndef DATA_DIR
-#define DATA_DIR "tests/data"
-#endif
 #define MODEL DATA_DIR "/flux/dev"
 
 static const char *g_bin;

@@ -8,13 +8,6 @@
 #include "difflet/pipeline.h"
 #include "test_util.h"
 
-#ifndef DATA_DIR
-#define DATA_DIR "tests/data"
-#endif
-#ifndef SOURCE_DIR
-#define SOURCE_DIR "."
-#endif
-
 /* run `steps` decisions; full steps see outputs out_k = (1 + step) * scale(step) */
 static int simulate(const dl_stepcache_config *c, int steps, const double *scores, const float *outs, int *pattern) {
     float prev[1], delta[1], out[1];

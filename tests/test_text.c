@@ -13,10 +13,6 @@
 #include "difflet/text.h"
 #include "test_util.h"
 
-#ifndef DATA_DIR
-#define DATA_DIR "tests/data"
-#endif
-
 static cJSON *g_corpus;
 
 static void compare(const char *dir, const char *key) {

@@ -5,6 +5,14 @@
 
 #include <stdio.h>
 
+/* where the test data and the sources are (CMake passes both) */
+#ifndef DATA_DIR
+#define DATA_DIR "tests/data"
+#endif
+#ifndef SOURCE_DIR
+#define SOURCE_DIR "."
+#endif
+
 static int g_pass, g_fail;
 
 #define CHECK(cond, ...)                                                  \
