@@ -299,6 +299,11 @@ static void pipeline_layout(dl_comm *world, const char *dir, const char *name, i
         dl_flux_request r = {.prompt = prompt, .negative_prompt = "blurry", .steps = 6, .guidance = 3.5f,
                              .true_cfg = 3.f, .seed = 5 + (uint64_t)pl.replica, .cache = round ? &cal : &cad};
         dl_flux_timing tm = {0}, tr = {0};
+        /* a request refused before the workers hear of it still ends on every rank */
+        dl_flux_request bad = r;
+        bad.prompt = NULL;
+        CHECK(dl_flux_generate(p, &bad, NULL, img, &tm) == DL_ERR_INVALID && strstr(dl_last_error(), "prompt"),
+              "%s %s: a request without a prompt: %s", name, spec, dl_last_error());
         ok = dl_flux_generate(p, &r, NULL, img, &tm) == DL_OK;
         CHECK(ok, "%s %s: generate: %s", name, spec, dl_last_error());
         dl_flux_pipeline_free(p); /* releases the workers */

@@ -384,10 +384,29 @@ dl_status dl_flux_pipeline_worker(dl_flux_pipeline *p) {
     return s;
 }
 
+static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t *rgb, float *image,
+                          dl_flux_timing *timing, int *ended);
+
+/* Every call ends the request on every rank exactly once (OP_END), also when it
+ * fails before the workers heard of it: a serving replica's ranks wait for that end. */
 dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t *rgb, float *image,
                            dl_flux_timing *timing) {
-    dl_flux_timing tm = {0};
     if (!p->host) return dl_fail(DL_ERR_INVALID, "only the host rank generates; the others run dl_flux_pipeline_worker");
+    int ended = 0;
+    dl_status s = generate(p, r, rgb, image, timing, &ended);
+    if (p->parallel && !ended) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", dl_last_error()); /* keep the request's own error */
+        int ranks;
+        if (send_msg(p, OP_END, 0, 0, 0, 0, 0) == DL_OK) check_ranks(p, &ranks);
+        if (s != DL_OK) dl_fail(s, "%s", msg);
+    }
+    return s;
+}
+
+static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t *rgb, float *image,
+                          dl_flux_timing *timing, int *ended) {
+    dl_flux_timing tm = {0};
     if (!r->prompt) return dl_fail(DL_ERR_INVALID, "a prompt is required");
     if (r->steps <= 0 || r->steps > 10000) return dl_fail(DL_ERR_INVALID, "steps must be in 1..10000, got %d", r->steps);
     if (!isfinite(r->guidance) || !isfinite(r->true_cfg))
@@ -401,6 +420,9 @@ dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_
     if (s == DL_OK && cfg) s = encode(p, r->negative_prompt, p->ne, p->npooled);
     if (s != DL_OK) return s;
     tm.encode_s = dl_now() - t0;
+    double mu = dl_flowmatch_mu(&p->fm, p->N);
+    if ((s = dl_flowmatch_sigmas(&p->fm, r->steps, mu, p->sigmas))) return s;
+    /* from here on every exit ends the request on every rank (OP_END) */
     double c0 = comm_seconds(p);
     if (p->parallel && ((s = send_msg(p, OP_REQUEST, 0, cfg, 0, 0, 0)) || (s = send_text(p, cfg)))) return s;
     p->ran[0] = p->ran[1] = 0;
@@ -418,8 +440,6 @@ dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_
                     p->lat[((y / 2) * gw + x / 2) * Cp + c * 4 + (y % 2) * 2 + (x % 2)] =
                         p->unpacked[(c * p->lh + y) * p->lw + x];
     }
-    double mu = dl_flowmatch_mu(&p->fm, N);
-    if ((s = dl_flowmatch_sigmas(&p->fm, r->steps, mu, p->sigmas))) return s;
     /* step cache: fresh state for this request, one per CFG branch */
     static const dl_stepcache_config off = {0};
     const dl_stepcache_config *sc = r->cache ? r->cache : &off;
@@ -476,6 +496,7 @@ dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_
     }
     /* every rank reports what it ran, even after a cancel (it keeps them in step) */
     dl_status e = send_msg(p, OP_END, 0, cfg, 0, 0, 0);
+    *ended = 1;
     if (e == DL_OK) e = check_ranks(p, &tm.ranks);
     if (s == DL_OK) s = e;
     if (s != DL_OK) return s;
