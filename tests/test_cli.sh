@@ -36,6 +36,9 @@ out="$tmpd/a.png"
 expect 0 "denoise" generate --model "$flux" --prompt "a red circle" --width 32 --height 48 --steps 3 \
   --max-sequence-length 32 --seed 7 -o "$out"
 if head -c 8 "$out" 2>/dev/null | od -An -c | grep -q "P   N   G"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $out is not a PNG"; fi
+# honest refusals (README status table): no separate probe program, no video models
+expect 2 "no separate probe program" compile --model "$flux" --probe
+expect 2 "video models are not supported" compile --model "$flux" --frames 9
 # generate --parallel: refused layouts (before anything is built) and a real
 # self-launched mpirun job
 expect 2 "not divisible by tp=4" generate --model "$flux" --prompt x --parallel tp=4

@@ -95,6 +95,9 @@ struct cJSON;
 /* A JSON file whose top level is an object (up to 64 MiB). Errors name `shown` (NULL:
  * the path): missing, unreadable, or not a valid JSON object (with the byte offset). */
 dl_status dl_json_read_object(const char *path, const char *shown, struct cJSON **out);
+/* The number `key` of the JSON object in file dir/rel when it is in [lo, hi], else
+ * (missing file or field, or out of range) def. */
+int64_t dl_json_file_int(const char *dir, const char *rel, const char *key, int64_t lo, int64_t hi, int64_t def);
 
 /* Reads DIR/model_index.json. */
 dl_status dl_model_dir_open(dl_model_dir **out, const char *dir);

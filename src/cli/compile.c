@@ -26,7 +26,7 @@ int cli_compile(int argc, char **argv) {
             continue;
         }
         if (!strcmp(a, "--probe")) {
-            fprintf(stderr, "difflet: compile: --probe is not available yet (the step-caching probe program is a later issue)\n");
+            fprintf(stderr, "difflet: compile: --probe: there is no separate probe program; the step-caching probe runs fused into the transformer program\n");
             return 2;
         }
         if (!v) {
@@ -53,7 +53,7 @@ int cli_compile(int argc, char **argv) {
             par_spec = strcmp(v, "single") ? v : NULL;
         } else if (!strcmp(a, "--frames")) {
             if (atoi(v) != 1) {
-                fprintf(stderr, "difflet: compile: --frames %s: video models are not supported yet\n", v);
+                fprintf(stderr, "difflet: compile: --frames %s: video models are not supported (image models only)\n", v);
                 return 2;
             }
         } else {

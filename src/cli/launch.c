@@ -10,8 +10,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
-
 #include "cli/cli.h"
 #include "difflet/base.h"
 #include "difflet/comm.h"
@@ -49,16 +47,13 @@ int cli_mpirun(const char *const *sub, int nsub, int argc, char **argv, int rank
 }
 
 int cli_layout_ok(const char *cmd, const char *model, const char *spec, const dl_par_config *pc, int passes) {
-    char path[4096], why[512];
-    snprintf(path, sizeof path, "%s/transformer/config.json", model);
-    cJSON *j;
-    if (dl_json_read_object(path, NULL, &j) != DL_OK) {
-        fprintf(stderr, "difflet: %s: --parallel %s: %s\n", cmd, spec, dl_last_error());
+    char why[512];
+    if (!dl_file_exists(model)) {
+        fprintf(stderr, "difflet: %s: model folder %s does not exist\n", cmd, model);
         return 0;
     }
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "num_attention_heads");
-    int64_t heads = cJSON_IsNumber(v) ? (int64_t)v->valuedouble : 24; /* diffusers' default */
-    cJSON_Delete(j);
+    /* 24: diffusers' default when the config does not say */
+    int64_t heads = dl_json_file_int(model, "transformer/config.json", "num_attention_heads", 1, 1 << 20, 24);
     const char *bad = dl_par_check(pc, heads, passes, dl_par_ranks(pc), why, sizeof why);
     if (bad) fprintf(stderr, "difflet: %s: --parallel %s: %s\n", cmd, spec, bad);
     return bad == NULL;

@@ -54,6 +54,18 @@ dl_status dl_json_read_object(const char *path, const char *shown, struct cJSON 
     return DL_OK;
 }
 
+int64_t dl_json_file_int(const char *dir, const char *rel, const char *key, int64_t lo, int64_t hi, int64_t def) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    cJSON *j;
+    if (dl_json_read_object(path, NULL, &j) != DL_OK) return def;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    int64_t n = def;
+    if (cJSON_IsNumber(v) && v->valuedouble >= (double)lo && v->valuedouble <= (double)hi) n = (int64_t)v->valuedouble;
+    cJSON_Delete(j);
+    return n;
+}
+
 dl_status dl_model_dir_open(dl_model_dir **out, const char *dir) {
     *out = NULL;
     char path[4096];

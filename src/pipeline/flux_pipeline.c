@@ -169,27 +169,11 @@ const char *dl_flux_pipeline_program_id(const dl_flux_pipeline *p, int component
 /* FluxPipeline's max_sequence_length default is 512; a model whose tokenizer_2
  * declares a shorter model_max_length (difflet-tiny: 32) was trained at that length */
 static int default_t5_len(const char *model_dir) {
-    char path[4096];
-    int n = 512;
-    snprintf(path, sizeof path, "%s/tokenizer_2/tokenizer_config.json", model_dir);
-    cJSON *j;
-    if (dl_json_read_object(path, NULL, &j) != DL_OK) return n;
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model_max_length");
-    if (cJSON_IsNumber(m) && m->valuedouble >= 2 && m->valuedouble < 512) n = (int)m->valuedouble;
-    cJSON_Delete(j);
-    return n;
+    return (int)dl_json_file_int(model_dir, "tokenizer_2/tokenizer_config.json", "model_max_length", 2, 511, 512);
 }
 
 int dl_flux_default_size(const char *model_dir) {
-    char path[4096];
-    int n = 1024;
-    snprintf(path, sizeof path, "%s/vae/config.json", model_dir);
-    cJSON *j;
-    if (dl_json_read_object(path, NULL, &j) != DL_OK) return n;
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "sample_size");
-    if (cJSON_IsNumber(m) && m->valuedouble >= 16 && m->valuedouble <= 8192) n = (int)m->valuedouble;
-    cJSON_Delete(j);
-    return n;
+    return (int)dl_json_file_int(model_dir, "vae/config.json", "sample_size", 16, 8192, 1024);
 }
 
 int dl_flux_pipeline_max_sequence_length(const dl_flux_pipeline *p) { return (int)p->T; }

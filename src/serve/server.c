@@ -310,9 +310,7 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
     double now = wall();
     if (w->pid <= 0 && now >= w->next_spawn && !A.stopping) spawn_worker(w, k);
     if (w->pid > 0 && w->mpi) { /* an mpirun job: its first rank connects; mpirun's exit is its death */
-        int st;
-        int gone = waitpid(w->pid, &st, WNOHANG) == w->pid;
-        if (gone) w->pid = -w->pid; /* reaped: reap_worker must not wait again */
+        int st, gone = waitpid(w->pid, &st, WNOHANG) == w->pid;
         if (!gone && w->listening && pf && (pf->revents & POLLIN)) {
             int c = accept4(w->fd, NULL, NULL, SOCK_CLOEXEC);
             if (c >= 0) {
@@ -324,22 +322,14 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
             return;
         }
         if (gone || (w->listening && now - w->spawn_time > 300)) {
-            pid_t pid = gone ? -w->pid : w->pid;
+            pid_t pid = w->pid;
             cJSON *m = NULL; /* what its first rank said last (a fatal start-up error) */
             struct pollfd q = {.fd = w->fd, .events = POLLIN};
             while (!w->listening && poll(&q, 1, 0) > 0 && (q.revents & POLLIN) && msg_recv_within(w->fd, &m, 100) == DL_OK) {
                 handle_msg(w, m);
                 cJSON_Delete(m);
             }
-            if (gone) {
-                w->pid = pid;
-                kill_session(pid);
-                close(w->fd);
-                if (w->listening) unlink(w->sock);
-                w->fd = -1, w->pid = -1, w->ready = 0, w->mpi = w->listening = 0;
-            } else {
-                reap_worker(w, 1);
-            }
+            reap_worker(w, !gone); /* an mpirun already reaped: its wait returns at once; every rank is killed */
             A.restarts++;
             if (w->inflight[0]) finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
             DL_WARN("serve: parallel model process %d exited; replacing it", (int)pid);
