@@ -160,27 +160,60 @@ static void test_packed(void) {
         dl_matmul_desc d = {.m = M, .k = K, .n = N, .dt = dt, .dst_dt = DL_F32, .act = DL_ACT_GELU_TANH};
         dl_matmul *a, *c;
         CHECK(dl_matmul_new(&a, &d, w, DL_F32, b) == DL_OK, "%s", dl_last_error());
-        size_t bytes;
-        const void *pk = dl_matmul_packed(a, &bytes);
-        void *copy = dl_aligned_alloc(bytes);
-        memcpy(copy, pk, bytes);
-        CHECK(dl_matmul_new_packed(&c, &d, copy, bytes, b) == DL_OK, "%s", dl_last_error());
+        dl_packed pk;
+        dl_matmul_packed(a, &pk);
+        void *copy = dl_aligned_alloc(pk.bytes);
+        memcpy(copy, pk.data, pk.bytes);
+        dl_packed cp = pk;
+        cp.data = copy;
+        CHECK(dl_matmul_new_packed(&c, &d, &cp, b) == DL_OK, "%s", dl_last_error());
         dl_matmul_run(a, x, y1);
         dl_matmul_run(c, x, y2);
         CHECK(!memcmp(y1, y2, (size_t)(M * N) * 4), "%s: packed round trip gives the same bits", dl_dtype_name(dt));
+        dl_packed in;
+        dl_matmul_packed(c, &in);
+        CHECK(in.data == copy, "%s: packed weights are used in place", dl_dtype_name(dt));
         dl_matmul *bad;
-        CHECK(dl_matmul_new_packed(&bad, &d, copy, bytes - 4, b) == DL_ERR_FORMAT && strstr(dl_last_error(), "bytes"),
+        cp.bytes -= 4;
+        CHECK(dl_matmul_new_packed(&bad, &d, &cp, b) == DL_ERR_FORMAT && strstr(dl_last_error(), "bytes"),
               "wrong packed size refused: %s", dl_last_error());
+        cp.bytes += 4;
+        cp.layout_bytes -= 8;
+        CHECK(dl_matmul_new_packed(&bad, &d, &cp, b) == DL_ERR_FORMAT, "truncated layout record refused: %s",
+              dl_last_error());
+        cp.layout_bytes = 0;
+        CHECK(dl_matmul_new_packed(&bad, &d, &cp, b) == DL_ERR_FORMAT, "missing layout record refused: %s",
+              dl_last_error());
+        /* weights recorded in a layout this process does not pick (plain [N, K]): still
+           loaded, reordered or pinned, with the same result up to summation order */
+        void *plain = dl_aligned_alloc((size_t)(N * K) * dl_dtype_size(dt));
+        uint8_t rec[512];
+        dl_kernels()->convert(dt, plain, DL_F32, w, N * K);
+        dl_packed pp = {plain, (size_t)(N * K) * dl_dtype_size(dt), rec, dl_onednn_plain_record(K, N, dt, rec)};
+        dl_matmul *e;
+        CHECK(pp.layout_bytes && dl_matmul_new_packed(&e, &d, &pp, b) == DL_OK, "plain record: %s", dl_last_error());
+        dl_matmul_run(e, x, y2);
+        double worst = 0, mx = 0;
+        for (int64_t i = 0; i < M * N; i++) {
+            worst = fmax(worst, fabs(((float *)y1)[i] - ((float *)y2)[i]));
+            mx = fmax(mx, fabs(((float *)y1)[i]));
+        }
+        CHECK(worst <= 1e-5 * mx, "%s: weights in another recorded layout give the same product (%g of %g)",
+              dl_dtype_name(dt), worst, mx);
+        dl_matmul_free(e);
+        dl_aligned_free(plain);
         dl_matmul_free(a), dl_matmul_free(c);
         dl_aligned_free(copy);
         /* conv */
         dl_conv_desc cd = {.ndim = 2, .cin = 8, .cout = 16, .in = {9, 7}, .kernel = {3, 3}, .stride = {1, 1}, .pad = {1, 1}, .dt = dt};
         dl_conv *c1, *c2;
         CHECK(dl_conv_new(&c1, &cd, w, DL_F32, b) == DL_OK, "%s", dl_last_error());
-        pk = dl_conv_packed(c1, &bytes);
-        copy = dl_aligned_alloc(bytes);
-        memcpy(copy, pk, bytes);
-        CHECK(dl_conv_new_packed(&c2, &cd, copy, bytes, b) == DL_OK, "%s", dl_last_error());
+        dl_conv_packed(c1, &pk);
+        copy = dl_aligned_alloc(pk.bytes);
+        memcpy(copy, pk.data, pk.bytes);
+        cp = pk;
+        cp.data = copy;
+        CHECK(dl_conv_new_packed(&c2, &cd, &cp, b) == DL_OK, "%s", dl_last_error());
         dl_conv_run(c1, x, y1);
         dl_conv_run(c2, x, y2);
         CHECK(!memcmp(y1, y2, (size_t)(16 * 63) * dl_dtype_size(dt)), "conv packed round trip");

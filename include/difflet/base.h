@@ -152,6 +152,9 @@ typedef struct {
     int avx2_fma;    /* AVX2 + FMA + F16C, with OS support for YMM state */
     int avx512f;     /* AVX-512 F+BW+VL+DQ, with OS support for ZMM state */
     int avx512_bf16; /* AVX512_BF16 */
+    int amx_bf16;    /* AMX-TILE + AMX-BF16 with OS support for tile state (use still needs
+                        the per-process XTILEDATA permission) */
+    int amx_int8;    /* AMX-TILE + AMX-INT8, likewise */
 } dl_cpu_features;
 
 const dl_cpu_features *dl_cpu(void);

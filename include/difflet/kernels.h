@@ -163,16 +163,26 @@ typedef struct {
 } dl_matmul_desc;
 
 typedef struct dl_matmul dl_matmul;
+/* Weights already packed (a program artifact): the bytes and the record of their
+ * oneDNN layout (an opaque serialized memory descriptor). */
+typedef struct {
+    const void *data;
+    size_t bytes;
+    const void *layout;
+    size_t layout_bytes;
+} dl_packed;
 /* w: [N, K] in w_dt (any dtype; converted), bias: [N] f32 or NULL. */
 dl_status dl_matmul_new(dl_matmul **out, const dl_matmul_desc *d, const void *w, dl_dtype w_dt,
                         const float *bias);
-/* The same from weights already in the packed layout (a program artifact): the
- * primitive is created for `d` and must want exactly `bytes` bytes of weights;
- * `packed` is used in place (e.g. a read-only mapping) and must outlive mm. */
-dl_status dl_matmul_new_packed(dl_matmul **out, const dl_matmul_desc *d, const void *packed, size_t bytes,
-                               const float *bias);
-/* The packed weights (for writing them into an artifact). */
-const void *dl_matmul_packed(const dl_matmul *mm, size_t *bytes);
+/* The same from weights already packed: used in place (e.g. a read-only mapping,
+ * which must then outlive mm) when this process's primitive takes their recorded
+ * layout, whatever thread count or ISA variant packed them; otherwise reordered
+ * once into the layout this process wants. A record that does not describe
+ * `bytes` of this shape is refused. */
+dl_status dl_matmul_new_packed(dl_matmul **out, const dl_matmul_desc *d, const dl_packed *pk, const float *bias);
+/* The packed weights and their layout record (for writing them into an artifact;
+ * owned by mm). */
+void dl_matmul_packed(const dl_matmul *mm, dl_packed *out);
 /* Runs on the OpenMP pool. Allocates nothing. */
 dl_status dl_matmul_run(dl_matmul *mm, const void *x, void *y);
 void dl_matmul_free(dl_matmul *mm);
@@ -194,14 +204,16 @@ dl_status dl_conv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dt
                       const float *bias);
 /* Output spatial size along axis i (of ndim). */
 int64_t dl_conv_out_dim(const dl_conv_desc *d, int i);
-dl_status dl_conv_new_packed(dl_conv **out, const dl_conv_desc *d, const void *packed, size_t bytes,
-                             const float *bias);
-const void *dl_conv_packed(const dl_conv *c, size_t *bytes);
+dl_status dl_conv_new_packed(dl_conv **out, const dl_conv_desc *d, const dl_packed *pk, const float *bias);
+void dl_conv_packed(const dl_conv *c, dl_packed *out);
 dl_status dl_conv_run(dl_conv *c, const void *x, void *y);
 void dl_conv_free(dl_conv *c);
 
 /* oneDNN version string ("2.6.3"), part of program keys. */
 const char *dl_onednn_version(void);
+/* The ISA oneDNN's primitives run on in this process ("avx512-amx", "avx512-bf16",
+ * "avx512", "avx2", "sse41"): the CPU's best, lowered by ONEDNN_MAX_CPU_ISA. */
+const char *dl_onednn_isa(void);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,9 @@ const dl_cpu_features *dl_cpu(void) {
         int f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
         g_cpu.avx2_fma = ymm_os && avx2 && fma && f16c;
         g_cpu.avx512f = g_cpu.avx2_fma && zmm_os && f && dq && bw && vl;
+        int amx_os = (xcr0 & 0x60000) == 0x60000; /* XTILECFG and XTILEDATA enabled by the OS */
+        g_cpu.amx_bf16 = g_cpu.avx512f && amx_os && ((d >> 24) & 1) && ((d >> 22) & 1);
+        g_cpu.amx_int8 = g_cpu.avx512f && amx_os && ((d >> 24) & 1) && ((d >> 25) & 1);
         __cpuid_count(7, 1, a, b, c, d);
         g_cpu.avx512_bf16 = g_cpu.avx512f && ((a >> 5) & 1);
     }

@@ -55,6 +55,10 @@ static inline void dl_store1(dl_dtype dt, void *p, int64_t i, float v) {
     }
 }
 
+/* Tests: the layout record of matmul weights [N, K] row-major in dt (what a
+ * dl_packed of plain weights carries); writes at most 512 bytes, returns its size. */
+size_t dl_onednn_plain_record(int64_t k, int64_t n, dl_dtype dt, void *rec);
+
 /* Reference attention (naive online softmax per row, f64-free, keys in order). */
 void dl_attn_ref_rows(const dl_attn_args *a, int64_t h, int64_t q0, int64_t q1);
 

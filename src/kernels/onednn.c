@@ -3,7 +3,22 @@
  * Weights are converted to the compute dtype and reordered once, at creation, into
  * the layout oneDNN picks for the shape (format_tag_any); every buffer a run needs
  * (packed weights, scratchpad) is allocated at creation, so a run allocates
- * nothing. Activations are plain row-major (matmul) or channels-first (conv). */
+ * nothing. Activations are plain row-major (matmul) or channels-first (conv).
+ *
+ * Packed weights travel with their layout. oneDNN's choice of blocking depends on
+ * more than the shape (the AMX brgemm matmul picks its N block by thread count), so
+ * a program artifact records the exact memory descriptor of every packed tensor
+ * (dl_packed.layout) and a later process, whatever its threads or rank layout, uses
+ * the weights in place when its primitive wants that layout or accepts it pinned
+ * with the same implementation, and otherwise reorders them once at load (correct
+ * on any machine, one copy of the weights).
+ *
+ * bf16 on CPUs without AVX-512 (oneDNN 2.6 implements bf16 matmul and conv only
+ * from avx512_core up): the primitive is created in f32 over weights rounded to
+ * bf16, and each run widens the bf16 input to f32 and rounds the output back, so
+ * the arithmetic is the one a bf16 primitive does (bf16 operands, f32
+ * accumulation). The f32 staging buffer is shared by every emulated primitive of
+ * the process and sized at creation. */
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -37,6 +52,20 @@ const char *dl_onednn_version(void) {
     return buf;
 }
 
+const char *dl_onednn_isa(void) {
+    /* the ISA oneDNN dispatches to: the CPU's best, lowered by ONEDNN_MAX_CPU_ISA */
+    const dl_cpu_features *f = dl_cpu();
+    dnnl_cpu_isa_t lim = dnnl_get_effective_cpu_isa();
+    int amx = f->amx_bf16, bf16 = f->avx512_bf16, a512 = f->avx512f, a2 = f->avx2_fma;
+    if (lim != dnnl_cpu_isa_all) {
+        amx &= (lim & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+        bf16 &= (lim & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+        a512 &= (lim & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+        a2 &= (lim & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
+    }
+    return amx && bf16 ? "avx512-amx" : bf16 ? "avx512-bf16" : a512 ? "avx512" : a2 ? "avx2" : "sse41";
+}
+
 static dnnl_data_type_t dnnl_dt(dl_dtype dt) {
     switch (dt) {
     case DL_F32: return dnnl_f32;
@@ -55,14 +84,193 @@ static dnnl_data_type_t dnnl_dt(dl_dtype dt) {
         }                                                                                    \
     } while (0)
 
-/* Objects shared by matmul and conv: the primitive, its memories and the buffers
- * it owns. */
+/* ---- packed-layout records -----------------------------------------------------------
+ * A blocked memory descriptor as a sequence of little-endian int64 fields (never the
+ * struct's bytes): magic, version, ndims, dims, data type, padded dims, padded
+ * offsets, offset0, strides, inner block count, inner blocks, inner indices, extra
+ * flags, compensation mask, scale adjust (float bits), asymmetric compensation mask. */
+#define MD_MAGIC 0x444d4c44 /* "DLMD" */
+#define MD_VERSION 1
+#define MD_MAX_FIELDS (7 + 4 * DNNL_MAX_NDIMS + 2 * DNNL_MAX_NDIMS + 4)
+
+static size_t md_serialize(const dnnl_memory_desc_t *md, int64_t *f) {
+    size_t n = 0;
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    f[n++] = MD_MAGIC;
+    f[n++] = MD_VERSION;
+    f[n++] = md->ndims;
+    for (int i = 0; i < md->ndims; i++) f[n++] = md->dims[i];
+    f[n++] = md->data_type;
+    for (int i = 0; i < md->ndims; i++) f[n++] = md->padded_dims[i];
+    for (int i = 0; i < md->ndims; i++) f[n++] = md->padded_offsets[i];
+    f[n++] = md->offset0;
+    for (int i = 0; i < md->ndims; i++) f[n++] = b->strides[i];
+    f[n++] = b->inner_nblks;
+    for (int i = 0; i < b->inner_nblks; i++) f[n++] = b->inner_blks[i];
+    for (int i = 0; i < b->inner_nblks; i++) f[n++] = b->inner_idxs[i];
+    f[n++] = (int64_t)md->extra.flags;
+    f[n++] = md->extra.compensation_mask;
+    uint32_t sa;
+    memcpy(&sa, &md->extra.scale_adjust, 4);
+    f[n++] = sa;
+    f[n++] = md->extra.asymm_compensation_mask;
+    return n;
+}
+
+/* Parse a record made by md_serialize; it must describe `want_dims` and fit in
+ * `bytes` of weights. */
+static dl_status md_parse(const void *rec, size_t rec_bytes, const dnnl_memory_desc_t *plain, size_t bytes,
+                          dnnl_memory_desc_t *md) {
+    int64_t f[MD_MAX_FIELDS];
+    size_t nf = rec_bytes / 8, n = 0;
+    if (rec_bytes % 8 || nf > MD_MAX_FIELDS || nf < 3) goto bad;
+    memcpy(f, rec, rec_bytes);
+    memset(md, 0, sizeof *md);
+#define NEXT(v)                 \
+    do {                        \
+        if (n >= nf) goto bad;  \
+        (v) = f[n++];           \
+    } while (0)
+    int64_t magic, ver, nd, v;
+    NEXT(magic);
+    NEXT(ver);
+    NEXT(nd);
+    if (magic != MD_MAGIC || ver != MD_VERSION || nd != plain->ndims) goto bad;
+    md->ndims = (int)nd;
+    for (int i = 0; i < nd; i++) {
+        NEXT(md->dims[i]);
+        if (md->dims[i] != plain->dims[i]) goto bad;
+    }
+    NEXT(v);
+    if (v != dnnl_f32 && v != dnnl_bf16 && v != dnnl_f16) goto bad;
+    md->data_type = (dnnl_data_type_t)v;
+    for (int i = 0; i < nd; i++) {
+        NEXT(md->padded_dims[i]);
+        if (md->padded_dims[i] < md->dims[i] || md->padded_dims[i] > 4 * md->dims[i] + 64) goto bad;
+    }
+    for (int i = 0; i < nd; i++) NEXT(md->padded_offsets[i]);
+    NEXT(md->offset0);
+    md->format_kind = dnnl_blocked;
+    dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    for (int i = 0; i < nd; i++) NEXT(b->strides[i]);
+    NEXT(v);
+    if (v < 0 || v > DNNL_MAX_NDIMS) goto bad;
+    b->inner_nblks = (int)v;
+    for (int i = 0; i < b->inner_nblks; i++) {
+        NEXT(b->inner_blks[i]);
+        if (b->inner_blks[i] <= 0 || b->inner_blks[i] > 1024) goto bad;
+    }
+    for (int i = 0; i < b->inner_nblks; i++) {
+        NEXT(b->inner_idxs[i]);
+        if (b->inner_idxs[i] < 0 || b->inner_idxs[i] >= nd) goto bad;
+    }
+    NEXT(v);
+    md->extra.flags = (uint64_t)v;
+    NEXT(v);
+    md->extra.compensation_mask = (int)v;
+    NEXT(v);
+    uint32_t sa = (uint32_t)v;
+    memcpy(&md->extra.scale_adjust, &sa, 4);
+    NEXT(v);
+    md->extra.asymm_compensation_mask = (int)v;
+#undef NEXT
+    if (n != nf || dnnl_memory_desc_get_size(md) != bytes) goto bad;
+    return DL_OK;
+bad:
+    return dl_fail(DL_ERR_FORMAT, "packed weights: the recorded layout is malformed or does not describe %zu bytes "
+                   "of this shape (compiled by another difflet or oneDNN?)", bytes);
+}
+
+size_t dl_onednn_plain_record(int64_t k, int64_t n, dl_dtype dt, void *rec) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t wdims = {k, n}, wstr = {1, k};
+    if (dnnl_memory_desc_init_by_strides(&md, 2, wdims, dnnl_dt(dt), wstr) != dnnl_success) return 0;
+    int64_t f[MD_MAX_FIELDS];
+    size_t nb = md_serialize(&md, f) * 8;
+    memcpy(rec, f, nb);
+    return nb;
+}
+
+/* ---- the bf16-emulation staging buffer ------------------------------------------------ */
+static pthread_mutex_t g_emu_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *g_emu_buf;
+static size_t g_emu_cap;
+
+static dl_status emu_reserve(size_t bytes) {
+    dl_status s = DL_OK;
+    pthread_mutex_lock(&g_emu_lock);
+    if (bytes > g_emu_cap) {
+        void *nb = dl_aligned_alloc(bytes);
+        if (!nb) {
+            s = dl_fail(DL_ERR_NOMEM, "oneDNN: cannot allocate %zu bytes of bf16 staging", bytes);
+        } else {
+            dl_aligned_free(g_emu_buf);
+            g_emu_buf = nb;
+            g_emu_cap = bytes;
+        }
+    }
+    pthread_mutex_unlock(&g_emu_lock);
+    return s;
+}
+
+/* rows x cols between strided bf16 (or f32) and contiguous f32, on the pool */
+typedef struct {
+    dl_dtype dd, sd;
+    void *dst;
+    const void *src;
+    int64_t rows, cols, ldd, lds;
+} conv_rows;
+
+static void conv_rows_fn(void *ctx, int ith, int nth) {
+    const conv_rows *c = ctx;
+    int64_t b, e;
+    if (c->rows == 1) { /* one long row: split its elements */
+        dl_split(c->cols, ith, nth, &b, &e);
+        if (e > b)
+            dl_kernels()->convert(c->dd, (char *)c->dst + (size_t)b * dl_dtype_size(c->dd), c->sd,
+                                  (const char *)c->src + (size_t)b * dl_dtype_size(c->sd), e - b);
+        return;
+    }
+    dl_split(c->rows, ith, nth, &b, &e);
+    for (int64_t r = b; r < e; r++)
+        dl_kernels()->convert(c->dd, (char *)c->dst + (size_t)(r * c->ldd) * dl_dtype_size(c->dd), c->sd,
+                              (const char *)c->src + (size_t)(r * c->lds) * dl_dtype_size(c->sd), c->cols);
+}
+
+static void convert_rows(dl_dtype dd, void *dst, int64_t ldd, dl_dtype sd, const void *src, int64_t lds,
+                         int64_t rows, int64_t cols) {
+    conv_rows c = {dd, sd, dst, src, rows, cols, ldd, lds};
+    dl_parallel(conv_rows_fn, &c);
+}
+
+/* ---- what matmul and conv share --------------------------------------------------------- */
+
+/* An operation's descriptors, made for a compute dtype and a weights descriptor
+ * (NULL: format_any). `emu`: the f32 primitive standing in for bf16. */
+typedef struct op_spec op_spec;
+struct op_spec {
+    dnnl_status_t (*make_pd)(const op_spec *op, dl_dtype cdt, int emu, const dnnl_memory_desc_t *wei,
+                             dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd);
+    void (*plain_w)(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md); /* the user weights layout */
+    int64_t wn; /* weight elements */
+    int has_bias;
+    dl_act act;
+    union {
+        dl_matmul_desc mm;
+        dl_conv_desc cv;
+    } u;
+};
+
 typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_t src, wei, bias, dst, scratch;
     void *wbuf, *sbuf, *bbuf;
     const void *wext; /* packed weights owned by the caller (artifact mapping) */
     size_t wbytes;
+    int64_t layout[MD_MAX_FIELDS]; /* the packed weights' descriptor, serialized */
+    size_t layout_bytes;
+    int emu;          /* bf16 emulated in f32: inputs widened, outputs rounded */
+    size_t emu_src_bytes;
 } prim_state;
 
 static void prim_state_free(prim_state *p) {
@@ -74,95 +282,6 @@ static void prim_state_free(prim_state *p) {
     dl_aligned_free(p->sbuf);
     dl_aligned_free(p->bbuf);
     memset(p, 0, sizeof *p);
-}
-
-/* From a primitive descriptor and user weights (`user_w_md` over `w`): create the
- * primitive, reorder the weights into the layout the primitive wants, bind bias,
- * and allocate the scratchpad. With user_w_md NULL, `w` is already in that layout
- * (packed_bytes long) and is used in place. Takes ownership of nothing given. */
-static dl_status prim_state_build(prim_state *p, const_dnnl_primitive_desc_t pd,
-                                  const dnnl_memory_desc_t *user_w_md, const void *w, size_t packed_bytes,
-                                  const float *bias) {
-    dl_status s = DL_OK;
-    dnnl_memory_t user_w = NULL;
-    dnnl_primitive_desc_t rpd = NULL;
-    dnnl_primitive_t reorder = NULL;
-    const dnnl_memory_desc_t *src_md = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-    const dnnl_memory_desc_t *wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    const dnnl_memory_desc_t *dst_md = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-
-    DNNL_TRY(dnnl_primitive_create(&p->prim, pd), "primitive creation");
-    DNNL_TRY(dnnl_memory_create(&p->src, src_md, g_eng, DNNL_MEMORY_NONE), "src memory");
-    DNNL_TRY(dnnl_memory_create(&p->dst, dst_md, g_eng, DNNL_MEMORY_NONE), "dst memory");
-
-    p->wbytes = dnnl_memory_desc_get_size(wei_md);
-    if (!user_w_md) { /* already packed: use the caller's buffer in place */
-        if (packed_bytes != p->wbytes) {
-            s = dl_fail(DL_ERR_FORMAT, "packed weights are %zu bytes, this primitive wants %zu (compiled by another oneDNN or ISA?)",
-                        packed_bytes, p->wbytes);
-            goto err;
-        }
-        p->wext = w;
-        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, g_eng, (void *)w), "weights memory");
-    } else {
-        p->wbuf = dl_aligned_alloc(p->wbytes);
-        if (!p->wbuf) {
-            s = dl_fail(DL_ERR_NOMEM, "oneDNN: cannot allocate %zu bytes of packed weights", p->wbytes);
-            goto err;
-        }
-        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, g_eng, p->wbuf), "weights memory");
-        DNNL_TRY(dnnl_memory_create(&user_w, user_w_md, g_eng, (void *)w), "user weights memory");
-        DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, user_w_md, g_eng, wei_md, g_eng, NULL),
-                 "weights reorder descriptor");
-        DNNL_TRY(dnnl_primitive_create(&reorder, rpd), "weights reorder");
-        dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, p->wei}};
-        DNNL_TRY(dnnl_primitive_execute(reorder, g_stream, 2, rargs), "weights reorder run");
-        DNNL_TRY(dnnl_stream_wait(g_stream), "stream wait");
-    }
-
-    if (bias) { /* copied: the caller's buffer need not outlive the primitive */
-        const dnnl_memory_desc_t *b_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
-        size_t bb = dnnl_memory_desc_get_size(b_md);
-        p->bbuf = dl_aligned_alloc(bb);
-        if (!p->bbuf) {
-            s = dl_fail(DL_ERR_NOMEM, "oneDNN: cannot allocate %zu bytes of bias", bb);
-            goto err;
-        }
-        memcpy(p->bbuf, bias, bb);
-        DNNL_TRY(dnnl_memory_create(&p->bias, b_md, g_eng, p->bbuf), "bias memory");
-    }
-    size_t sp = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
-    if (sp) {
-        p->sbuf = dl_aligned_alloc(sp);
-        if (!p->sbuf) {
-            s = dl_fail(DL_ERR_NOMEM, "oneDNN: cannot allocate %zu bytes of scratchpad", sp);
-            goto err;
-        }
-        DNNL_TRY(dnnl_memory_create(&p->scratch, sp_md, g_eng, p->sbuf), "scratchpad memory");
-    }
-err:
-    if (reorder) dnnl_primitive_destroy(reorder);
-    if (rpd) dnnl_primitive_desc_destroy(rpd);
-    if (user_w) dnnl_memory_destroy(user_w);
-    return s;
-}
-
-static dl_status prim_state_run(prim_state *p, const void *x, void *y) {
-    dl_status s = DL_OK;
-    DNNL_TRY(dnnl_memory_set_data_handle(p->src, (void *)x), "set src");
-    DNNL_TRY(dnnl_memory_set_data_handle(p->dst, y), "set dst");
-    dnnl_exec_arg_t args[5];
-    int n = 0;
-    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, p->src};
-    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, p->wei};
-    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, p->dst};
-    if (p->bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, p->bias};
-    if (p->scratch) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
-    DNNL_TRY(dnnl_primitive_execute(p->prim, g_stream, n, args), "execute");
-    DNNL_TRY(dnnl_stream_wait(g_stream), "stream wait");
-err:
-    return s;
 }
 
 /* Attributes: user scratchpad and an optional eltwise post-op. */
@@ -188,6 +307,179 @@ err:
     return s;
 }
 
+static const char *impl_of(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    return impl ? impl : "?";
+}
+
+/* One reorder of weights from (from_md over from) into (to_md over to). */
+static dl_status reorder_weights(const dnnl_memory_desc_t *from_md, const void *from, const dnnl_memory_desc_t *to_md,
+                                 void *to) {
+    dl_status s = DL_OK;
+    dnnl_memory_t a = NULL, b = NULL;
+    dnnl_primitive_desc_t rpd = NULL;
+    dnnl_primitive_t r = NULL;
+    DNNL_TRY(dnnl_memory_create(&a, from_md, g_eng, (void *)from), "weights memory (from)");
+    DNNL_TRY(dnnl_memory_create(&b, to_md, g_eng, to), "weights memory (to)");
+    DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, from_md, g_eng, to_md, g_eng, NULL), "weights reorder descriptor");
+    DNNL_TRY(dnnl_primitive_create(&r, rpd), "weights reorder");
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}};
+    DNNL_TRY(dnnl_primitive_execute(r, g_stream, 2, args), "weights reorder run");
+    DNNL_TRY(dnnl_stream_wait(g_stream), "stream wait");
+err:
+    if (r) dnnl_primitive_destroy(r);
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    if (a) dnnl_memory_destroy(a);
+    if (b) dnnl_memory_destroy(b);
+    return s;
+}
+
+/* Create the primitive of `op` in p. Fresh weights: `w` [wn] in w_dt, converted
+ * (through bf16 when emulating bf16) and reordered. Packed weights (pk non-NULL):
+ * used in place when this process's primitive takes their recorded layout, else
+ * reordered once from it. `bias` is copied. */
+static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const void *w, dl_dtype w_dt,
+                           const dl_packed *pk, const float *bias) {
+    dl_status s = DL_OK;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL, pin = NULL;
+    void *wconv = NULL, *wtmp = NULL;
+    dl_dtype cdt = dt;
+    if ((s = make_attr(&attr, op->act)) != DL_OK) goto err;
+    dnnl_status_t st = op->make_pd(op, cdt, 0, NULL, attr, &pd);
+    if (st == dnnl_unimplemented && dt == DL_BF16) { /* no bf16 below avx512_core: emulate in f32 */
+        cdt = DL_F32;
+        p->emu = 1;
+        st = op->make_pd(op, cdt, 1, NULL, attr, &pd);
+    }
+    if (st != dnnl_success) {
+        s = dl_fail(DL_ERR_BACKEND, "oneDNN: no %s implementation for this shape on this CPU (status %d)",
+                    dl_dtype_name(dt), (int)st);
+        goto err;
+    }
+    const dnnl_memory_desc_t *wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    p->wbytes = dnnl_memory_desc_get_size(wei_md);
+    const void *in_place = NULL;
+    dnnl_memory_desc_t from_md;
+    const void *from = NULL;
+    if (pk) {
+        dnnl_memory_desc_t plain;
+        op->plain_w(op, cdt, &plain);
+        if ((s = md_parse(pk->layout, pk->layout_bytes, &plain, pk->bytes, &from_md)) != DL_OK) goto err;
+        from = pk->data;
+        if (dnnl_memory_desc_equal(&from_md, wei_md)) {
+            in_place = pk->data;
+        } else if (op->make_pd(op, cdt, p->emu, &from_md, attr, &pin) == dnnl_success &&
+                   !strcmp(impl_of(pin), impl_of(pd))) { /* the same kernel takes the recorded blocking */
+            dnnl_primitive_desc_destroy(pd);
+            pd = pin;
+            pin = NULL;
+            wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+            p->wbytes = dnnl_memory_desc_get_size(wei_md);
+            in_place = pk->data;
+        } else {
+            DL_DEBUG("packed weights re-laid out at load: this process's %s wants another blocking", impl_of(pd));
+        }
+    } else {
+        /* fresh weights: [wn] in the compute dtype (rounded to bf16 first when emulating) */
+        const void *wsrc = w;
+        dl_dtype sdt = w_dt;
+        if (p->emu && w_dt != DL_BF16) {
+            wtmp = dl_aligned_alloc((size_t)op->wn * 2);
+            if (!wtmp) goto nomem;
+            dl_kernels()->convert(DL_BF16, wtmp, w_dt, w, op->wn);
+            wsrc = wtmp, sdt = DL_BF16;
+        }
+        if (sdt != cdt) {
+            wconv = dl_aligned_alloc((size_t)op->wn * dl_dtype_size(cdt));
+            if (!wconv) goto nomem;
+            dl_kernels()->convert(cdt, wconv, sdt, wsrc, op->wn);
+            wsrc = wconv;
+        }
+        op->plain_w(op, cdt, &from_md);
+        from = wsrc;
+    }
+    DNNL_TRY(dnnl_primitive_create(&p->prim, pd), "primitive creation");
+    DNNL_TRY(dnnl_memory_create(&p->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), g_eng,
+                                DNNL_MEMORY_NONE), "src memory");
+    DNNL_TRY(dnnl_memory_create(&p->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), g_eng,
+                                DNNL_MEMORY_NONE), "dst memory");
+    if (in_place) {
+        p->wext = in_place;
+        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, g_eng, (void *)in_place), "weights memory");
+    } else {
+        p->wbuf = dl_aligned_alloc(p->wbytes);
+        if (!p->wbuf) goto nomem;
+        if ((s = reorder_weights(&from_md, from, wei_md, p->wbuf)) != DL_OK) goto err;
+        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, g_eng, p->wbuf), "weights memory");
+    }
+    p->layout_bytes = md_serialize(wei_md, p->layout) * 8;
+    if (bias) { /* copied: the caller's buffer need not outlive the primitive */
+        const dnnl_memory_desc_t *b_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
+        size_t bb = dnnl_memory_desc_get_size(b_md);
+        p->bbuf = dl_aligned_alloc(bb);
+        if (!p->bbuf) goto nomem;
+        memcpy(p->bbuf, bias, bb);
+        DNNL_TRY(dnnl_memory_create(&p->bias, b_md, g_eng, p->bbuf), "bias memory");
+    }
+    const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t sp = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
+    if (sp) {
+        p->sbuf = dl_aligned_alloc(sp);
+        if (!p->sbuf) goto nomem;
+        DNNL_TRY(dnnl_memory_create(&p->scratch, sp_md, g_eng, p->sbuf), "scratchpad memory");
+    }
+    if (p->emu) { /* staging: the widened input, then the f32 output when the caller wants bf16 */
+        size_t src_b = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0));
+        size_t dst_b = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0));
+        p->emu_src_bytes = (src_b + 63) / 64 * 64;
+        if ((s = emu_reserve(p->emu_src_bytes + dst_b)) != DL_OK) goto err;
+    }
+    DL_DEBUG("%s%s: %s", dl_dtype_name(dt), p->emu ? " (emulated in f32)" : "", impl_of(pd));
+    goto err;
+nomem:
+    s = dl_fail(DL_ERR_NOMEM, "oneDNN: out of memory creating a primitive");
+err:
+    if (pin) dnnl_primitive_desc_destroy(pin);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    dl_aligned_free(wconv);
+    dl_aligned_free(wtmp);
+    return s;
+}
+
+static dl_status prim_exec(prim_state *p, const void *x, void *y) {
+    dl_status s = DL_OK;
+    DNNL_TRY(dnnl_memory_set_data_handle(p->src, (void *)x), "set src");
+    DNNL_TRY(dnnl_memory_set_data_handle(p->dst, y), "set dst");
+    dnnl_exec_arg_t args[5];
+    int n = 0;
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, p->src};
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, p->wei};
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, p->dst};
+    if (p->bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, p->bias};
+    if (p->scratch) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
+    DNNL_TRY(dnnl_primitive_execute(p->prim, g_stream, n, args), "execute");
+    DNNL_TRY(dnnl_stream_wait(g_stream), "stream wait");
+err:
+    return s;
+}
+
+static void prim_packed(const prim_state *p, dl_packed *out) {
+    out->data = p->wext ? p->wext : p->wbuf;
+    out->bytes = p->wbytes;
+    out->layout = p->layout;
+    out->layout_bytes = p->layout_bytes;
+}
+
+static dl_status packed_check(const dl_packed *pk) {
+    if (!pk || !pk->data || !pk->bytes) return dl_fail(DL_ERR_INVALID, "packed weights: none given");
+    if (!pk->layout || !pk->layout_bytes)
+        return dl_fail(DL_ERR_FORMAT, "packed weights: their layout record is missing (an artifact from an older difflet?)");
+    return DL_OK;
+}
+
 /* ---- matmul --------------------------------------------------------------------- */
 
 struct dl_matmul {
@@ -195,10 +487,41 @@ struct dl_matmul {
     prim_state p;
 };
 
-/* Shared by both constructors: w is [N, K] in w_dt (converted and reordered), or,
- * with packed_bytes != 0, already packed. */
+/* src [M, K] and dst [M, N]: the caller's strides, or contiguous f32 staging when
+ * emulating bf16 */
+static dnnl_status_t mm_make_pd(const op_spec *op, dl_dtype cdt, int emu, const dnnl_memory_desc_t *wei,
+                                dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd) {
+    const dl_matmul_desc *d = &op->u.mm;
+    dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;
+    int stage_dst = emu && d->dst_dt != DL_F32;
+    dnnl_dims_t sdims = {d->m, d->k}, sstr = {emu ? d->k : d->ldx, 1};
+    dnnl_dims_t wdims = {d->k, d->n};
+    dnnl_dims_t ddims = {d->m, d->n}, dstr = {stage_dst ? d->n : d->ldy, 1};
+    dnnl_dims_t bdims = {1, d->n};
+    dnnl_status_t st;
+    if ((st = dnnl_memory_desc_init_by_strides(&src_md, 2, sdims, dnnl_dt(cdt), sstr)) != dnnl_success) return st;
+    if (wei)
+        wei_md = *wei;
+    else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, 2, wdims, dnnl_dt(cdt), dnnl_format_tag_any)) != dnnl_success)
+        return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&bias_md, 2, bdims, dnnl_f32, dnnl_ab)) != dnnl_success) return st;
+    if ((st = dnnl_memory_desc_init_by_strides(&dst_md, 2, ddims, dnnl_dt(emu ? DL_F32 : d->dst_dt), dstr)) !=
+        dnnl_success)
+        return st;
+    dnnl_matmul_desc_t md;
+    if ((st = dnnl_matmul_desc_init(&md, &src_md, &wei_md, op->has_bias ? &bias_md : NULL, &dst_md)) != dnnl_success)
+        return st;
+    return dnnl_primitive_desc_create(pd, &md, attr, g_eng, NULL);
+}
+
+static void mm_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) {
+    const dl_matmul_desc *d = &op->u.mm;
+    dnnl_dims_t wdims = {d->k, d->n}, wstr = {1, d->k}; /* [N, K] row-major seen as [K, N] */
+    dnnl_memory_desc_init_by_strides(md, 2, wdims, dnnl_dt(cdt), wstr);
+}
+
 static dl_status matmul_make(dl_matmul **out, const dl_matmul_desc *d0, const void *w, dl_dtype w_dt,
-                             size_t packed_bytes, const float *bias) {
+                             const dl_packed *pk, const float *bias) {
     *out = NULL;
     dl_status s = engine();
     if (s != DL_OK) return s;
@@ -212,49 +535,13 @@ static dl_status matmul_make(dl_matmul **out, const dl_matmul_desc *d0, const vo
         return dl_fail(DL_ERR_UNSUPPORTED, "matmul: compute dtype %s is not supported (f32, bf16)",
                        dl_dtype_name(d.dt));
     dl_matmul *mm = calloc(1, sizeof *mm);
-    void *wconv = NULL;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_primitive_desc_t pd = NULL;
     if (!mm) return dl_fail(DL_ERR_NOMEM, "matmul: out of memory");
     mm->d = d;
-
-    /* weights in the compute dtype, still [N, K] */
-    size_t nw = (size_t)(d.n * d.k);
-    if (!packed_bytes && w_dt != d.dt) {
-        wconv = dl_aligned_alloc(nw * dl_dtype_size(d.dt));
-        if (!wconv) {
-            s = dl_fail(DL_ERR_NOMEM, "matmul: cannot allocate %zu weight bytes", nw * dl_dtype_size(d.dt));
-            goto err;
-        }
-        dl_kernels()->convert(d.dt, wconv, w_dt, w, (int64_t)nw);
-    }
-    dnnl_memory_desc_t src_md, wei_md, user_w_md, bias_md, dst_md;
-    dnnl_dims_t sdims = {d.m, d.k}, sstr = {d.ldx, 1};
-    dnnl_dims_t wdims = {d.k, d.n}, wstr = {1, d.k}; /* [N, K] row-major seen as [K, N] */
-    dnnl_dims_t ddims = {d.m, d.n}, dstr = {d.ldy, 1};
-    dnnl_dims_t bdims = {1, d.n};
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(&src_md, 2, sdims, dnnl_dt(d.dt), sstr), "src desc");
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&wei_md, 2, wdims, dnnl_dt(d.dt), dnnl_format_tag_any), "weights desc");
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(&user_w_md, 2, wdims, dnnl_dt(d.dt), wstr), "user weights desc");
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&bias_md, 2, bdims, dnnl_f32, dnnl_ab), "bias desc");
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(&dst_md, 2, ddims, dnnl_dt(d.dst_dt), dstr), "dst desc");
-    dnnl_matmul_desc_t md;
-    DNNL_TRY(dnnl_matmul_desc_init(&md, &src_md, &wei_md, bias ? &bias_md : NULL, &dst_md), "matmul desc");
-    if ((s = make_attr(&attr, d.act)) != DL_OK) goto err;
-    DNNL_TRY(dnnl_primitive_desc_create(&pd, &md, attr, g_eng, NULL), "matmul primitive descriptor");
-    if ((s = prim_state_build(&mm->p, pd, packed_bytes ? NULL : &user_w_md, wconv ? wconv : w, packed_bytes, bias)) != DL_OK)
-        goto err;
-    {
-        const char *impl = NULL;
-        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-        DL_DEBUG("matmul M=%lld K=%lld N=%lld %s: %s", (long long)d.m, (long long)d.k,
-                 (long long)d.n, dl_dtype_name(d.dt), impl ? impl : "?");
-    }
-err:
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    dl_aligned_free(wconv);
-    if (s != DL_OK) {
+    op_spec op = {.make_pd = mm_make_pd, .plain_w = mm_plain_w, .wn = d.n * d.k, .has_bias = bias != NULL,
+                  .act = d.act};
+    op.u.mm = d;
+    DL_DEBUG("matmul M=%lld K=%lld N=%lld", (long long)d.m, (long long)d.k, (long long)d.n);
+    if ((s = prim_make(&mm->p, &op, d.dt, w, w_dt, pk, bias)) != DL_OK) {
         dl_matmul_free(mm);
         return s;
     }
@@ -263,21 +550,30 @@ err:
 }
 
 dl_status dl_matmul_new(dl_matmul **out, const dl_matmul_desc *d, const void *w, dl_dtype w_dt, const float *bias) {
-    return matmul_make(out, d, w, w_dt, 0, bias);
+    return matmul_make(out, d, w, w_dt, NULL, bias);
 }
 
-dl_status dl_matmul_new_packed(dl_matmul **out, const dl_matmul_desc *d, const void *packed, size_t bytes,
-                               const float *bias) {
-    if (!bytes) return dl_fail(DL_ERR_INVALID, "matmul: empty packed weights");
-    return matmul_make(out, d, packed, d->dt, bytes, bias);
+dl_status dl_matmul_new_packed(dl_matmul **out, const dl_matmul_desc *d, const dl_packed *pk, const float *bias) {
+    *out = NULL;
+    dl_status s = packed_check(pk);
+    return s != DL_OK ? s : matmul_make(out, d, NULL, d->dt, pk, bias);
 }
 
-const void *dl_matmul_packed(const dl_matmul *mm, size_t *bytes) {
-    *bytes = mm->p.wbytes;
-    return mm->p.wext ? mm->p.wext : mm->p.wbuf;
-}
+void dl_matmul_packed(const dl_matmul *mm, dl_packed *out) { prim_packed(&mm->p, out); }
 
-dl_status dl_matmul_run(dl_matmul *mm, const void *x, void *y) { return prim_state_run(&mm->p, x, y); }
+dl_status dl_matmul_run(dl_matmul *mm, const void *x, void *y) {
+    if (!mm->p.emu) return prim_exec(&mm->p, x, y);
+    /* bf16 emulated: widen x into the staging buffer, run, round the output back */
+    const dl_matmul_desc *d = &mm->d;
+    pthread_mutex_lock(&g_emu_lock);
+    float *xs = g_emu_buf, *ys = (float *)((char *)g_emu_buf + mm->p.emu_src_bytes);
+    convert_rows(DL_F32, xs, d->k, d->dt, x, d->ldx, d->m, d->k);
+    int stage = d->dst_dt != DL_F32;
+    dl_status s = prim_exec(&mm->p, xs, stage ? (void *)ys : y);
+    if (s == DL_OK && stage) convert_rows(d->dst_dt, y, d->ldy, DL_F32, ys, d->n, d->m, d->n);
+    pthread_mutex_unlock(&g_emu_lock);
+    return s;
+}
 
 size_t dl_matmul_weight_bytes(const dl_matmul *mm) { return mm->p.wbytes; }
 
@@ -292,13 +588,59 @@ void dl_matmul_free(dl_matmul *mm) {
 struct dl_conv {
     dl_conv_desc d;
     prim_state p;
+    int64_t in_n, out_n; /* activation elements */
 };
 
 int64_t dl_conv_out_dim(const dl_conv_desc *d, int i) {
     return (d->in[i] + 2 * d->pad[i] - d->kernel[i]) / d->stride[i] + 1;
 }
 
-static dl_status conv_make(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, size_t packed_bytes,
+static void cv_dims(const dl_conv_desc *d, dnnl_dims_t sdims, dnnl_dims_t wdims, dnnl_dims_t ddims) {
+    sdims[0] = 1, sdims[1] = d->cin;
+    wdims[0] = d->cout, wdims[1] = d->cin;
+    ddims[0] = 1, ddims[1] = d->cout;
+    for (int i = 0; i < d->ndim; i++) {
+        sdims[2 + i] = d->in[i];
+        wdims[2 + i] = d->kernel[i];
+        ddims[2 + i] = dl_conv_out_dim(d, i);
+    }
+}
+
+static dnnl_status_t cv_make_pd(const op_spec *op, dl_dtype cdt, int emu, const dnnl_memory_desc_t *wei,
+                                dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd) {
+    (void)emu; /* activations are contiguous either way; dst is in the compute dtype */
+    const dl_conv_desc *d = &op->u.cv;
+    int nd = d->ndim + 2;
+    dnnl_dims_t sdims, wdims, ddims, bdims = {d->cout}, strides, pad;
+    cv_dims(d, sdims, wdims, ddims);
+    for (int i = 0; i < d->ndim; i++) strides[i] = d->stride[i], pad[i] = d->pad[i];
+    dnnl_format_tag_t plain = d->ndim == 2 ? dnnl_abcd : dnnl_abcde;
+    dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;
+    dnnl_status_t st;
+    if ((st = dnnl_memory_desc_init_by_tag(&src_md, nd, sdims, dnnl_dt(cdt), plain)) != dnnl_success) return st;
+    if (wei)
+        wei_md = *wei;
+    else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, nd, wdims, dnnl_dt(cdt), dnnl_format_tag_any)) !=
+             dnnl_success)
+        return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&bias_md, 1, bdims, dnnl_f32, dnnl_a)) != dnnl_success) return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&dst_md, nd, ddims, dnnl_dt(cdt), plain)) != dnnl_success) return st;
+    dnnl_convolution_desc_t cd;
+    if ((st = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md,
+                                                 &wei_md, op->has_bias ? &bias_md : NULL, &dst_md, strides, pad,
+                                                 pad)) != dnnl_success)
+        return st;
+    return dnnl_primitive_desc_create(pd, &cd, attr, g_eng, NULL);
+}
+
+static void cv_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) {
+    const dl_conv_desc *d = &op->u.cv;
+    dnnl_dims_t sdims, wdims, ddims;
+    cv_dims(d, sdims, wdims, ddims);
+    dnnl_memory_desc_init_by_tag(md, d->ndim + 2, wdims, dnnl_dt(cdt), d->ndim == 2 ? dnnl_abcd : dnnl_abcde);
+}
+
+static dl_status conv_make(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const dl_packed *pk,
                            const float *bias) {
     *out = NULL;
     dl_status s = engine();
@@ -315,58 +657,19 @@ static dl_status conv_make(dl_conv **out, const dl_conv_desc *d, const void *w, 
                            (long long)d->pad[i]);
     if (d->cin <= 0 || d->cout <= 0) return dl_fail(DL_ERR_INVALID, "conv: bad channel counts");
     dl_conv *c = calloc(1, sizeof *c);
-    void *wconv = NULL;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_primitive_desc_t pd = NULL;
     if (!c) return dl_fail(DL_ERR_NOMEM, "conv: out of memory");
     c->d = *d;
-    int nd = d->ndim + 2;
-    dnnl_dims_t sdims = {1, d->cin}, wdims = {d->cout, d->cin}, ddims = {1, d->cout}, bdims = {d->cout};
-    dnnl_dims_t strides, pad;
-    int64_t wn = d->cout * d->cin;
+    op_spec op = {.make_pd = cv_make_pd, .plain_w = cv_plain_w, .wn = d->cout * d->cin, .has_bias = bias != NULL};
+    op.u.cv = *d;
+    c->in_n = d->cin;
+    c->out_n = d->cout;
     for (int i = 0; i < d->ndim; i++) {
-        sdims[2 + i] = d->in[i];
-        wdims[2 + i] = d->kernel[i];
-        ddims[2 + i] = dl_conv_out_dim(d, i);
-        strides[i] = d->stride[i];
-        pad[i] = d->pad[i];
-        wn *= d->kernel[i];
+        op.wn *= d->kernel[i];
+        c->in_n *= d->in[i];
+        c->out_n *= dl_conv_out_dim(d, i);
     }
-    if (!packed_bytes && w_dt != d->dt) {
-        wconv = dl_aligned_alloc((size_t)wn * dl_dtype_size(d->dt));
-        if (!wconv) {
-            s = dl_fail(DL_ERR_NOMEM, "conv: cannot allocate weights");
-            goto err;
-        }
-        dl_kernels()->convert(d->dt, wconv, w_dt, w, wn);
-    }
-    dnnl_format_tag_t plain = d->ndim == 2 ? dnnl_abcd : dnnl_abcde;
-    dnnl_memory_desc_t src_md, wei_md, user_w_md, bias_md, dst_md;
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&src_md, nd, sdims, dnnl_dt(d->dt), plain), "src desc");
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&wei_md, nd, wdims, dnnl_dt(d->dt), dnnl_format_tag_any), "weights desc");
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&user_w_md, nd, wdims, dnnl_dt(d->dt), plain), "user weights desc");
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&bias_md, 1, bdims, dnnl_f32, dnnl_a), "bias desc");
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&dst_md, nd, ddims, dnnl_dt(d->dt), plain), "dst desc");
-    dnnl_convolution_desc_t cd;
-    DNNL_TRY(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
-                                                &src_md, &wei_md, bias ? &bias_md : NULL, &dst_md,
-                                                strides, pad, pad),
-             "convolution desc");
-    if ((s = make_attr(&attr, DL_ACT_NONE)) != DL_OK) goto err;
-    DNNL_TRY(dnnl_primitive_desc_create(&pd, &cd, attr, g_eng, NULL), "convolution primitive descriptor");
-    if ((s = prim_state_build(&c->p, pd, packed_bytes ? NULL : &user_w_md, wconv ? wconv : w, packed_bytes, bias)) != DL_OK)
-        goto err;
-    {
-        const char *impl = NULL;
-        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-        DL_DEBUG("conv%dd %lld->%lld %s: %s", d->ndim, (long long)d->cin, (long long)d->cout,
-                 dl_dtype_name(d->dt), impl ? impl : "?");
-    }
-err:
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    dl_aligned_free(wconv);
-    if (s != DL_OK) {
+    DL_DEBUG("conv%dd %lld->%lld", d->ndim, (long long)d->cin, (long long)d->cout);
+    if ((s = prim_make(&c->p, &op, d->dt, w, w_dt, pk, bias)) != DL_OK) {
         dl_conv_free(c);
         return s;
     }
@@ -375,21 +678,27 @@ err:
 }
 
 dl_status dl_conv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const float *bias) {
-    return conv_make(out, d, w, w_dt, 0, bias);
+    return conv_make(out, d, w, w_dt, NULL, bias);
 }
 
-dl_status dl_conv_new_packed(dl_conv **out, const dl_conv_desc *d, const void *packed, size_t bytes,
-                             const float *bias) {
-    if (!bytes) return dl_fail(DL_ERR_INVALID, "conv: empty packed weights");
-    return conv_make(out, d, packed, d->dt, bytes, bias);
+dl_status dl_conv_new_packed(dl_conv **out, const dl_conv_desc *d, const dl_packed *pk, const float *bias) {
+    *out = NULL;
+    dl_status s = packed_check(pk);
+    return s != DL_OK ? s : conv_make(out, d, NULL, d->dt, pk, bias);
 }
 
-const void *dl_conv_packed(const dl_conv *c, size_t *bytes) {
-    *bytes = c->p.wbytes;
-    return c->p.wext ? c->p.wext : c->p.wbuf;
-}
+void dl_conv_packed(const dl_conv *c, dl_packed *out) { prim_packed(&c->p, out); }
 
-dl_status dl_conv_run(dl_conv *c, const void *x, void *y) { return prim_state_run(&c->p, x, y); }
+dl_status dl_conv_run(dl_conv *c, const void *x, void *y) {
+    if (!c->p.emu) return prim_exec(&c->p, x, y);
+    pthread_mutex_lock(&g_emu_lock);
+    float *xs = g_emu_buf, *ys = (float *)((char *)g_emu_buf + c->p.emu_src_bytes);
+    convert_rows(DL_F32, xs, 0, c->d.dt, x, 0, 1, c->in_n);
+    dl_status s = prim_exec(&c->p, xs, ys);
+    if (s == DL_OK) convert_rows(c->d.dt, y, 0, DL_F32, ys, 0, 1, c->out_n);
+    pthread_mutex_unlock(&g_emu_lock);
+    return s;
+}
 
 void dl_conv_free(dl_conv *c) {
     if (!c) return;

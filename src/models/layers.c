@@ -152,6 +152,25 @@ dl_status lin_load_ld(lin *l, dl_wsrc *ws, const char *const *names, const char 
     return lin_load_split(l, ws, names, bnames, nparts, n_parts, m, k, dt, dst_dt, act, ldy, NULL);
 }
 
+/* Packed weights in an artifact: `name` (layout "onednn", the bytes) and
+ * `name` + "#layout" (layout "onednn-md", the record of their oneDNN layout). */
+static dl_status art_packed(const dl_artifact *a, const char *name, dl_packed *out) {
+    char ln[320];
+    snprintf(ln, sizeof ln, "%s#layout", name);
+    out->data = dl_artifact_get(a, name, "onednn", &out->bytes);
+    out->layout = dl_artifact_get(a, ln, "onednn-md", &out->layout_bytes);
+    if (!out->data) return art_missing(name);
+    if (!out->layout) return art_missing(ln);
+    return DL_OK;
+}
+
+static dl_status rec_packed(dl_artifact_writer *w, const char *name, const dl_packed *p) {
+    char ln[320];
+    snprintf(ln, sizeof ln, "%s#layout", name);
+    dl_status s = dl_artifact_writer_add(w, name, "onednn", p->data, p->bytes);
+    return s == DL_OK ? dl_artifact_writer_add(w, ln, "onednn-md", p->layout, p->layout_bytes) : s;
+}
+
 dl_status lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                          const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
                          int64_t ldy, const lin_split *sp) {
@@ -181,12 +200,13 @@ dl_status lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const ch
     l->k = kk;
     l->n = n;
     if (!ws->ck) { /* artifact: packed weights in place, bias copied by oneDNN's wrapper */
-        size_t wb, bb;
-        const void *w = dl_artifact_get(ws->art, pk, "onednn", &wb);
+        size_t bb;
+        dl_packed w;
+        dl_status s = art_packed(ws->art, pk, &w);
         const void *b = any_bias ? dl_artifact_get(ws->art, bk, "f32", &bb) : NULL;
-        if (!w) return art_missing(pk);
+        if (s != DL_OK) return s;
         if (any_bias && (!b || bb != (size_t)n * 4)) return art_missing(bk);
-        return dl_matmul_new_packed(&l->mm, &d, w, wb, b);
+        return dl_matmul_new_packed(&l->mm, &d, &w, b);
     }
     int64_t pmax = 0;
     for (int i = 0; i < nparts; i++) pmax = n_parts[i] > pmax ? n_parts[i] : pmax;
@@ -223,9 +243,9 @@ dl_status lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const ch
     }
     if (s == DL_OK) s = dl_matmul_new(&l->mm, &d, w, DL_F32, b);
     if (s == DL_OK && ws->rec) {
-        size_t bytes;
-        const void *packed = dl_matmul_packed(l->mm, &bytes);
-        s = dl_artifact_writer_add(ws->rec, pk, "onednn", packed, bytes);
+        dl_packed packed;
+        dl_matmul_packed(l->mm, &packed);
+        s = rec_packed(ws->rec, pk, &packed);
         if (s == DL_OK && any_bias) s = dl_artifact_writer_add(ws->rec, bk, "f32", b, (size_t)n * 4);
     }
     free(w), free(b), free(full), free(fb);
@@ -248,18 +268,17 @@ dl_status conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_de
     dl_status s = param_f32(ws, bn, 1, bsh, &bs); /* bias: a plain parameter (recorded as such) */
     if (s != DL_OK) return s;
     if (!ws->ck) {
-        size_t bytes;
-        const void *w = dl_artifact_get(ws->art, pk, "onednn", &bytes);
-        s = w ? dl_conv_new_packed(c, d, w, bytes, bs) : art_missing(pk);
+        dl_packed w;
+        if ((s = art_packed(ws->art, pk, &w)) == DL_OK) s = dl_conv_new_packed(c, d, &w, bs);
         free(bs);
         return s;
     }
     float *wt = NULL;
     if ((s = param_f32_nr(ws, wn, 2 + d->ndim, ws_, &wt)) == DL_OK) s = dl_conv_new(c, d, wt, DL_F32, bs);
     if (s == DL_OK && ws->rec) {
-        size_t bytes;
-        const void *packed = dl_conv_packed(*c, &bytes);
-        s = dl_artifact_writer_add(ws->rec, pk, "onednn", packed, bytes);
+        dl_packed packed;
+        dl_conv_packed(*c, &packed);
+        s = rec_packed(ws->rec, pk, &packed);
     }
     free(wt), free(bs);
     return s;

@@ -117,8 +117,9 @@ dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const cha
     cJSON_AddStringToObject(k, "config_xxh3", hex);
     cJSON_AddStringToObject(k, "dtype", dl_dtype_name(dt));
     cJSON_AddStringToObject(k, "engine", DIFFLET_VERSION);
-    cJSON_AddNumberToObject(k, "format", 1);
+    cJSON_AddNumberToObject(k, "format", 2); /* 2: packed weights carry their oneDNN layout record */
     cJSON_AddStringToObject(k, "isa", dl_isa_name(dl_kernel_isa()));
+    cJSON_AddStringToObject(k, "matmul_isa", dl_onednn_isa());
     cJSON_AddStringToObject(k, "onednn", dl_onednn_version());
     cJSON_AddStringToObject(k, "parallel", parallel);
     cJSON_AddBoolToObject(k, "probe", probe);
