@@ -131,6 +131,8 @@ typedef struct {
 
 /* Bytes of scratch the attention needs for `nth` threads (packed K/V tiles). */
 size_t dl_attn_scratch_bytes(const dl_attn_args *a, int nth);
+/* The kernel that runs `a` on this path: "avx512-bf16", "avx2" or "reference". */
+const char *dl_attn_path_name(const dl_attn_args *a);
 /* Checks the arguments (shapes, strides, interval); DL_ERR_INVALID with a message. */
 dl_status dl_attn_check(const dl_attn_args *a);
 /* Thread ith's share. `scratch` is dl_attn_scratch_bytes(a, nth) bytes, 64-aligned. */

@@ -39,19 +39,40 @@ dl_status dl_attn_check(const dl_attn_args *a0) {
     return DL_OK;
 }
 
-static int use_fast(const dl_attn_args *a) {
-    return dl_kernel_isa() >= DL_ISA_AVX512_BF16 && dl_attn_avx512_supported(a);
+/* The fused kernel for this path, or none (the reference). */
+typedef enum { ATTN_REF = 0, ATTN_AVX2, ATTN_AVX512 } attn_path;
+
+static attn_path path_for(const dl_attn_args *a) {
+    dl_isa isa = dl_kernel_isa();
+    if (isa >= DL_ISA_AVX512_BF16 && dl_attn_avx512_supported(a)) return ATTN_AVX512;
+    if (isa >= DL_ISA_AVX2 && dl_attn_avx2_supported(a)) return ATTN_AVX2;
+    return ATTN_REF;
+}
+
+static size_t slice_bytes(attn_path p, const dl_attn_args *a) {
+    return p == ATTN_AVX512 ? dl_attn_avx512_scratch(a) : p == ATTN_AVX2 ? dl_attn_avx2_scratch(a) : 0;
+}
+
+const char *dl_attn_path_name(const dl_attn_args *a0) {
+    dl_attn_args a = norm_args(a0);
+    static const char *names[] = {"reference", "avx2", "avx512-bf16"};
+    return names[path_for(&a)];
 }
 
 size_t dl_attn_scratch_bytes(const dl_attn_args *a0, int nth) {
     dl_attn_args a = norm_args(a0);
-    return use_fast(&a) ? (size_t)nth * dl_attn_avx512_scratch(&a) : 0;
+    return (size_t)nth * slice_bytes(path_for(&a), &a);
 }
 
 void dl_attn_t(const dl_attn_args *a0, void *scratch, int ith, int nth) {
     dl_attn_args a = norm_args(a0);
-    if (use_fast(&a)) {
-        dl_attn_avx512_t(&a, (char *)scratch + (size_t)ith * dl_attn_avx512_scratch(&a), ith, nth);
+    attn_path p = path_for(&a);
+    if (p == ATTN_AVX512) {
+        dl_attn_avx512_t(&a, (char *)scratch + (size_t)ith * slice_bytes(p, &a), ith, nth);
+        return;
+    }
+    if (p == ATTN_AVX2) {
+        dl_attn_avx2_t(&a, (char *)scratch + (size_t)ith * slice_bytes(p, &a), ith, nth);
         return;
     }
     /* reference: split (head, row) pairs */

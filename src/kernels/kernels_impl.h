@@ -67,5 +67,8 @@ void dl_attn_ref_rows(const dl_attn_args *a, int64_t h, int64_t q0, int64_t q1);
 int dl_attn_avx512_supported(const dl_attn_args *a);
 size_t dl_attn_avx512_scratch(const dl_attn_args *a);
 void dl_attn_avx512_t(const dl_attn_args *a, void *scratch, int ith, int nth);
+int dl_attn_avx2_supported(const dl_attn_args *a);
+size_t dl_attn_avx2_scratch(const dl_attn_args *a);
+void dl_attn_avx2_t(const dl_attn_args *a, void *scratch, int ith, int nth);
 
 #endif

@@ -1,0 +1,256 @@
+/* AVX2 fused attention (flash style), the same contract and loop nest as the
+ * AVX-512 kernel (attn_avx512.c): for each (head, block of BQ queries) the keys are
+ * visited in blocks of BK, scores of one block live in a BQ x BK tile, the running
+ * max / sum per row are updated (online softmax) and the output accumulator is
+ * rescaled, so the Sq x Sk score matrix never exists.
+ *
+ * AVX2 has no bf16 dot product: bf16 Q, K and V are widened to f32 when they are
+ * packed (exact), both products are f32 FMAs, and the probabilities are rounded to
+ * bf16 before P.V, as the AVX-512 kernel's vdpbf16ps path rounds them, so both
+ * paths compute the same quantity up to summation order. Keys are packed per head
+ * into 8-key groups, [group][D][8], so a broadcast query dim scores 8 keys; values
+ * stay rows, [K][D].
+ *
+ * Only keys in [kv_begin, kv_end) are read when packing; the padding of the last
+ * block is zero and its scores are masked to probability 0. Each thread owns a
+ * scratch slice and packs the K/V of the heads it visits. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels_impl.h"
+#include "avx2_vec.h"
+#include "vexp.inc"
+
+enum { BQ = 64, BK = 128, R = 4 };
+
+int dl_attn_avx2_supported(const dl_attn_args *a) {
+    if (a->dt != DL_F32 && a->dt != DL_BF16) return 0;
+    return a->head_dim % 16 == 0 && a->head_dim <= 512;
+}
+
+typedef struct {
+    float *qt;            /* [BQ][D] query tile, zero rows past Sq */
+    float *s;             /* [BQ][BK] scores */
+    float *p;             /* [BQ][BK] probabilities (bf16-rounded for bf16) */
+    float *o;             /* [BQ][D] unnormalised output */
+    float *m, *l, *alpha; /* [BQ] */
+    float *kp, *vp;       /* packed K and V of one head, padded to BK keys */
+} tiles;
+
+static int64_t kv_padded(const dl_attn_args *a) {
+    int64_t n = a->kv_end - a->kv_begin;
+    return (n + BK - 1) / BK * BK;
+}
+
+static size_t carve(tiles *t, const dl_attn_args *a, void *base) {
+    size_t D = (size_t)a->head_dim, off = 0;
+    size_t kvb = (size_t)kv_padded(a) * D * 4;
+    char *b = base;
+#define TAKE(field, bytes)                                        \
+    do {                                                          \
+        if (b) t->field = (float *)(b + off);                     \
+        off += dl_align_up((bytes), DL_ALIGN);                    \
+    } while (0)
+    TAKE(qt, BQ * D * 4);
+    TAKE(s, BQ * BK * 4);
+    TAKE(p, BQ * BK * 4);
+    TAKE(o, BQ * D * 4);
+    TAKE(m, BQ * 4);
+    TAKE(l, BQ * 4);
+    TAKE(alpha, BQ * 4);
+    TAKE(kp, kvb);
+    TAKE(vp, kvb);
+#undef TAKE
+    return off;
+}
+
+size_t dl_attn_avx2_scratch(const dl_attn_args *a) {
+    tiles t = {0};
+    return carve(&t, a, NULL);
+}
+
+/* n values of dtype dt from src to f32 dst, widened */
+static inline void widen(float *dst, dl_dtype dt, const void *src, int64_t n) {
+    if (dt == DL_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) V_STOREU(dst + i, V_LOAD_BF16((const uint16_t *)src + i));
+    for (; i < n; i++) dst[i] = dl_bf16_to_f32(((const uint16_t *)src)[i]);
+}
+
+static void pack_head(const dl_attn_args *a, int64_t h, tiles *t) {
+    const int64_t D = a->head_dim, n = a->kv_end - a->kv_begin, np = kv_padded(a);
+    const size_t es = dl_dtype_size(a->dt);
+    float row[512];
+    for (int64_t j = 0; j < np; j++) {
+        float *kd = t->kp + (j / 8) * D * 8 + (j % 8), *vd = t->vp + j * D;
+        if (j < n) {
+            widen(row, a->dt, (const char *)a->k + (size_t)((a->kv_begin + j) * a->k_stride + h * D) * es, D);
+            for (int64_t d = 0; d < D; d++) kd[d * 8] = row[d];
+            widen(vd, a->dt, (const char *)a->v + (size_t)((a->kv_begin + j) * a->v_stride + h * D) * es, D);
+        } else {
+            for (int64_t d = 0; d < D; d++) kd[d * 8] = 0.f;
+            memset(vd, 0, (size_t)D * 4);
+        }
+    }
+}
+
+/* S[R][16] = Qt[R][D] . K[16 keys]^T */
+static inline void qk(const float *q, int64_t D, const float *kp, float *s) {
+    __m256 c[R][2];
+    for (int i = 0; i < R; i++) c[i][0] = c[i][1] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d++) {
+        __m256 k0 = _mm256_loadu_ps(kp + d * 8), k1 = _mm256_loadu_ps(kp + (D + d) * 8);
+        for (int i = 0; i < R; i++) {
+            __m256 b = _mm256_broadcast_ss(q + i * D + d);
+            c[i][0] = _mm256_fmadd_ps(b, k0, c[i][0]);
+            c[i][1] = _mm256_fmadd_ps(b, k1, c[i][1]);
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        _mm256_storeu_ps(s + i * BK, c[i][0]);
+        _mm256_storeu_ps(s + i * BK + 8, c[i][1]);
+    }
+}
+
+/* O[R][d0 : d0+16] = alpha * O + P[R][BK] . V[BK][d0 : d0+16] */
+static inline void pv(const float *p, const float *vp, int64_t D, int64_t d0, float *o, const float *alpha) {
+    __m256 c[R][2];
+    for (int i = 0; i < R; i++) {
+        __m256 al = _mm256_set1_ps(alpha[i]);
+        c[i][0] = _mm256_mul_ps(al, _mm256_loadu_ps(o + i * D + d0));
+        c[i][1] = _mm256_mul_ps(al, _mm256_loadu_ps(o + i * D + d0 + 8));
+    }
+    for (int64_t k = 0; k < BK; k++) {
+        __m256 v0 = _mm256_loadu_ps(vp + k * D + d0), v1 = _mm256_loadu_ps(vp + k * D + d0 + 8);
+        for (int i = 0; i < R; i++) {
+            __m256 b = _mm256_broadcast_ss(p + i * BK + k);
+            c[i][0] = _mm256_fmadd_ps(b, v0, c[i][0]);
+            c[i][1] = _mm256_fmadd_ps(b, v1, c[i][1]);
+        }
+    }
+    for (int i = 0; i < R; i++) {
+        _mm256_storeu_ps(o + i * D + d0, c[i][0]);
+        _mm256_storeu_ps(o + i * D + d0 + 8, c[i][1]);
+    }
+}
+
+/* lanes c .. c+7 that are below `valid`, as an all-ones / zero mask */
+static inline __m256 lanes(int64_t valid, int64_t c) {
+    int64_t r = valid - c;
+    int v = r <= 0 ? 0 : r >= 8 ? 8 : (int)r;
+    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(v), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
+/* f32 values rounded to the nearest bf16 (kept in f32) */
+static inline __m256 round_bf16(__m256 v) {
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    u = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* Online softmax over one block of keys [kb, kb + nb) of the valid interval, for the
+ * query rows q0 + i (see the AVX-512 kernel: the same masking and row states). */
+static void softmax_block(tiles *t, const dl_attn_args *a, int64_t h, int64_t q0, int64_t kb, int64_t nb, int bf16) {
+    const __m256 vs = _mm256_set1_ps(a->scale), ninf = _mm256_set1_ps(-INFINITY);
+    const int64_t key0 = a->kv_begin + kb;
+    for (int i = 0; i < BQ; i++) {
+        float *s = t->s + i * BK;
+        int64_t valid = nb, q = q0 + i;
+        if (a->causal && q + 1 - key0 < valid) valid = q + 1 - key0 < 0 ? 0 : q + 1 - key0;
+        if (a->bias_rel) {
+            const float *b = a->bias_rel + h * (a->sq + a->sk - 1) + (key0 - q + a->sq - 1);
+            for (int64_t c = 0; c < BK; c += 8) {
+                __m256 k = lanes(valid, c);
+                __m256 bv = _mm256_maskload_ps(b + c, _mm256_castps_si256(k));
+                _mm256_storeu_ps(s + c, _mm256_and_ps(k, _mm256_fmadd_ps(_mm256_loadu_ps(s + c), vs, bv)));
+            }
+        } else {
+            for (int64_t c = 0; c < BK; c += 8) _mm256_storeu_ps(s + c, _mm256_mul_ps(_mm256_loadu_ps(s + c), vs));
+        }
+        __m256 mx = ninf;
+        for (int64_t c = 0; c < BK; c += 8) mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, _mm256_loadu_ps(s + c), lanes(valid, c)));
+        float m_old = t->m[i], m_new = fmaxf(m_old, hmax8(mx));
+        t->alpha[i] = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
+        if (m_new == -INFINITY) { /* nothing valid yet for this row */
+            t->alpha[i] = 1.f;
+            memset(t->p + i * BK, 0, (size_t)BK * 4);
+            continue;
+        }
+        __m256 vm = _mm256_set1_ps(m_new), sum = _mm256_setzero_ps();
+        for (int64_t c = 0; c < BK; c += 8) {
+            __m256 p = _mm256_and_ps(lanes(valid, c), vexp(_mm256_sub_ps(_mm256_loadu_ps(s + c), vm)));
+            sum = _mm256_add_ps(sum, p);
+            _mm256_storeu_ps(t->p + i * BK + c, bf16 ? round_bf16(p) : p);
+        }
+        t->l[i] = t->l[i] * t->alpha[i] + hsum8(sum);
+        t->m[i] = m_new;
+    }
+}
+
+static void run_block(const dl_attn_args *a, int64_t h, int64_t q0, tiles *t) {
+    const int64_t D = a->head_dim, nq = a->sq - q0 < BQ ? a->sq - q0 : BQ;
+    const int64_t n = a->kv_end - a->kv_begin, np = kv_padded(a);
+    const int bf16 = a->dt == DL_BF16;
+    const size_t es = dl_dtype_size(a->dt);
+    for (int64_t i = 0; i < BQ; i++) {
+        if (i < nq)
+            widen(t->qt + i * D, a->dt, (const char *)a->q + (size_t)((q0 + i) * a->q_stride + h * D) * es, D);
+        else
+            memset(t->qt + i * D, 0, (size_t)D * 4);
+    }
+    memset(t->o, 0, (size_t)(BQ * D) * 4);
+    for (int i = 0; i < BQ; i++) {
+        t->m[i] = -INFINITY;
+        t->l[i] = 0.f;
+    }
+    for (int64_t kb = 0; kb < np; kb += BK) {
+        int64_t nb = n - kb < BK ? n - kb : BK;
+        if (a->causal && a->kv_begin + kb > q0 + nq - 1) break; /* no row of the tile sees these keys */
+        for (int64_t r0 = 0; r0 < BQ; r0 += R)
+            for (int64_t g = 0; g < BK / 8; g += 2)
+                qk(t->qt + r0 * D, D, t->kp + (kb / 8 + g) * D * 8, t->s + r0 * BK + g * 8);
+        softmax_block(t, a, h, q0, kb, nb, bf16);
+        for (int64_t r0 = 0; r0 < BQ; r0 += R)
+            for (int64_t d0 = 0; d0 < D; d0 += 16)
+                pv(t->p + r0 * BK, t->vp + kb * D, D, d0, t->o + r0 * D, t->alpha + r0);
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        int64_t q = q0 + i;
+        const float *o = t->o + i * D;
+        if (a->o_part) {
+            memcpy(a->o_part + (q * a->heads + h) * D, o, (size_t)D * 4);
+            a->m[h * a->sq + q] = t->m[i];
+            a->l[h * a->sq + q] = t->l[i];
+        } else {
+            __m256 inv = _mm256_set1_ps(t->l[i] > 0.f ? 1.f / t->l[i] : 0.f);
+            char *dst = (char *)a->out + (size_t)(q * a->out_stride + h * D) * es;
+            for (int64_t d = 0; d < D; d += 8) {
+                __m256 v = _mm256_mul_ps(_mm256_loadu_ps(o + d), inv);
+                if (bf16)
+                    store_bf16x8((uint16_t *)dst + d, v);
+                else
+                    _mm256_storeu_ps((float *)dst + d, v);
+            }
+        }
+    }
+}
+
+void dl_attn_avx2_t(const dl_attn_args *a, void *scratch, int ith, int nth) {
+    tiles t = {0};
+    carve(&t, a, scratch);
+    const int64_t nqb = (a->sq + BQ - 1) / BQ;
+    int64_t w0, w1, packed = -1;
+    dl_split(a->heads * nqb, ith, nth, &w0, &w1);
+    for (int64_t w = w0; w < w1; w++) {
+        int64_t h = w / nqb, qb = w % nqb;
+        if (h != packed) {
+            pack_head(a, h, &t);
+            packed = h;
+        }
+        run_block(a, h, qb * BQ, &t);
+    }
+}
