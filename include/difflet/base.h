@@ -158,6 +158,8 @@ typedef struct {
 } dl_cpu_features;
 
 const dl_cpu_features *dl_cpu(void);
+/* The CPU's brand string (CPUID), e.g. "AMD EPYC 9R14 96-Core Processor". */
+const char *dl_cpu_model(void);
 /* The kernel path in use: best the CPU supports, lowered by DIFFLET_KERNELS=
  * ref|avx2|avx512 (never raised above what the CPU has). Read once. */
 dl_isa dl_kernel_isa(void);

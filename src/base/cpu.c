@@ -2,6 +2,7 @@
 #include "difflet/base.h"
 
 #include <cpuid.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -38,6 +39,22 @@ const dl_cpu_features *dl_cpu(void) {
     }
     g_cpu_done = 1;
     return &g_cpu;
+}
+
+const char *dl_cpu_model(void) {
+    static char brand[49];
+    if (brand[0]) return brand;
+    unsigned r[12] = {0};
+    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u)
+        for (unsigned i = 0; i < 3; i++) __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+    memcpy(brand, r, 48);
+    brand[48] = 0;
+    char *b = brand;
+    while (*b == ' ') b++;
+    memmove(brand, b, strlen(b) + 1);
+    for (size_t n = strlen(brand); n && brand[n - 1] == ' '; n--) brand[n - 1] = 0;
+    if (!brand[0]) snprintf(brand, sizeof brand, "unknown x86-64");
+    return brand;
 }
 
 static dl_isa best_isa(void) {

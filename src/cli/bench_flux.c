@@ -1,10 +1,12 @@
 /* `difflet bench flux-step`: one denoiser step of a FLUX-width transformer (hidden
  * 3072, 24 heads x 128, 1 double + 1 single block, 4,096 image + 512 text tokens,
  * random bf16 weights) timed in difflet and, in the same run, in diffusers'
- * FluxTransformer2DModel on the same weights and inputs (torch CPU, bf16, same
- * thread count; needs the tools virtualenv, `make tools-venv`). Reports the step-time
- * ratio, difflet's effective GFLOP/s as a fraction of a same-run oneDNN bf16 matmul,
- * and the difference between the two outputs. */
+ * FluxTransformer2DModel on the same weights and inputs (torch CPU, the same dtype
+ * and thread count; needs the tools virtualenv, `make tools-venv`). The dtype is
+ * the engine's default on this CPU (bf16 with AVX512_BF16, else f32) or --dtype.
+ * Reports the step-time ratio, difflet's effective GFLOP/s as a fraction of a
+ * same-run oneDNN matmul in that dtype, the difference between the two outputs, and
+ * (--json) the machine: CPU model, kernel / matmul / attention paths, threads. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -155,7 +157,8 @@ int bench_flux_model(const char *dir, int quick, int64_t *grid, int64_t *txt) {
 int cli_bench_flux(int argc, char **argv) {
     const char *json_path = NULL;
     int quick = 0, reps = 2;
-    if (!bench_opts(argc, argv, "flux-step", &json_path, &quick)) return 2;
+    dl_dtype dt;
+    if (!bench_opts(argc, argv, "flux-step", &json_path, &quick, &dt)) return 2;
     bench_cfg c = {.D = 3072, .H = 24, .Dh = 128, .Jd = 4096, .Pd = 768, .Cin = 64, .gh = 64, .gw = 64, .T = 512, .nd = 1, .ns = 1};
     if (quick) c.gh = c.gw = 16, c.T = 128, reps = 1;
     char dir[] = "/tmp/difflet-bench-flux-XXXXXX", path[4200], cmd[8192];
@@ -170,8 +173,16 @@ int cli_bench_flux(int argc, char **argv) {
     cJSON *root = cJSON_CreateObject();
     dl_model_dir *md = NULL;
     dl_flux *m = NULL;
-    printf("difflet bench flux-step: hidden %lld, %lld heads x %lld, %d double + %d single, %lld image + %lld text tokens, bf16, %d threads\n",
-           (long long)c.D, (long long)c.H, (long long)c.Dh, c.nd, c.ns, (long long)N, (long long)c.T, dl_threads());
+    printf("difflet bench flux-step: hidden %lld, %lld heads x %lld, %d double + %d single, %lld image + %lld text tokens, %s, %d threads\n"
+           "  on %s: kernels %s, matmul %s (oneDNN %s)\n",
+           (long long)c.D, (long long)c.H, (long long)c.Dh, c.nd, c.ns, (long long)N, (long long)c.T, dl_dtype_name(dt),
+           dl_threads(), dl_cpu_model(), dl_isa_name(dl_kernel_isa()), dl_onednn_isa(), dl_onednn_version());
+    bench_machine_json(root);
+    cJSON_AddStringToObject(root, "dtype", dl_dtype_name(dt));
+    {
+        dl_attn_args probe = {.dt = dt, .sq = N + c.T, .sk = N + c.T, .heads = c.H, .head_dim = c.Dh};
+        cJSON_AddStringToObject(root, "attention_path", dl_attn_path_name(&probe));
+    }
     fflush(stdout);
     if (!lat || !txt || !pooled || !out) goto done;
     if (make_model(dir, &c) != DL_OK) {
@@ -201,7 +212,7 @@ int cli_bench_flux(int argc, char **argv) {
     }
     /* difflet */
     double t0 = dl_now();
-    if (dl_model_dir_open(&md, dir) != DL_OK || dl_flux_load(&m, md, "transformer", c.gh, c.gw, c.T, DL_BF16, NULL) != DL_OK) {
+    if (dl_model_dir_open(&md, dir) != DL_OK || dl_flux_load(&m, md, "transformer", c.gh, c.gw, c.T, dt, NULL) != DL_OK) {
         fprintf(stderr, "difflet: bench: %s\n", dl_last_error());
         goto done;
     }
@@ -217,17 +228,18 @@ int cli_bench_flux(int argc, char **argv) {
     }
     getrusage(RUSAGE_SELF, &ru);
     double flops = step_flops(&c), gf = flops / best * 1e-9;
-    /* same-run peak: oneDNN bf16 matmul at a FLUX projection shape */
+    /* same-run peak: oneDNN matmul in the step's dtype at a FLUX projection shape */
     double peak;
     {
         int64_t M = quick ? 1024 : 4608, K = 3072, Nn = 12288;
-        void *w = malloc((size_t)(K * Nn) * 2), *x = malloc((size_t)(M * K) * 2), *y = malloc((size_t)(M * Nn) * 2);
-        dl_fill_uniform(DL_BF16, w, K * Nn, -0.05f, 0.05f, 9);
-        dl_fill_uniform(DL_BF16, x, M * K, -1.f, 1.f, 10);
+        size_t es = dl_dtype_size(dt);
+        void *w = malloc((size_t)(K * Nn) * es), *x = malloc((size_t)(M * K) * es), *y = malloc((size_t)(M * Nn) * es);
+        dl_fill_uniform(dt, w, K * Nn, -0.05f, 0.05f, 9);
+        dl_fill_uniform(dt, x, M * K, -1.f, 1.f, 10);
         dl_matmul *mm;
-        dl_matmul_desc d = {.m = M, .k = K, .n = Nn, .dt = DL_BF16, .dst_dt = DL_BF16};
+        dl_matmul_desc d = {.m = M, .k = K, .n = Nn, .dt = dt, .dst_dt = dt};
         double tb = INFINITY;
-        if (dl_matmul_new(&mm, &d, w, DL_BF16, NULL) == DL_OK) {
+        if (dl_matmul_new(&mm, &d, w, dt, NULL) == DL_OK) {
             for (int i = 0; i < 3; i++) {
                 double tt = dl_now();
                 dl_matmul_run(mm, x, y);
@@ -238,11 +250,11 @@ int cli_bench_flux(int argc, char **argv) {
         peak = 2.0 * (double)M * (double)K * (double)Nn / tb * 1e-9;
         free(w), free(x), free(y);
     }
-    printf("  difflet:  load %.1f s, step %.3f s, %.0f GFLOP/s effective = %.2f x the same-run oneDNN bf16 matmul (%.0f GFLOP/s), peak RSS %.0f MiB\n",
-           load_s, best, gf, gf / peak, peak, (double)ru.ru_maxrss / 1024.0);
+    printf("  difflet:  load %.1f s, step %.3f s, %.0f GFLOP/s effective = %.2f x the same-run oneDNN %s matmul (%.0f GFLOP/s), peak RSS %.0f MiB\n",
+           load_s, best, gf, gf / peak, dl_dtype_name(dt), peak, (double)ru.ru_maxrss / 1024.0);
     cJSON_AddNumberToObject(root, "difflet_step_s", best);
     cJSON_AddNumberToObject(root, "difflet_gflops", gf);
-    cJSON_AddNumberToObject(root, "matmul_bf16_gflops", peak);
+    cJSON_AddNumberToObject(root, "matmul_gflops", peak);
     cJSON_AddNumberToObject(root, "fraction_of_matmul_peak", gf / peak);
     cJSON_AddNumberToObject(root, "step_gflop", flops * 1e-9);
     cJSON_AddNumberToObject(root, "difflet_peak_rss_mib", (double)ru.ru_maxrss / 1024.0);
@@ -254,8 +266,8 @@ int cli_bench_flux(int argc, char **argv) {
         printf("  diffusers: not measured (no %s: run `make tools-venv`)\n", py);
         cJSON_AddNullToObject(root, "diffusers_step_s");
     } else {
-        snprintf(cmd, sizeof cmd, "%s %s/tools/bench/flux_step_peer.py %s %s/inputs.safetensors %s/peer_out.safetensors %d %d",
-                 py, DIFFLET_SOURCE_DIR, dir, dir, dir, dl_threads(), reps);
+        snprintf(cmd, sizeof cmd, "%s %s/tools/bench/flux_step_peer.py %s %s/inputs.safetensors %s/peer_out.safetensors %d %d %s",
+                 py, DIFFLET_SOURCE_DIR, dir, dir, dir, dl_threads(), reps, dl_dtype_name(dt));
         FILE *f = popen(cmd, "r");
         char line[4096] = "";
         while (f && fgets(line, sizeof line, f)) {

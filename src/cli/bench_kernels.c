@@ -80,29 +80,41 @@ static void attn_fn(void *ctx, int ith, int nth) {
     dl_attn_t(t->a, t->scratch, ith, nth);
 }
 
-int bench_opts(int argc, char **argv, const char *name, const char **json_path, int *quick) {
+int bench_opts(int argc, char **argv, const char *name, const char **json_path, int *quick, dl_dtype *dt) {
+    if (dt) *dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) *json_path = argv[++i];
         else if (!strcmp(argv[i], "--quick")) *quick = 1;
+        else if (dt && !strcmp(argv[i], "--dtype") && i + 1 < argc && (!strcmp(argv[i + 1], "f32") || !strcmp(argv[i + 1], "bf16")))
+            *dt = !strcmp(argv[++i], "bf16") ? DL_BF16 : DL_F32;
         else {
-            fprintf(stderr, "difflet: bench %s: unknown option '%s' (options: --json FILE, --quick)\n", name, argv[i]);
+            fprintf(stderr, "difflet: bench %s: unknown option '%s' (options: --json FILE, --quick%s)\n", name, argv[i],
+                    dt ? ", --dtype f32|bf16" : "");
             return 0;
         }
     }
     return 1;
 }
 
+void bench_machine_json(cJSON *root) {
+    cJSON_AddStringToObject(root, "cpu_model", dl_cpu_model());
+    cJSON_AddStringToObject(root, "isa", dl_isa_name(dl_kernel_isa()));
+    cJSON_AddStringToObject(root, "matmul_isa", dl_onednn_isa());
+    cJSON_AddStringToObject(root, "onednn", dl_onednn_version());
+    cJSON_AddNumberToObject(root, "threads", dl_threads());
+}
+
 int cli_bench_kernels(int argc, char **argv) {
     const char *json_path = NULL;
     int quick = 0;
-    if (!bench_opts(argc, argv, "kernels", &json_path, &quick)) return 2;
+    if (!bench_opts(argc, argv, "kernels", &json_path, &quick, NULL)) return 2;
     const int reps = quick ? 1 : 3;
     const int64_t M = quick ? 512 : 4608;
-    printf("difflet bench kernels: path %s, %d threads, oneDNN %s%s\n", dl_isa_name(dl_kernel_isa()),
-           dl_threads(), dl_onednn_version(), quick ? " (quick: small shapes, 1 rep)" : "");
+    printf("difflet bench kernels: %s, kernels %s, matmul %s, %d threads, oneDNN %s%s\n", dl_cpu_model(),
+           dl_isa_name(dl_kernel_isa()), dl_onednn_isa(), dl_threads(), dl_onednn_version(),
+           quick ? " (quick: small shapes, 1 rep)" : "");
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "isa", dl_isa_name(dl_kernel_isa()));
-    cJSON_AddNumberToObject(root, "threads", dl_threads());
+    bench_machine_json(root);
     cJSON *jmm = cJSON_AddArrayToObject(root, "matmul");
 
     /* ---- matmul ---- */
@@ -150,37 +162,46 @@ int cli_bench_kernels(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "matmul_bf16_peak_gflops", best_bf16);
     cJSON_AddNumberToObject(root, "matmul_f32_peak_gflops", best_f32);
 
-    /* ---- attention ---- */
+    /* ---- attention: bf16 against the bf16 matmul, f32 against the f32 matmul ---- */
     cJSON *jat = cJSON_AddArrayToObject(root, "attention");
-    printf("\nfused attention bf16, H=24, D=128 (4*S^2*D*H flops)\n  %6s %10s %16s\n", "S", "GFLOP/s", "x bf16 matmul");
     static const int64_t seqs[] = {1024, 4608};
-    for (int si = 0; si < 2; si++) {
-        const int64_t S = quick ? seqs[si] / 4 : seqs[si], H = 24, D = 128;
-        size_t n = (size_t)(S * H * D);
-        void *q = malloc(n * 2), *k = malloc(n * 2), *v = malloc(n * 2), *o = malloc(n * 2);
-        dl_attn_args a = {.dt = DL_BF16, .sq = S, .sk = S, .heads = H, .head_dim = D, .q = q, .k = k,
-                          .v = v, .out = o, .kv_begin = 0, .kv_end = S, .scale = 1.f / sqrtf((float)D)};
-        void *scratch = dl_aligned_alloc(dl_attn_scratch_bytes(&a, dl_threads()) + 64);
-        if (!q || !k || !v || !o || !scratch) {
-            fprintf(stderr, "difflet: bench: out of memory\n");
+    for (int di = 0; di < 2; di++) {
+        dl_dtype adt = di ? DL_F32 : DL_BF16;
+        size_t es = dl_dtype_size(adt);
+        double peak = di ? best_f32 : best_bf16;
+        for (int si = 0; si < 2; si++) {
+            const int64_t S = quick ? seqs[si] / 4 : seqs[si], H = 24, D = 128;
+            size_t n = (size_t)(S * H * D);
+            void *q = malloc(n * es), *k = malloc(n * es), *v = malloc(n * es), *o = malloc(n * es);
+            dl_attn_args a = {.dt = adt, .sq = S, .sk = S, .heads = H, .head_dim = D, .q = q, .k = k,
+                              .v = v, .out = o, .kv_begin = 0, .kv_end = S, .scale = 1.f / sqrtf((float)D)};
+            if (si == 0)
+                printf("\nfused attention %s (%s kernel), H=24, D=128 (4*S^2*D*H flops)\n  %6s %10s %16s\n",
+                       dl_dtype_name(adt), dl_attn_path_name(&a), "S", "GFLOP/s", di ? "x f32 matmul" : "x bf16 matmul");
+            void *scratch = dl_aligned_alloc(dl_attn_scratch_bytes(&a, dl_threads()) + 64);
+            if (!q || !k || !v || !o || !scratch) {
+                fprintf(stderr, "difflet: bench: out of memory\n");
+                free(q), free(k), free(v), free(o), dl_aligned_free(scratch);
+                goto out;
+            }
+            dl_fill_uniform(adt, q, (int64_t)n, -1.f, 1.f, 3);
+            dl_fill_uniform(adt, k, (int64_t)n, -1.f, 1.f, 4);
+            dl_fill_uniform(adt, v, (int64_t)n, -1.f, 1.f, 5);
+            attn_task at = {&a, scratch};
+            double t;
+            TIME_BEST(reps, t, dl_parallel(attn_fn, &at));
+            double gf = 4.0 * (double)S * (double)S * (double)D * (double)H / t * 1e-9;
+            double ratio = peak > 0 ? gf / peak : 0;
+            printf("  %6lld %10.1f %16.2f\n", (long long)S, gf, ratio);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "dtype", dl_dtype_name(adt));
+            cJSON_AddStringToObject(e, "path", dl_attn_path_name(&a));
+            cJSON_AddNumberToObject(e, "seq", (double)S);
+            cJSON_AddNumberToObject(e, "gflops", gf);
+            cJSON_AddNumberToObject(e, di ? "ratio_to_matmul_f32" : "ratio_to_matmul_bf16", ratio);
+            cJSON_AddItemToArray(jat, e);
             free(q), free(k), free(v), free(o), dl_aligned_free(scratch);
-            goto out;
         }
-        dl_fill_uniform(DL_BF16, q, (int64_t)n, -1.f, 1.f, 3);
-        dl_fill_uniform(DL_BF16, k, (int64_t)n, -1.f, 1.f, 4);
-        dl_fill_uniform(DL_BF16, v, (int64_t)n, -1.f, 1.f, 5);
-        attn_task at = {&a, scratch};
-        double t;
-        TIME_BEST(reps, t, dl_parallel(attn_fn, &at));
-        double gf = 4.0 * (double)S * (double)S * (double)D * (double)H / t * 1e-9;
-        double ratio = best_bf16 > 0 ? gf / best_bf16 : 0;
-        printf("  %6lld %10.1f %16.2f\n", (long long)S, gf, ratio);
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "seq", (double)S);
-        cJSON_AddNumberToObject(e, "gflops", gf);
-        cJSON_AddNumberToObject(e, "ratio_to_matmul_bf16", ratio);
-        cJSON_AddItemToArray(jat, e);
-        free(q), free(k), free(v), free(o), dl_aligned_free(scratch);
     }
 
     /* ---- element-wise ---- */

@@ -88,7 +88,7 @@ int cli_bench_parallel_rank(int argc, char **argv) {
 int cli_bench_parallel(int argc, char **argv) {
     const char *json_path = NULL;
     int quick = 0;
-    if (!bench_opts(argc, argv, "parallel", &json_path, &quick)) return 2;
+    if (!bench_opts(argc, argv, "parallel", &json_path, &quick, NULL)) return 2;
     if (!dl_comm_have_mpi()) {
         fprintf(stderr, "difflet: bench parallel: this build has no MPI (make deps installs Open MPI)\n");
         return 1;

@@ -114,7 +114,7 @@ static double num(const cJSON *j, const char *k) {
 int cli_bench_startup(int argc, char **argv) {
     const char *json_path = NULL;
     int quick = 0;
-    if (!bench_opts(argc, argv, "startup", &json_path, &quick)) return 2;
+    if (!bench_opts(argc, argv, "startup", &json_path, &quick, NULL)) return 2;
     char dir[] = "/tmp/difflet-bench-start-XXXXXX", cache[256], env[512], args[1024];
     if (!mkdtemp(dir)) return 1;
     snprintf(cache, sizeof cache, "%s/cache", dir);

@@ -7,8 +7,14 @@
 #include "difflet/pipeline.h"
 
 int cli_bench_kernels(int argc, char **argv);
-/* --json FILE and --quick, the options every benchmark takes; 0 (message printed) on a bad one */
-int bench_opts(int argc, char **argv, const char *name, const char **json_path, int *quick);
+/* --json FILE and --quick, the options every benchmark takes, and --dtype f32|bf16
+ * where `dt` is given (default: the engine's default on this CPU); 0 (message
+ * printed) on a bad one */
+int bench_opts(int argc, char **argv, const char *name, const char **json_path, int *quick, dl_dtype *dt);
+/* The machine a benchmark ran on, into its JSON: CPU model, kernel and matmul ISA
+ * paths, oneDNN version, threads. */
+struct cJSON;
+void bench_machine_json(struct cJSON *root);
 int cli_inspect(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_bench_flux(int argc, char **argv);

@@ -1,7 +1,7 @@
 """Peer measurement for `difflet bench flux-step`: diffusers' FluxTransformer2DModel
-on the same weights and inputs, torch CPU, bf16, the same thread count.
+on the same weights and inputs, torch CPU, the same dtype (default bf16) and thread count.
 
-    python flux_step_peer.py MODEL_DIR INPUTS.safetensors OUT.safetensors THREADS REPS
+    python flux_step_peer.py MODEL_DIR INPUTS.safetensors OUT.safetensors THREADS REPS [bf16|f32]
 Prints one JSON line: {"step_s": best seconds, "torch": version, "threads": n}.
 Writes the output tensor to OUT.safetensors so the bench can compare it with difflet's.
 """
@@ -17,12 +17,13 @@ from safetensors.torch import load_file, save_file
 
 def main():
     model_dir, inputs, out_path, threads, reps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    dt = torch.float32 if len(sys.argv) > 6 and sys.argv[6] == "f32" else torch.bfloat16
     torch.set_num_threads(threads)
     x = load_file(inputs)
-    tr = FluxTransformer2DModel.from_pretrained(os.path.join(model_dir, "transformer"), torch_dtype=torch.bfloat16).eval()
-    lat = x["latents"].to(torch.bfloat16)[None]
-    txt = x["prompt_embeds"].to(torch.bfloat16)[None]
-    pooled = x["pooled"].to(torch.bfloat16)[None]
+    tr = FluxTransformer2DModel.from_pretrained(os.path.join(model_dir, "transformer"), torch_dtype=dt).eval()
+    lat = x["latents"].to(dt)[None]
+    txt = x["prompt_embeds"].to(dt)[None]
+    pooled = x["pooled"].to(dt)[None]
     gh, gw = int(x["grid"][0]), int(x["grid"][1])
     img_ids = torch.zeros(gh, gw, 3)
     img_ids[..., 1] = torch.arange(gh)[:, None]
