@@ -190,6 +190,14 @@ for i in range(12):  # a slow job running, then the queue (capacity 6) fills
 check(codes.count(429) >= 1 and codes.count(202) >= 6 and all(retry_after), f"queue bounded, 429 with Retry-After: {codes} {retry_after}")
 st, j = s.json("POST", f"/v1/jobs/{long_ids[-1]}/cancel")
 check(st == 200 and j["status"] == "cancelled", "cancel a queued job")
+# a job without content says its status (formatted from live memory, not a freed record)
+for jid, want in ((long_ids[-1], "cancelled"), (long_ids[-2], "queued")):
+    st, b, _ = s.req("GET", f"/v1/jobs/{jid}/content")
+    try:
+        msg = json.loads(b.decode("utf-8"))["error"]["message"]
+    except (UnicodeDecodeError, ValueError, KeyError):
+        msg = repr(b)
+    check(st == 404 and msg.endswith(f"has no content (status {want})"), f"content of a {want} job: {st} {msg}")
 for jid in long_ids[:-1]:  # cancel the rest (the running one stops at a step boundary)
     s.json("POST", f"/v1/jobs/{jid}/cancel")
 ends = [s.wait_job(jid) for jid in long_ids[:-1]]

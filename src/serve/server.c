@@ -913,7 +913,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         int pos = j ? jobs_position(A.js, id) : 0;
         pthread_mutex_unlock(&A.mu);
         if (!j) return error_reply(c, 404, "not_found_error", NULL, "no job %s", id);
-        const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status"));
+        /* the status outlives j: replies below are formatted after j is freed */
+        char st[32];
+        snprintf(st, sizeof st, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) ?: "unknown");
         if (get && !tail[0]) {
             cJSON_DeleteItemFromObject(j, "result"); /* a server path: not for clients */
             if (pos) cJSON_AddNumberToObject(j, "queue_position", pos);
