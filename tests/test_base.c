@@ -11,6 +11,8 @@ static void test_status(void) {
     dl_status s = dl_fail(DL_ERR_IO, "cannot open %s", "x.bin");
     CHECK(s == DL_ERR_IO, "dl_fail returns its status");
     CHECK(!strcmp(dl_last_error(), "cannot open x.bin"), "message: %s", dl_last_error());
+    dl_fail(DL_ERR_IO, "program x: %s; recompiling", dl_last_error()); /* wrapping the previous message */
+    CHECK(!strcmp(dl_last_error(), "program x: cannot open x.bin; recompiling"), "a wrapped message: %s", dl_last_error());
     CHECK(!strcmp(dl_status_str(DL_ERR_FORMAT), "malformed input"), "status name");
 }
 

@@ -24,10 +24,14 @@ const char *dl_status_str(dl_status s) {
 }
 
 dl_status dl_fail(dl_status s, const char *fmt, ...) {
+    /* formatted apart first: an argument may be dl_last_error() itself (a message
+       wrapping the one before it) */
+    char msg[sizeof g_err];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(g_err, msg, sizeof g_err);
     return s;
 }
 
