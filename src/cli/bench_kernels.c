@@ -5,6 +5,11 @@
  *   - fused attention, bf16, H=24, D=128: GFLOP/s (4 S^2 D H) / best bf16 matmul;
  *   - element-wise kernels on bf16 activations: GB/s / parallel memcpy GB/s. */
 #include <cjson/cJSON.h>
+#include <unistd.h>
+
+#ifndef DIFFLET_SOURCE_DIR
+#define DIFFLET_SOURCE_DIR "."
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +83,48 @@ typedef struct {
 static void attn_fn(void *ctx, int ith, int nth) {
     attn_task *t = ctx;
     dl_attn_t(t->a, t->scratch, ith, nth);
+}
+
+/* The same matmul shapes in torch (tools venv), for "is oneDNN 2.6 what the peer
+ * gets?": printed per shape as a ratio to difflet's, recorded in the JSON. */
+static void matmul_peer(cJSON *root, int64_t M, int reps, int quick) {
+    const char *py = DIFFLET_SOURCE_DIR "/tools/venv/bin/python";
+    if (access(py, X_OK) != 0) {
+        printf("  torch peer: not measured (no %s: run `make tools-venv`)\n", py);
+        return;
+    }
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s %s/tools/bench/matmul_peer.py %lld %d %d 3072:3072 3072:9216%s", py,
+             DIFFLET_SOURCE_DIR, (long long)M, dl_threads(), reps, quick ? "" : " 3072:12288 12288:3072");
+    FILE *f = popen(cmd, "r");
+    char line[8192] = "";
+    while (f && fgets(line, sizeof line, f))
+        if (line[0] == '{') break;
+    int prc = f ? pclose(f) : -1;
+    cJSON *pj = prc == 0 ? cJSON_Parse(line) : NULL;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(pj, "gflops");
+    if (!cJSON_IsObject(g)) {
+        printf("  torch peer: the script failed (exit %d)\n", prc);
+        cJSON_Delete(pj);
+        return;
+    }
+    printf("  torch %s (same shapes, nn.functional.linear):\n  %-6s %6s %6s %10s %18s\n",
+           cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pj, "torch")), "dtype", "K", "N", "GFLOP/s",
+           "difflet / torch");
+    cJSON *jmm = cJSON_GetObjectItemCaseSensitive(root, "matmul"), *e;
+    cJSON_ArrayForEach(e, jmm) {
+        char key[64];
+        snprintf(key, sizeof key, "%s %.0f %.0f", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "dtype")),
+                 cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "k")),
+                 cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "n")));
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(g, key);
+        if (!cJSON_IsNumber(p)) continue;
+        double mine = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "gflops"));
+        printf("  %-18s %16.1f %18.2f\n", key, p->valuedouble, mine / p->valuedouble);
+        cJSON_AddNumberToObject(e, "torch_gflops", p->valuedouble);
+    }
+    cJSON_AddStringToObject(root, "torch", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pj, "torch")));
+    cJSON_Delete(pj);
 }
 
 int bench_opts(int argc, char **argv, const char *name, const char **json_path, int *quick, dl_dtype *dt) {
@@ -159,6 +206,7 @@ int cli_bench_kernels(int argc, char **argv) {
             free(w), free(x), free(y);
         }
     }
+    matmul_peer(root, M, reps, quick);
     cJSON_AddNumberToObject(root, "matmul_bf16_peak_gflops", best_bf16);
     cJSON_AddNumberToObject(root, "matmul_f32_peak_gflops", best_f32);
 
