@@ -7,18 +7,16 @@
  *   decode: unpack, z / scaling_factor + shift_factor, VAE decode, (x/2 + 0.5)
  *           clamped to [0, 1], x255 rounded.
  *
- * Parallel execution: the replica's host rank runs this flow; before each denoiser
- * evaluation it broadcasts the step (op, branches, timestep, guidance, valid text
- * length) and the latents; every rank runs its part of the transformer. With cfg=2
- * the branch-1 group runs the negative prompt and its first rank sends the output
- * (or probe score) to the host. Step-cache decisions are the host's; at the end of a
- * request every rank reports a hash of the steps it ran per branch and the host
- * checks them against its decisions. */
+ * The loop itself (steps, CFG, step caching, the ranks of a parallel replica) is
+ * the shared one (denoise.h); FLUX's denoiser is the transformer with conditioning
+ * (T5 sequence [T, joint], CLIP pooled [pooled]). With parallel execution the
+ * replica's host rank runs this flow and every rank its part of the transformer. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "difflet/denoise.h"
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
 #include "difflet/text.h"
@@ -32,106 +30,41 @@ struct dl_flux_pipeline {
     dl_flux *tr;
     dl_vae_decoder *vae;
     dl_flowmatch fm;
+    dl_denoise *loop;
     int64_t lh, lw, C, N, T, Cp; /* latent grid, latent channels, tokens, text length, packed channels */
     int clip_len;
-    float *lat, *v, *v2, *sigmas;
-    float *sc_buf[4];            /* step cache: prev and delta for each CFG branch */
+    float *sigmas, *tsteps;
     float *pe, *pooled, *ne, *npooled; /* prompt / negative embeddings */
     float *hidden77, *unpacked, *img;
     int32_t *ids;
     dl_artifact *art[4]; /* the programs' mapped weights, kept while the models live */
     char prog_id[4][17];
     const dl_par_place *par; /* NULL: one rank */
-    int host, parallel;      /* this rank runs the host flow; the replica has > 1 rank */
+    int host;                /* this rank runs the host flow */
     int64_t Jd, Pd;          /* text widths as the transformer takes them */
-    uint64_t ran[2];         /* hash chain of the steps this rank ran, per branch */
-    int nran[2];
 };
-
-enum { OP_STOP = 0, OP_REQUEST, OP_PROBE, OP_RUN, OP_END };
-typedef struct {
-    int32_t op, mask, L, two, step; /* mask: branches; two: the request has two passes */
-    float t, guidance;
-} step_msg;
 
 int dl_flux_pipeline_is_host(const dl_flux_pipeline *p) { return p->host; }
 
-static void note_ran(dl_flux_pipeline *p, int b, int step) {
-    p->ran[b] = (p->ran[b] ^ (uint64_t)(step + 1)) * 0x100000001b3ull;
-    p->nran[b]++;
+/* ---- FLUX's denoiser: conditioning buf[0] = T5 sequence, buf[1] = CLIP pooled ---- */
+static dl_status den_eval(void *m, const float *lat, const dl_cond *c, float t, float g, float *out) {
+    return dl_flux_run(m, lat, c->buf[0], c->buf[1], t, g, out, NULL);
 }
-
-/* does this rank evaluate branch b? (cfg=2: only its group's branch) */
-static int serves(const dl_flux_pipeline *p, int b) { return !p->par || p->par->cfg.cfg == 1 || p->par->branch == b; }
-
-/* the rank that sends branch 1's results to the host: branch 1's first rank */
-static int cfg_partner(const dl_flux_pipeline *p) {
-    return p->par && p->par->cfg.cfg == 2 && p->par->branch == 1 && p->par->split.tp_rank == 0 &&
-           p->par->split.cp_rank == 0;
+static dl_status den_probe(void *m, int slot, const float *lat, const dl_cond *c, float t, float g, double *score) {
+    return dl_flux_probe(m, slot, lat, c->buf[1], t, g, score);
 }
-
-static dl_status send_msg(dl_flux_pipeline *p, int op, int mask, int two, int step, float t, float g) {
-    if (!p->parallel) return DL_OK;
-    step_msg m = {.op = op, .mask = mask, .L = (int32_t)p->T, .two = two, .step = step, .t = t, .guidance = g};
-    dl_status s = dl_comm_bcast(p->par->replica_comm, &m, sizeof m, 0);
-    if (s == DL_OK && (op == OP_PROBE || op == OP_RUN))
-        s = dl_comm_bcast(p->par->replica_comm, p->lat, (size_t)(p->N * p->Cp) * 4, 0);
-    return s;
-}
-
-/* seconds this rank spent communicating (every group it belongs to) */
-static double comm_seconds(const dl_flux_pipeline *p) {
-    if (!p->parallel) return 0;
-    const dl_comm *c[4] = {p->par->replica_comm, p->par->cfg_comm, p->par->tp_comm, p->par->cp_comm};
-    double t = 0;
-    for (int i = 0; i < 4; i++) t += dl_comm_stats_get(c[i]).seconds;
-    return t;
-}
-
-/* the request's text embeddings, host to every rank */
-static dl_status send_text(dl_flux_pipeline *p, int two) {
-    dl_comm *c = p->par->replica_comm;
-    dl_status s;
-    if ((s = dl_comm_bcast(c, p->pe, (size_t)(p->T * p->Jd) * 4, 0)) ||
-        (s = dl_comm_bcast(c, p->pooled, (size_t)p->Pd * 4, 0)))
-        return s;
-    if (two && ((s = dl_comm_bcast(c, p->ne, (size_t)(p->T * p->Jd) * 4, 0)) ||
-                (s = dl_comm_bcast(c, p->npooled, (size_t)p->Pd * 4, 0))))
-        return s;
-    return DL_OK;
-}
-
-/* End of a request: every rank's per-branch hash of the steps it ran, checked
- * against the host's decisions (*ranks: how many agreed). */
-static dl_status check_ranks(dl_flux_pipeline *p, int *ranks) {
-    *ranks = 1;
-    if (!p->parallel) return DL_OK;
-    dl_comm *c = p->par->replica_comm;
-    int n = dl_comm_size(c);
-    uint64_t mine[5] = {p->ran[0], p->ran[1], (uint64_t)p->nran[0], (uint64_t)p->nran[1],
-                        (uint64_t)(serves(p, 0) | serves(p, 1) << 1)};
-    uint64_t *all = malloc((size_t)n * sizeof mine);
-    if (!all) return dl_fail(DL_ERR_NOMEM, "out of memory");
-    dl_status s = dl_comm_allgather(c, mine, sizeof mine, all);
-    for (int r = 1; s == DL_OK && p->host && r < n; r++) /* the host judges */
-        for (int b = 0; b < 2; b++)
-            if ((all[r * 5 + 4] >> b & 1) && (all[r * 5 + b] != p->ran[b] || all[r * 5 + 2 + b] != (uint64_t)p->nran[b]))
-                s = dl_fail(DL_ERR_INVALID, "rank %d ran %llu denoiser steps of branch %d, the host decided %d: the ranks disagree",
-                            r, (unsigned long long)all[r * 5 + 2 + b], b, p->nran[b]);
-    free(all);
-    if (s == DL_OK) *ranks = n;
-    return s;
-}
+static void den_probe_reset(void *m) { dl_flux_probe_reset(m); }
+static dl_status den_text_valid(void *m, int64_t valid) { return dl_flux_set_text_valid(m, valid); }
+static const dl_denoiser_ops flux_denoiser = {den_eval, den_probe, den_probe_reset, den_text_valid};
 
 void dl_flux_pipeline_free(dl_flux_pipeline *p) {
     if (!p) return;
-    if (p->host && p->parallel && p->tr) send_msg(p, OP_STOP, 0, 0, 0, 0, 0); /* release the workers */
+    dl_denoise_free(p->loop); /* the host's releases the workers */
     dl_tokenizer_free(p->tok), dl_tokenizer_free(p->tok2);
     dl_clip_text_free(p->clip), dl_t5_encoder_free(p->t5), dl_flux_free(p->tr), dl_vae_decoder_free(p->vae);
     for (int i = 0; i < 4; i++) dl_artifact_close(p->art[i]);
     dl_model_dir_free(p->dir);
-    for (int i = 0; i < 4; i++) free(p->sc_buf[i]);
-    free(p->lat), free(p->v), free(p->v2), free(p->sigmas), free(p->pe), free(p->pooled), free(p->ne);
+    free(p->sigmas), free(p->tsteps), free(p->pe), free(p->pooled), free(p->ne);
     free(p->npooled), free(p->hidden77), free(p->unpacked), free(p->img), free(p->ids);
     free(p);
 }
@@ -213,7 +146,6 @@ dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, c
     p->clip_len = 77;
     p->par = shape->par;
     p->host = !p->par || dl_comm_rank(p->par->replica_comm) == 0;
-    p->parallel = p->par && dl_comm_size(p->par->replica_comm) > 1;
     if (p->host) {
         snprintf(path, sizeof path, "%s/tokenizer", model_dir);
         if ((s = dl_tokenizer_load(&p->tok, path))) goto fail;
@@ -262,25 +194,23 @@ dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, c
         goto fail;
     }
     const int64_t D2 = p->Jd, D1 = p->Pd;
-    p->lat = malloc((size_t)(p->N * p->Cp) * 4);
-    p->v = malloc((size_t)(p->N * p->Cp) * 4);
-    p->v2 = malloc((size_t)(p->N * p->Cp) * 4);
     p->sigmas = malloc(10001 * 4);
-    for (int i = 0; i < 4; i++)
-        if (!(p->sc_buf[i] = malloc((size_t)(p->N * p->Cp) * 4))) {
-            s = dl_fail(DL_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
+    p->tsteps = malloc(10000 * 4);
     p->pe = malloc((size_t)(p->T * D2) * 4), p->ne = malloc((size_t)(p->T * D2) * 4);
     p->pooled = malloc((size_t)D1 * 4), p->npooled = malloc((size_t)D1 * 4);
     p->hidden77 = malloc((size_t)(p->clip_len * D1) * 4);
     p->unpacked = malloc((size_t)(p->N * p->Cp) * 4);
     p->img = malloc((size_t)(3 * shape->width * shape->height) * 4);
     p->ids = malloc((size_t)(p->T > p->clip_len ? p->T : p->clip_len) * sizeof *p->ids);
-    if (!p->lat || !p->v || !p->v2 || !p->sigmas || !p->pe || !p->ne || !p->pooled || !p->npooled || !p->hidden77 ||
-        !p->unpacked || !p->img || !p->ids) {
+    if (!p->sigmas || !p->tsteps || !p->pe || !p->ne || !p->pooled || !p->npooled || !p->hidden77 || !p->unpacked ||
+        !p->img || !p->ids) {
         s = dl_fail(DL_ERR_NOMEM, "out of memory");
         goto fail;
+    }
+    {
+        dl_denoiser dn = {&flux_denoiser, p->tr, p->N * p->Cp};
+        dl_cond c0 = {{p->pe, p->pooled}, {p->T * D2, D1}, 2}, c1 = {{p->ne, p->npooled}, {p->T * D2, D1}, 2};
+        if ((s = dl_denoise_new(&p->loop, &dn, p->par, &c0, &c1)) != DL_OK) goto fail;
     }
     *out = p;
     return DL_OK;
@@ -299,97 +229,28 @@ static dl_status encode(dl_flux_pipeline *p, const char *prompt, float *seq, flo
     return s;
 }
 
-/* Branch b's evaluation (probe or denoiser) on this rank and, with cfg=2, the
- * partner's result for branch 1 on the host. */
-static dl_status eval_branch(dl_flux_pipeline *p, int op, int b, int step, float tin, float g, float *out,
-                             double *score) {
-    const float *emb = b ? p->ne : p->pe, *pool = b ? p->npooled : p->pooled;
-    dl_status s = DL_OK;
-    if (serves(p, b)) {
-        if (op == OP_PROBE) s = dl_flux_probe(p->tr, b, p->lat, pool, tin, g, score);
-        else {
-            s = dl_flux_run(p->tr, p->lat, emb, pool, tin, g, out, NULL);
-            if (s == DL_OK) note_ran(p, b, step);
-        }
-        if (s == DL_OK && b == 1 && cfg_partner(p)) { /* to the host */
-            dl_comm *c = p->par->cfg_comm;
-            s = op == OP_PROBE ? dl_comm_send(c, score, sizeof *score, 0, 11)
-                               : dl_comm_send(c, out, (size_t)(p->N * p->Cp) * 4, 0, 12);
-        }
-    } else if (p->host) { /* cfg=2: branch 1 ran on the other group */
-        dl_comm *c = p->par->cfg_comm;
-        if (op == OP_PROBE) s = dl_comm_recv(c, score, sizeof *score, 1, 11);
-        else {
-            s = dl_comm_recv(c, out, (size_t)(p->N * p->Cp) * 4, 1, 12);
-            if (s == DL_OK) note_ran(p, b, step);
-        }
-    }
-    return s;
-}
-
 dl_status dl_flux_pipeline_worker_one(dl_flux_pipeline *p, int *stopped) {
-    *stopped = 0;
-    if (p->host) return dl_fail(DL_ERR_INVALID, "the host rank runs the pipeline, not the worker loop");
-    for (;;) {
-        step_msg m;
-        dl_status s = dl_comm_bcast(p->par->replica_comm, &m, sizeof m, 0);
-        if (s != DL_OK) return s;
-        switch (m.op) {
-        case OP_STOP: *stopped = 1; return DL_OK;
-        case OP_REQUEST:
-            if ((s = send_text(p, m.two))) return s;
-            dl_flux_probe_reset(p->tr);
-            p->ran[0] = p->ran[1] = 0;
-            p->nran[0] = p->nran[1] = 0;
-            break;
-        case OP_PROBE:
-        case OP_RUN:
-            if ((s = dl_comm_bcast(p->par->replica_comm, p->lat, (size_t)(p->N * p->Cp) * 4, 0))) return s;
-            if ((s = dl_flux_set_text_valid(p->tr, m.L))) return s;
-            for (int b = 0; b < 2; b++) {
-                double score = 0;
-                if ((m.mask >> b & 1) && serves(p, b) && (s = eval_branch(p, m.op, b, m.step, m.t, m.guidance, p->v, &score)))
-                    return s;
-            }
-            break;
-        case OP_END: {
-            int ranks;
-            return check_ranks(p, &ranks); /* the request is over */
-        }
-        default: return dl_fail(DL_ERR_INVALID, "worker: unknown step message %d", m.op);
-        }
-    }
+    return dl_denoise_worker_one(p->loop, stopped);
 }
 
-dl_status dl_flux_pipeline_worker(dl_flux_pipeline *p) {
-    int stopped = 0;
-    dl_status s = DL_OK;
-    while (s == DL_OK && !stopped) s = dl_flux_pipeline_worker_one(p, &stopped);
-    return s;
-}
+dl_status dl_flux_pipeline_worker(dl_flux_pipeline *p) { return dl_denoise_worker(p->loop); }
 
 static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t *rgb, float *image,
-                          dl_flux_timing *timing, int *ended);
+                          dl_flux_timing *timing, int *ran);
 
-/* Every call ends the request on every rank exactly once (OP_END), also when it
- * fails before the workers heard of it: a serving replica's ranks wait for that end. */
+/* Every call ends the request on every rank exactly once, also when it fails
+ * before the loop ran: a serving replica's ranks wait for that end. */
 dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t *rgb, float *image,
                            dl_flux_timing *timing) {
     if (!p->host) return dl_fail(DL_ERR_INVALID, "only the host rank generates; the others run dl_flux_pipeline_worker");
-    int ended = 0;
-    dl_status s = generate(p, r, rgb, image, timing, &ended);
-    if (p->parallel && !ended) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", dl_last_error()); /* keep the request's own error */
-        int ranks;
-        if (send_msg(p, OP_END, 0, 0, 0, 0, 0) == DL_OK) check_ranks(p, &ranks);
-        if (s != DL_OK) dl_fail(s, "%s", msg);
-    }
+    int ran = 0;
+    dl_status s = generate(p, r, rgb, image, timing, &ran);
+    if (!ran) dl_denoise_abandon(p->loop);
     return s;
 }
 
 static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t *rgb, float *image,
-                          dl_flux_timing *timing, int *ended) {
+                          dl_flux_timing *timing, int *ran) {
     dl_flux_timing tm = {0};
     if (!r->prompt) return dl_fail(DL_ERR_INVALID, "a prompt is required");
     if (r->steps <= 0 || r->steps > 10000) return dl_fail(DL_ERR_INVALID, "steps must be in 1..10000, got %d", r->steps);
@@ -406,86 +267,29 @@ static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t
     tm.encode_s = dl_now() - t0;
     double mu = dl_flowmatch_mu(&p->fm, p->N);
     if ((s = dl_flowmatch_sigmas(&p->fm, r->steps, mu, p->sigmas))) return s;
-    /* from here on every exit ends the request on every rank (OP_END) */
-    double c0 = comm_seconds(p);
-    if (p->parallel && ((s = send_msg(p, OP_REQUEST, 0, cfg, 0, 0, 0)) || (s = send_text(p, cfg)))) return s;
-    p->ran[0] = p->ran[1] = 0;
-    p->nran[0] = p->nran[1] = 0;
+    /* the pipeline hands the transformer t / 1000 with t = sigma * num_train_timesteps, in f32 */
+    for (int i = 0; i < r->steps; i++) p->tsteps[i] = p->sigmas[i] * (float)p->fm.num_train_timesteps / 1000.f;
 
     /* initial latents: given (packed), or noise [C, h, w] packed as diffusers packs */
-    const int64_t N = p->N, Cp = p->Cp, C = p->C, gh = p->lh / 2, gw = p->lw / 2;
+    const int64_t N = p->N, Cp = p->Cp, C = p->C, gw = p->lw / 2;
+    float *lat = dl_denoise_latents(p->loop);
     if (r->init_latents) {
-        memcpy(p->lat, r->init_latents, (size_t)(N * Cp) * 4);
+        memcpy(lat, r->init_latents, (size_t)(N * Cp) * 4);
     } else {
         dl_randn(r->seed, p->unpacked, N * Cp);
         for (int64_t c = 0; c < C; c++)
             for (int64_t y = 0; y < p->lh; y++)
                 for (int64_t x = 0; x < p->lw; x++)
-                    p->lat[((y / 2) * gw + x / 2) * Cp + c * 4 + (y % 2) * 2 + (x % 2)] =
-                        p->unpacked[(c * p->lh + y) * p->lw + x];
+                    lat[((y / 2) * gw + x / 2) * Cp + c * 4 + (y % 2) * 2 + (x % 2)] = p->unpacked[(c * p->lh + y) * p->lw + x];
     }
-    /* step cache: fresh state for this request, one per CFG branch */
-    static const dl_stepcache_config off = {0};
-    const dl_stepcache_config *sc = r->cache ? r->cache : &off;
-    int probing = sc->mode == DL_STEPCACHE_CALIBRATED || r->on_probe;
-    dl_stepcache_state st[2];
-    for (int b = 0; b < 2; b++) {
-        st[b] = (dl_stepcache_state){.prev = p->sc_buf[2 * b], .delta = p->sc_buf[2 * b + 1], .n = N * Cp};
-        dl_stepcache_reset(&st[b]);
-    }
-    if (probing) dl_flux_probe_reset(p->tr);
-    const int nb = 1 + cfg, all = cfg ? 3 : 1;
-    t0 = dl_now();
-    for (int i = 0; i < r->steps; i++) {
-        if (r->cancel && *r->cancel) {
-            s = dl_fail(DL_ERR_CANCELLED, "cancelled at step %d of %d", i, r->steps);
-            break;
-        }
-        /* the pipeline hands the transformer t / 1000 with t = sigma * num_train_timesteps, in f32 */
-        float t = p->sigmas[i] * (float)p->fm.num_train_timesteps;
-        float tin = t / 1000.f;
-        double score[2] = {0, 0};
-        if (probing) { /* branch 0: the prompt; 1: the negative prompt */
-            double tp = dl_now();
-            s = send_msg(p, OP_PROBE, all, cfg, i, tin, r->guidance);
-            for (int b = 0; b < nb && s == DL_OK; b++) s = eval_branch(p, OP_PROBE, b, i, tin, r->guidance, NULL, &score[b]);
-            if (s != DL_OK) break;
-            tm.probe_s += dl_now() - tp;
-        }
-        int run = 0;
-        for (int b = 0; b < nb; b++)
-            if (!dl_stepcache_decide(sc, &st[b], i, r->steps, score[b])) run |= 1 << b;
-        if (run && (s = send_msg(p, OP_RUN, run, cfg, i, tin, r->guidance))) break;
-        for (int b = 0; b < nb; b++) {
-            float *out = b ? p->v2 : p->v;
-            double change = -1;
-            if (run >> b & 1) {
-                if ((s = eval_branch(p, OP_RUN, b, i, tin, r->guidance, out, NULL))) break;
-                tm.transformer_calls++;
-                change = dl_stepcache_full(sc, &st[b], out);
-            } else {
-                double tc = dl_now();
-                dl_stepcache_estimate(&st[b], out);
-                tm.cached_s += dl_now() - tc;
-                tm.cached_steps++;
-            }
-            if (r->on_probe) r->on_probe(r->ctx, i, b, score[b], change);
-        }
-        if (s != DL_OK) break;
-        if (cfg)
-            for (int64_t k = 0; k < N * Cp; k++) p->v[k] = p->v2[k] + r->true_cfg * (p->v[k] - p->v2[k]);
-        float dt = p->sigmas[i + 1] - p->sigmas[i];
-        for (int64_t k = 0; k < N * Cp; k++) p->lat[k] = p->lat[k] + dt * p->v[k];
-        if (r->on_step) r->on_step(r->ctx, i + 1, r->steps, dl_now() - t0);
-    }
-    /* every rank reports what it ran, even after a cancel (it keeps them in step) */
-    dl_status e = send_msg(p, OP_END, 0, cfg, 0, 0, 0);
-    *ended = 1;
-    if (e == DL_OK) e = check_ranks(p, &tm.ranks);
-    if (s == DL_OK) s = e;
-    if (s != DL_OK) return s;
-    if (p->parallel) tm.comm_s = comm_seconds(p) - c0;
-    tm.denoise_s = dl_now() - t0;
+    dl_denoise_request dr = {.steps = r->steps, .t = p->tsteps, .sigmas = p->sigmas, .guidance = r->guidance,
+                             .cfg = cfg, .cfg_scale = r->true_cfg, .text_valid = p->T, .cache = r->cache,
+                             .cancel = r->cancel, .on_step = r->on_step, .on_probe = r->on_probe, .ctx = r->ctx};
+    dl_denoise_timing dt;
+    *ran = 1;
+    if ((s = dl_denoise_run(p->loop, &dr, &dt)) != DL_OK) return s;
+    tm.denoise_s = dt.denoise_s, tm.probe_s = dt.probe_s, tm.cached_s = dt.cached_s, tm.comm_s = dt.comm_s;
+    tm.transformer_calls = dt.calls, tm.cached_steps = dt.cached_steps, tm.ranks = dt.ranks;
 
     /* unpack, unscale, decode */
     t0 = dl_now();
@@ -493,10 +297,9 @@ static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t
     for (int64_t c = 0; c < C; c++)
         for (int64_t y = 0; y < p->lh; y++)
             for (int64_t x = 0; x < p->lw; x++) {
-                float v = p->lat[((y / 2) * gw + x / 2) * Cp + c * 4 + (y % 2) * 2 + (x % 2)];
+                float v = lat[((y / 2) * gw + x / 2) * Cp + c * 4 + (y % 2) * 2 + (x % 2)];
                 p->unpacked[(c * p->lh + y) * p->lw + x] = v / sf + sh;
             }
-    (void)gh;
     if ((s = dl_vae_decode(p->vae, p->unpacked, p->img))) return s;
     const int64_t H = p->shape.height, W = p->shape.width;
     for (int64_t y = 0; y < H; y++)

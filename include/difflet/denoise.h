@@ -1,0 +1,97 @@
+/* The denoising loop every pipeline shares (Difflet §3, §4): a model's step
+ * evaluation behind a small interface (dl_denoiser), driven by one host loop that
+ * owns what is the same for every DiT family: the step protocol between the ranks
+ * of a replica, the worker loop of the non-host ranks, the end-of-request check
+ * that every rank ran exactly the decided steps, classifier-free guidance (two
+ * branches, sequential on one group or on separate cfg groups), step caching, the
+ * scheduler update, cancellation and progress. A pipeline keeps only what is its
+ * own: encoding the prompt into conditioning, the initial latents and their
+ * packing, the schedule, and decoding. */
+#ifndef DIFFLET_DENOISE_H
+#define DIFFLET_DENOISE_H
+
+#include "difflet/pipeline.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One branch's conditioning (branch 0: the prompt; 1: the negative prompt): up to
+ * DL_COND_MAX f32 buffers the pipeline owns and the host fills; with parallel
+ * execution the host broadcasts them to the replica at every request, so every rank
+ * holds them in the same buffers. */
+#define DL_COND_MAX 4
+typedef struct {
+    float *buf[DL_COND_MAX];
+    int64_t numel[DL_COND_MAX];
+    int n;
+} dl_cond;
+
+/* A model's step evaluation. Every function runs on every rank of the model's split
+ * (collectives inside are the model's business). */
+typedef struct {
+    /* out = denoiser(latents, conditioning, t) for one branch */
+    dl_status (*eval)(void *model, const float *latents, const dl_cond *cond, float t, float guidance, float *out);
+    /* the step-caching probe for CFG slot `slot` (NULL: the model has none) */
+    dl_status (*probe)(void *model, int slot, const float *latents, const dl_cond *cond, float t, float guidance,
+                       double *score);
+    void (*probe_reset)(void *model);
+    /* valid text tokens of the conditioning (NULL: the model attends all of them) */
+    dl_status (*set_text_valid)(void *model, int64_t valid);
+} dl_denoiser_ops;
+
+typedef struct {
+    const dl_denoiser_ops *ops;
+    void *model;
+    int64_t latent_numel; /* the latents the loop steps, flattened */
+} dl_denoiser;
+
+typedef struct dl_denoise dl_denoise;
+
+/* The loop for one pipeline on this rank: `par` NULL for one rank. cond[0] and
+ * cond[1] are the branches' conditioning buffers (cond[1] may have n = 0 when the
+ * pipeline never runs true CFG). The loop owns the latents (dl_denoise_latents). */
+dl_status dl_denoise_new(dl_denoise **out, const dl_denoiser *d, const dl_par_place *par, const dl_cond *cond0,
+                         const dl_cond *cond1);
+/* The host's free also releases the replica's workers. */
+void dl_denoise_free(dl_denoise *d);
+int dl_denoise_is_host(const dl_denoise *d);
+/* [latent_numel]: the pipeline writes the initial latents here before
+ * dl_denoise_run and reads the result after. */
+float *dl_denoise_latents(dl_denoise *d);
+
+typedef struct {
+    int steps;
+    const float *t;        /* [steps]: the model's timestep input per step */
+    const float *sigmas;   /* [steps + 1]: flow-matching Euler update latents += (s[i+1] - s[i]) * v */
+    float guidance;        /* passed to the model (distilled guidance) */
+    int cfg;               /* 1: two branches per step, v = v1 + cfg_scale * (v0 - v1) */
+    float cfg_scale;
+    int64_t text_valid;    /* valid text tokens of the conditioning (models with set_text_valid) */
+    const dl_stepcache_config *cache; /* NULL or off: every step runs the denoiser */
+    volatile int *cancel;  /* checked before every step: nonzero stops with DL_ERR_CANCELLED */
+    void (*on_step)(void *ctx, int step, int steps, double elapsed);
+    void (*on_probe)(void *ctx, int step, int branch, double probe, double change);
+    void *ctx;
+} dl_denoise_request;
+
+typedef struct {
+    double denoise_s, probe_s, cached_s, comm_s;
+    int calls, cached_steps, ranks;
+} dl_denoise_timing;
+
+/* Host: run the request's steps on the latents. Ends the request on every rank of
+ * the replica exactly once, whatever happens. */
+dl_status dl_denoise_run(dl_denoise *d, const dl_denoise_request *r, dl_denoise_timing *tm);
+/* Host: end a request that failed before dl_denoise_run (the workers wait for its
+ * end); keeps the request's own error message. */
+void dl_denoise_abandon(dl_denoise *d);
+/* A non-host rank: serve the host's steps for one request (returns at its end, or
+ * with *stopped set when the host frees its loop), or until the host stops. */
+dl_status dl_denoise_worker_one(dl_denoise *d, int *stopped);
+dl_status dl_denoise_worker(dl_denoise *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
