@@ -48,7 +48,9 @@ static void run_layout(dl_comm *world, dl_model_dir *md, const char *name, dl_fl
     dl_status s = dl_par_parse(spec, &pc);
     CHECK(s == DL_OK, "%s: parse %s: %s", name, spec, dl_last_error());
     char why[512];
-    const char *bad = dl_par_check(&pc, dl_flux_heads(ref), 1, dl_comm_size(world), why, sizeof why);
+    const char *bad = dl_par_check(&pc, 1, dl_comm_size(world), why, sizeof why);
+    dl_dit_split sp = {.tp = pc.tp, .cp = pc.cp, .sp = pc.sp, .cp_mode = pc.cp_mode};
+    if (!bad) bad = dl_dit_split_check(&sp, dl_flux_heads(ref), why, sizeof why);
     if (expect_refused) {
         CHECK(bad != NULL, "%s: layout %s should be refused for %lld heads", name, spec, (long long)dl_flux_heads(ref));
         if (bad && g_rank == 0) printf("  %-10s %-22s refused: %s\n", name, spec, bad);
@@ -368,10 +370,10 @@ int main(void) {
     CHECK(dl_par_parse("cfg=3", &pc) != DL_OK, "cfg=3 accepted");
     char why[512];
     dl_par_parse("tp=2,cfg=2", &pc);
-    CHECK(dl_par_check(&pc, 4, 1, 4, why, sizeof why) != NULL, "cfg=2 accepted for a one-pass pipeline");
-    CHECK(dl_par_check(&pc, 4, 2, 2, why, sizeof why) != NULL, "4-rank layout accepted on 2 ranks");
+    CHECK(dl_par_check(&pc, 1, 4, why, sizeof why) != NULL, "cfg=2 accepted for a one-pass pipeline");
+    CHECK(dl_par_check(&pc, 2, 2, why, sizeof why) != NULL, "4-rank layout accepted on 2 ranks");
     dl_par_parse("sp", &pc);
-    CHECK(dl_par_check(&pc, 4, 1, 1, why, sizeof why) != NULL, "sp without tp accepted");
+    CHECK(dl_par_check(&pc, 1, 1, why, sizeof why) != NULL, "sp without tp accepted");
     int failed = !all_ok(world, g_fail == 0);
     int rc = g_rank == 0 ? test_done("test_parallel") : (g_fail ? 1 : 0);
     dl_comm_finalize();

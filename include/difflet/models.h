@@ -88,13 +88,13 @@ typedef struct {
     dl_cp_mode cp_mode;
     int tp_rank, cp_rank;     /* this rank's place (what its weights and rows are) */
     dl_comm *tp_comm, *cp_comm; /* at run time; NULL when the degree is 1 (compiling needs none) */
-} dl_flux_split;
+} dl_dit_split;
 const char *dl_cp_mode_name(dl_cp_mode m);
 /* As dl_flux_load, building this rank's part (its weight slices, its rows). */
 dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *component, int64_t grid_h, int64_t grid_w,
-                             int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_flux_split *split);
+                             int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split);
 /* Why a split is infeasible for a model with `heads` heads (NULL when feasible). */
-const char *dl_flux_split_check(const dl_flux_split *split, int64_t heads, char *buf, size_t n);
+const char *dl_dit_split_check(const dl_dit_split *split, int64_t heads, char *buf, size_t n);
 int64_t dl_flux_heads(const dl_flux *m);
 /* joint_attention_dim (T5 width) and pooled_projection_dim (CLIP width) */
 void dl_flux_text_dims(const dl_flux *m, int64_t *joint, int64_t *pooled);

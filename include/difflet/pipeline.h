@@ -92,14 +92,15 @@ dl_status dl_par_parse(const char *spec, dl_par_config *c);
 int dl_par_ranks(const dl_par_config *c);
 /* canonical text ("tp2.sp.cp2-ring.cfg2.dp1"; part of program keys) */
 void dl_par_format(const dl_par_config *c, char *buf, size_t n);
-/* Why this layout cannot run a model with `heads` heads whose pipeline makes
- * `passes` denoiser evaluations per step, on `world` ranks (NULL: feasible). */
-const char *dl_par_check(const dl_par_config *c, int64_t heads, int passes, int world, char *buf, size_t n);
+/* Why this layout cannot run a pipeline that makes `passes` denoiser evaluations
+ * per step on `world` ranks, whatever the model (NULL: feasible as far as the
+ * layout goes; the model's own check is the registry's, dl_pipeline_layout_check). */
+const char *dl_par_check(const dl_par_config *c, int passes, int world, char *buf, size_t n);
 
 typedef struct {
     dl_par_config cfg;
     int rank, replica, branch;  /* world rank, dp index, cfg branch (0: the prompt) */
-    dl_flux_split split;        /* tp / cp places and communicators */
+    dl_dit_split split;         /* tp / cp places and communicators */
     dl_comm *world, *replica_comm, *cfg_comm; /* cfg_comm: the ranks with the same replica, tp and cp place */
     dl_comm *tp_comm, *cp_comm;
 } dl_par_place;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "difflet/registry.h"
 #include "difflet/comm.h"
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
@@ -65,7 +66,14 @@ int cli_compile(int argc, char **argv) {
         fprintf(stderr, "difflet: compile: --model DIR is required\n");
         return 2;
     }
-    if (!w) w = h = dl_flux_default_size(model);
+    const dl_model_entry *entry;
+    if (dl_registry_lookup(model, &entry) != DL_OK) {
+        fprintf(stderr, "difflet: compile: %s\n", dl_last_error());
+        return 1;
+    }
+    int dw, dh, dframes;
+    entry->default_shape(model, &dw, &dh, &dframes);
+    if (!w) w = dw, h = dh;
     /* --parallel: every rank compiles its own transformer program (its slice of the
      * weights, its rows), started through mpirun as `generate --parallel` is */
     dl_par_config pc;
@@ -85,34 +93,34 @@ int cli_compile(int argc, char **argv) {
         fprintf(stderr, "difflet: compile: %s\n", dl_last_error());
         dl_comm_abort(1);
     }
-    dl_flux_shape shape = {.width = w, .height = h, .max_sequence_length = maxseq, .dt = dt,
-                           .cache = recompile ? DL_CACHE_RECOMPILE_ON_MISMATCH : DL_CACHE_USE,
-                           .par = ranks > 1 ? &place : NULL};
+    dl_gen_shape shape = {.width = w, .height = h, .frames = dframes, .max_sequence_length = maxseq, .dt = dt,
+                          .cache = recompile ? DL_CACHE_RECOMPILE_ON_MISMATCH : DL_CACHE_USE,
+                          .par = ranks > 1 ? &place : NULL};
     dl_log_set_level(DL_LOG_INFO < dl_log_get_level() ? dl_log_get_level() : DL_LOG_INFO);
     dl_program_stats before = dl_program_stats_get();
     double t0 = dl_now();
-    dl_flux_pipeline *p;
-    if (dl_flux_pipeline_load(&p, model, &shape) != DL_OK) {
+    dl_pipeline *p;
+    if (dl_pipeline_load(&p, model, &shape) != DL_OK) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
         if (ranks > 1) dl_comm_abort(1);
         return 1;
     }
     dl_program_stats after = dl_program_stats_get();
-    if (ranks > 1 && !dl_flux_pipeline_is_host(p)) { /* this rank's program; the host releases it */
-        printf("  rank %d (tp %d, cp %d): transformer %s\n", place.rank, place.split.tp_rank, place.split.cp_rank,
-               dl_flux_pipeline_program_id(p, 3));
-        int bad = dl_flux_pipeline_worker(p) != DL_OK;
-        dl_flux_pipeline_free(p);
+    const int last = entry->ncomponents - 1; /* the denoiser: the program every rank has */
+    if (ranks > 1 && !dl_pipeline_is_host(p)) { /* this rank's program; the host releases it */
+        printf("  rank %d (tp %d, cp %d): %s %s\n", place.rank, place.split.tp_rank, place.split.cp_rank,
+               entry->components[last], dl_pipeline_program_id(p, last));
+        int bad = dl_pipeline_worker(p) != DL_OK;
+        dl_pipeline_free(p);
         dl_par_place_free(&place);
         dl_comm_finalize();
         return bad;
     }
     printf("%s %dx%d %s: %d compiled, %d already cached, %.2f s; cache %s\n", model, w, h, dl_dtype_name(dt),
            after.compiles - before.compiles, after.loads - before.loads, dl_now() - t0, dl_cache_dir());
-    static const char *names[4] = {"text_encoder", "text_encoder_2", "vae", "transformer"};
-    for (int c = 0; c < 4; c++) printf("  %-15s %s\n", names[c], dl_flux_pipeline_program_id(p, c));
+    for (int c = 0; c < entry->ncomponents; c++) printf("  %-15s %s\n", entry->components[c], dl_pipeline_program_id(p, c));
     fflush(stdout);
-    dl_flux_pipeline_free(p);
+    dl_pipeline_free(p);
     if (ranks > 1) {
         dl_par_place_free(&place);
         dl_comm_finalize();

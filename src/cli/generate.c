@@ -1,4 +1,5 @@
-/* `difflet generate`: prompt in, PNG out, through a diffusers-layout FLUX folder.
+/* `difflet generate`: prompt in, picture out, through a diffusers-layout pipeline
+ * folder of any class the registry serves.
  * Argument errors: one line, exit 2. Runtime failures: the library's message,
  * exit 1. A progress line on a terminal, a per-stage timing summary at the end.
  * `--parallel LAYOUT` runs the ranks through mpirun (started here unless already
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "difflet/registry.h"
 #include "difflet/comm.h"
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
@@ -53,28 +55,6 @@ static int parse_float(const char *s, float *out) {
     if (errno || *end || end == s || v != v) return 0;
     *out = v;
     return 1;
-}
-
-/* Initial latents from a safetensors file: tensor "latents", packed [N, C] (or
- * [1, N, C]) as FluxPipeline takes them. */
-static int load_latents(const char *path, int64_t n, int64_t c, float **out) {
-    dl_checkpoint *ck;
-    if (dl_ckpt_open(&ck, path, NULL) != DL_OK) {
-        fprintf(stderr, "difflet: %s\n", dl_last_error());
-        return 0;
-    }
-    const dl_st_tensor *t = dl_ckpt_find(ck, "latents");
-    int ok = t && t->numel == n * c && (t->dtype == DL_ST_F32 || t->dtype == DL_ST_BF16 || t->dtype == DL_ST_F16);
-    if (!ok) {
-        fprintf(stderr, "difflet: %s: needs a float tensor \"latents\" of %lld x %lld (packed) values\n", path,
-                (long long)n, (long long)c);
-        dl_ckpt_free(ck);
-        return 0;
-    }
-    *out = malloc((size_t)(n * c) * 4);
-    ok = *out && dl_ckpt_read(t, DL_F32, *out) == DL_OK;
-    dl_ckpt_free(ck);
-    return ok;
 }
 
 /* "out.png" -> "out-3.png" */
@@ -163,7 +143,7 @@ int cli_generate(int argc, char **argv) {
     if (!model) { /* the embedded default: difflet-tiny, beside the sources */
         model = DIFFLET_SOURCE_DIR "/models/difflet-tiny";
         if (!dl_file_exists(model)) {
-            fprintf(stderr, "difflet: generate: no model: pass --model DIR (a diffusers FluxPipeline folder) or set DIFFLET_MODEL\n");
+            fprintf(stderr, "difflet: generate: no model: pass --model DIR (a diffusers pipeline folder) or set DIFFLET_MODEL\n");
             return 2;
         }
     }
@@ -207,10 +187,17 @@ int cli_generate(int argc, char **argv) {
         }
     }
     if (threads) dl_set_threads((int)threads);
-    if (!width) width = height ? height : dl_flux_default_size(model);
+    const dl_model_entry *entry;
+    if (dl_registry_lookup(model, &entry) != DL_OK) {
+        fprintf(stderr, "difflet: %s\n", dl_last_error());
+        return rank_fail(parallel, 1);
+    }
+    int dw, dh, dframes;
+    entry->default_shape(model, &dw, &dh, &dframes);
+    if (!width) width = height ? height : dw;
     if (!height) height = width;
-    dl_flux_shape shape = {.width = (int)width, .height = (int)height, .max_sequence_length = (int)maxseq, .dt = dt,
-                           .cache = cache, .par = parallel ? &place : NULL};
+    dl_gen_shape shape = {.width = (int)width, .height = (int)height, .frames = dframes, .max_sequence_length = (int)maxseq,
+                          .dt = dt, .cache = cache, .par = parallel ? &place : NULL};
     int host = !parallel || dl_comm_rank(place.replica_comm) == 0;
     char lay[96];
     dl_par_format(&pc, lay, sizeof lay);
@@ -219,30 +206,28 @@ int cli_generate(int argc, char **argv) {
                 dl_dtype_name(dt), dl_threads(), parallel ? " per rank, " : "", parallel ? lay : "",
                 parallel ? " over MPI" : "");
     double t0 = dl_now();
-    dl_flux_pipeline *p;
-    if (dl_flux_pipeline_load(&p, model, &shape) != DL_OK) {
+    dl_pipeline *p;
+    if (dl_pipeline_load(&p, model, &shape) != DL_OK) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
         return rank_fail(parallel, 1);
     }
     double load_s = dl_now() - t0;
     if (!host) { /* this rank executes its part of the host's steps */
-        if (dl_flux_pipeline_worker(p) != DL_OK) {
+        if (dl_pipeline_worker(p) != DL_OK) {
             fprintf(stderr, "difflet: rank %d: %s\n", dl_comm_rank(world), dl_last_error());
             return rank_fail(parallel, 1);
         }
-        dl_flux_pipeline_free(p);
+        dl_pipeline_free(p);
         dl_par_place_free(&place);
         dl_comm_finalize();
         return 0;
     }
-    float *init = NULL;
-    int64_t n, c;
-    dl_flux_pipeline_latent_shape(p, &n, &c);
-    if (lat_path && !load_latents(lat_path, n, c, &init)) {
-        dl_flux_pipeline_free(p);
-        return 1;
+    dl_checkpoint *init = NULL; /* --latents: the pipeline's initial-noise arguments by name */
+    if (lat_path && dl_ckpt_open(&init, lat_path, NULL) != DL_OK) {
+        fprintf(stderr, "difflet: %s\n", dl_last_error());
+        dl_pipeline_free(p);
+        return rank_fail(parallel, 1);
     }
-    uint8_t *rgb = malloc((size_t)(width * height * 3));
     progress pr = {isatty(2) && !parallel};
     if (keep_a >= 0) sc.keep_first = keep_a, sc.keep_last = keep_b;
     (void)have_sc;
@@ -252,28 +237,30 @@ int cli_generate(int argc, char **argv) {
         char path[4096];
         if (nprompts > 1) indexed(path, sizeof path, outp, i);
         else snprintf(path, sizeof path, "%s", outp);
-        dl_flux_request r = {.prompt = prompts[i], .negative_prompt = neg, .steps = (int)steps, .guidance = guidance,
-                             .true_cfg = true_cfg, .seed = (uint64_t)seed, .init_latents = init, .cache = &sc,
-                             .on_step = on_step, .ctx = &pr};
-        dl_flux_timing tm;
-        if (!rgb || dl_flux_generate(p, &r, rgb, NULL, &tm) != DL_OK) {
-            fprintf(stderr, "difflet: %s\n", rgb ? dl_last_error() : "out of memory");
+        dl_gen_request r = {.prompt = prompts[i], .negative_prompt = neg, .steps = (int)steps, .guidance = guidance,
+                            .true_cfg = true_cfg, .seed = (uint64_t)seed, .init = init, .cache = &sc,
+                            .on_step = on_step, .ctx = &pr};
+        dl_gen_timing tm;
+        dl_media media;
+        if (dl_pipeline_generate(p, &r, &media, &tm) != DL_OK) {
+            fprintf(stderr, "difflet: %s\n", dl_last_error());
             rc = 1;
-        } else if (dl_png_write(path, rgb, (int)width, (int)height) != DL_OK) {
+        } else if (dl_png_write(path, media.rgb, media.width, media.height) != DL_OK) {
             fprintf(stderr, "difflet: %s\n", dl_last_error());
             rc = 1;
         } else {
             fprintf(stderr, "difflet: load %.2f s | encode %.2f s | denoise %.2f s (%d transformer calls, %.3f s each; %d cached steps) | decode %.2f s\n",
-                    load_s, tm.encode_s, tm.denoise_s, tm.transformer_calls,
-                    tm.transformer_calls ? tm.denoise_s / tm.transformer_calls : 0.0, tm.cached_steps, tm.decode_s);
+                    load_s, tm.encode_s, tm.denoise_s, tm.denoiser_calls,
+                    tm.denoiser_calls ? tm.denoise_s / tm.denoiser_calls : 0.0, tm.cached_steps, tm.decode_s);
             if (parallel)
                 fprintf(stderr, "difflet: replica %d: %s; %d ranks ran exactly the decided steps; host %.3f s in communication\n",
                         replica, lay, tm.ranks, tm.comm_s);
             printf("%s\n", path);
         }
+        dl_media_free(&media);
     }
-    free(rgb), free(init);
-    dl_flux_pipeline_free(p); /* releases this replica's workers */
+    dl_ckpt_free(init);
+    dl_pipeline_free(p); /* releases this replica's workers */
     if (parallel) {
         if (rc) return rank_fail(parallel, rc);
         dl_par_place_free(&place);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "difflet/registry.h"
 #include "difflet/base.h"
 #include "difflet/comm.h"
 #include "difflet/pipeline.h"
@@ -52,9 +53,7 @@ int cli_layout_ok(const char *cmd, const char *model, const char *spec, const dl
         fprintf(stderr, "difflet: %s: model folder %s does not exist\n", cmd, model);
         return 0;
     }
-    /* 24: diffusers' default when the config does not say */
-    int64_t heads = dl_json_file_int(model, "transformer/config.json", "num_attention_heads", 1, 1 << 20, 24);
-    const char *bad = dl_par_check(pc, heads, passes, dl_par_ranks(pc), why, sizeof why);
+    const char *bad = dl_pipeline_layout_check(model, pc, passes, dl_par_ranks(pc), why, sizeof why);
     if (bad) fprintf(stderr, "difflet: %s: --parallel %s: %s\n", cmd, spec, bad);
     return bad == NULL;
 }

@@ -15,7 +15,7 @@
  *     x += gate * proj_out([attention(h) | gelu(proj_mlp(h))])
  *   out = proj_out(LN(x_img)(1 + scale) + shift), (scale, shift) = norm_out.linear(...)
  *
- * Split (dl_flux_split): a rank holds T text rows and its Nl image rows (the cp
+ * Split (dl_dit_split): a rank holds T text rows and its Nl image rows (the cp
  * shard), "local rows" [0, Sl). With TP it has Hl = H / tp heads (Dl = Hl * Dh
  * columns of q, k, v and attention) and Fl = F / tp MLP columns; with SP its
  * residual stream x holds only its token shard [xa, xa + xn) of the local rows. */
@@ -48,7 +48,7 @@ struct dl_flux {
     int64_t D, H, Dh, Cin, Cout, Jd, Pd, T, N, S, F; /* F = mlp width */
     int nd, ns, guidance;
     dl_dtype dt;
-    dl_flux_split sp;
+    dl_dit_split sp;
     int64_t L;                      /* valid text keys [0, L) */
     int64_t Hl, Dl, Fl;             /* this rank's heads, attention and MLP columns */
     int64_t Nl, n0, Sl;             /* image rows [n0, n0 + Nl) of N; local rows T + Nl */
@@ -148,24 +148,6 @@ static dl_status vecp(dl_wsrc *ck, const char *name, int64_t n, float **out) {
     return param_f32(ck, name, 1, shape, out);
 }
 
-const char *dl_cp_mode_name(dl_cp_mode m) { return m == DL_CP_RING ? "ring" : m == DL_CP_GATHER ? "gather" : "ulysses"; }
-
-const char *dl_flux_split_check(const dl_flux_split *sp, int64_t heads, char *buf, size_t n) {
-    if (sp->tp < 1 || sp->cp < 1) return "parallel degrees must be at least 1";
-    if (sp->tp_rank < 0 || sp->tp_rank >= sp->tp || sp->cp_rank < 0 || sp->cp_rank >= sp->cp)
-        return "a rank's place is outside its group";
-    if (sp->sp && sp->tp < 2) return "sequence parallelism runs on the TP group: it needs tp >= 2";
-    if (heads % sp->tp) {
-        snprintf(buf, n, "the model's %lld attention heads are not divisible by tp=%d", (long long)heads, sp->tp);
-        return buf;
-    }
-    if (sp->cp > 1 && sp->cp_mode == DL_CP_ULYSSES && heads % (sp->tp * sp->cp)) {
-        snprintf(buf, n, "the model's %lld attention heads are not divisible by tp x cp = %d (Ulysses gives every cp rank whole heads of each tp rank's share)",
-                 (long long)heads, sp->tp * sp->cp);
-        return buf;
-    }
-    return NULL;
-}
 
 int64_t dl_flux_heads(const dl_flux *m) { return m->H; }
 void dl_flux_text_dims(const dl_flux *m, int64_t *joint, int64_t *pooled) {
@@ -194,7 +176,7 @@ static void shard(int64_t n, int i, int k, int64_t *off, int64_t *cnt) {
 
 /* the split's row layout and exchange buffers */
 static dl_status plan_split(dl_flux *m) {
-    const dl_flux_split *sp = &m->sp;
+    const dl_dit_split *sp = &m->sp;
     const int tp = sp->tp, cp = sp->cp, g = tp > cp ? tp : cp;
     m->Hl = m->H / tp;
     m->Dl = m->Hl * m->Dh;
@@ -256,7 +238,7 @@ static dl_status alloc_split(dl_flux *m) {
 }
 
 dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *component, int64_t grid_h, int64_t grid_w,
-                             int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_flux_split *split) {
+                             int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split) {
     *out = NULL;
     char file[512], p[128], nm[256];
     snprintf(file, sizeof file, "%s/config.json", component);
@@ -265,7 +247,7 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
     if (s != DL_OK) return s;
     dl_flux *m = calloc(1, sizeof *m);
     if (!m) return dl_fail(DL_ERR_NOMEM, "out of memory");
-    m->sp = split ? *split : (dl_flux_split){.tp = 1, .cp = 1};
+    m->sp = split ? *split : (dl_dit_split){.tp = 1, .cp = 1};
     dl_wsrc *ck = NULL;
     int64_t patch, nd, ns, out_ch;
     int guid;
@@ -315,7 +297,7 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
         goto fail;
     }
     char why[256];
-    const char *bad = dl_flux_split_check(&m->sp, m->H, why, sizeof why);
+    const char *bad = dl_dit_split_check(&m->sp, m->H, why, sizeof why);
     if (bad) {
         s = dl_fail(DL_ERR_INVALID, "parallel split refused: %s", bad);
         goto fail;

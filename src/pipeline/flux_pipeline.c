@@ -13,12 +13,14 @@
  * replica's host rank runs this flow and every rank its part of the transformer. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "difflet/denoise.h"
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
+#include "difflet/registry.h"
 #include "difflet/text.h"
 
 struct dl_flux_pipeline {
@@ -314,3 +316,90 @@ static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t
     if (timing) *timing = tm;
     return DL_OK;
 }
+
+/* ---- the registry entry ------------------------------------------------------------ */
+
+static void entry_default_shape(const char *dir, int *w, int *h, int *frames) {
+    *w = *h = dl_flux_default_size(dir);
+    *frames = 1;
+}
+
+static const char *entry_split_check(const char *dir, const dl_par_config *c, char *buf, size_t n) {
+    /* 24: diffusers' default when the config does not say */
+    int64_t heads = dl_json_file_int(dir, "transformer/config.json", "num_attention_heads", 1, 1 << 20, 24);
+    dl_dit_split sp = {.tp = c->tp, .cp = c->cp, .sp = c->sp, .cp_mode = c->cp_mode};
+    const char *why = dl_dit_split_check(&sp, heads, buf, n);
+    if (why && why != buf) {
+        snprintf(buf, n, "%s", why);
+        return buf;
+    }
+    return why;
+}
+
+static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) {
+    if (g->frames > 1)
+        return dl_fail(DL_ERR_INVALID, "FluxPipeline makes images: %d frames asked for", g->frames);
+    dl_flux_shape shape = {.width = g->width, .height = g->height, .max_sequence_length = g->max_sequence_length,
+                           .dt = g->dt, .cache = g->cache, .par = g->par};
+    return dl_flux_pipeline_load((dl_flux_pipeline **)impl, dir, &shape);
+}
+
+static void entry_free(void *impl) { dl_flux_pipeline_free(impl); }
+static int entry_is_host(const void *impl) { return dl_flux_pipeline_is_host(impl); }
+static dl_status entry_worker_one(void *impl, int *stopped) { return dl_flux_pipeline_worker_one(impl, stopped); }
+static const char *entry_program_id(const void *impl, int c) { return dl_flux_pipeline_program_id(impl, c); }
+
+/* FluxPipeline's `latents` argument: packed [N, 4C] (or [1, N, 4C]) */
+static dl_status read_latents(dl_flux_pipeline *p, const dl_checkpoint *ck, float **out) {
+    const dl_st_tensor *t = dl_ckpt_find(ck, "latents");
+    if (!t || t->numel != p->N * p->Cp || (t->dtype != DL_ST_F32 && t->dtype != DL_ST_BF16 && t->dtype != DL_ST_F16))
+        return dl_fail(DL_ERR_INVALID, "%s: needs a float tensor \"latents\" of %lld x %lld (packed) values",
+                       dl_ckpt_label(ck), (long long)p->N, (long long)p->Cp);
+    if (!(*out = malloc((size_t)t->numel * 4))) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    return dl_ckpt_read(t, DL_F32, *out);
+}
+
+static dl_status entry_generate(void *impl, const dl_gen_request *g, dl_media *out, dl_gen_timing *tm) {
+    dl_flux_pipeline *p = impl;
+    float *init = NULL;
+    dl_status s = g->init ? read_latents(p, g->init, &init) : DL_OK;
+    const int W = p->shape.width, H = p->shape.height;
+    *out = (dl_media){.kind = DL_MEDIA_IMAGE, .width = W, .height = H, .frames = 1};
+    if (s == DL_OK && (!(out->rgb = malloc((size_t)W * (size_t)H * 3)) ||
+                       (g->want_pixels && !(out->pixels = malloc((size_t)W * (size_t)H * 3 * sizeof(float))))))
+        s = dl_fail(DL_ERR_NOMEM, "out of memory");
+    if (s != DL_OK) {
+        free(init);
+        dl_denoise_abandon(p->loop); /* the replica's workers wait for this request's end */
+        return s;
+    }
+    dl_flux_request r = {.prompt = g->prompt, .negative_prompt = g->negative_prompt, .steps = g->steps,
+                         .guidance = g->guidance, .true_cfg = g->true_cfg, .seed = g->seed, .init_latents = init,
+                         .cache = g->cache, .cancel = g->cancel, .on_step = g->on_step, .on_probe = g->on_probe,
+                         .ctx = g->ctx};
+    dl_flux_timing t;
+    s = dl_flux_generate(p, &r, out->rgb, out->pixels, &t);
+    free(init);
+    if (s == DL_OK && tm)
+        *tm = (dl_gen_timing){.encode_s = t.encode_s, .denoise_s = t.denoise_s, .decode_s = t.decode_s,
+                              .probe_s = t.probe_s, .cached_s = t.cached_s, .comm_s = t.comm_s,
+                              .denoiser_calls = t.transformer_calls, .cached_steps = t.cached_steps, .ranks = t.ranks};
+    return s;
+}
+
+static const char *const k_flux_components[] = {"text_encoder", "text_encoder_2", "vae", "transformer"};
+
+const dl_model_entry dl_flux_entry = {
+    .pipeline_class = "FluxPipeline",
+    .output = DL_MEDIA_IMAGE,
+    .components = k_flux_components,
+    .ncomponents = 4,
+    .default_shape = entry_default_shape,
+    .split_check = entry_split_check,
+    .load = entry_load,
+    .free = entry_free,
+    .is_host = entry_is_host,
+    .worker_one = entry_worker_one,
+    .generate = entry_generate,
+    .program_id = entry_program_id,
+};

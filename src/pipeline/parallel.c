@@ -59,7 +59,7 @@ void dl_par_format(const dl_par_config *c, char *buf, size_t n) {
              c->dp);
 }
 
-const char *dl_par_check(const dl_par_config *c, int64_t heads, int passes, int world, char *buf, size_t n) {
+const char *dl_par_check(const dl_par_config *c, int passes, int world, char *buf, size_t n) {
     if (dl_par_ranks(c) != world) {
         snprintf(buf, n, "the layout needs dp x cfg x tp x cp = %d x %d x %d x %d = %d ranks, the job has %d", c->dp, c->cfg,
                  c->tp, c->cp, dl_par_ranks(c), world);
@@ -70,13 +70,11 @@ const char *dl_par_check(const dl_par_config *c, int64_t heads, int passes, int 
                          "%d pass per step (true CFG needs --true-cfg > 1 and a --negative-prompt)", passes);
         return buf;
     }
-    dl_flux_split sp = {.tp = c->tp, .cp = c->cp, .sp = c->sp, .cp_mode = c->cp_mode};
-    const char *why = dl_flux_split_check(&sp, heads, buf, n);
-    if (why && why != buf) {
-        snprintf(buf, n, "%s", why);
+    if (c->sp && c->tp < 2) {
+        snprintf(buf, n, "sequence parallelism runs on the TP group: it needs tp >= 2");
         return buf;
     }
-    return why;
+    return NULL;
 }
 
 dl_status dl_par_place_new(dl_comm *world, const dl_par_config *c, dl_par_place *p) {
@@ -87,7 +85,7 @@ dl_status dl_par_place_new(dl_comm *world, const dl_par_config *c, dl_par_place 
     p->replica = w / per;
     int r = w % per;
     p->branch = r / (c->cp * c->tp);
-    p->split = (dl_flux_split){.tp = c->tp, .cp = c->cp, .sp = c->sp, .cp_mode = c->cp_mode, .tp_rank = r % c->tp,
+    p->split = (dl_dit_split){.tp = c->tp, .cp = c->cp, .sp = c->sp, .cp_mode = c->cp_mode, .tp_rank = r % c->tp,
                                .cp_rank = (r / c->tp) % c->cp};
     const int grp = p->replica * c->cfg + p->branch; /* one denoiser group */
     dl_status s;

@@ -19,6 +19,7 @@
 #include "difflet/comm.h"
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
+#include "difflet/registry.h"
 #include "serve/serve_impl.h"
 
 typedef struct {
@@ -85,12 +86,15 @@ static void send_simple(int fd, const char *type, const char *id, const char *ke
 
 /* The start-up check: a finite picture of the right size that is not flat; for
  * difflet-tiny, a blue background for "... on a blue background". */
-static dl_status test_generation(dl_flux_pipeline *p, const serve_profile *pr, int w, int h) {
-    uint8_t *rgb = malloc((size_t)(w * h * 3));
-    float *img = malloc((size_t)(w * h * 3) * sizeof(float));
-    dl_flux_request r = {.prompt = "a large red circle in the centre on a blue background", .negative_prompt = "",
-                         .steps = 12, .true_cfg = 3.f, .guidance = 3.5f, .seed = 0};
-    dl_status s = rgb && img ? dl_flux_generate(p, &r, rgb, img, NULL) : dl_fail(DL_ERR_NOMEM, "out of memory");
+static dl_status test_generation(dl_pipeline *p, const serve_profile *pr, int w, int h) {
+    dl_gen_request r = {.prompt = "a large red circle in the centre on a blue background", .negative_prompt = "",
+                        .steps = 12, .true_cfg = 3.f, .guidance = 3.5f, .seed = 0, .want_pixels = 1};
+    dl_media media;
+    dl_status s = dl_pipeline_generate(p, &r, &media, NULL);
+    const uint8_t *rgb = media.rgb;
+    const float *img = media.pixels;
+    if (s == DL_OK && (media.width != w || media.height != h))
+        s = dl_fail(DL_ERR_INVALID, "test generation: %dx%d, not the %dx%d asked for", media.width, media.height, w, h);
     if (s == DL_OK) {
         double mn = 1, mx = 0, b[3] = {0};
         int n = 0;
@@ -111,7 +115,7 @@ static dl_status test_generation(dl_flux_pipeline *p, const serve_profile *pr, i
                 s = dl_fail(DL_ERR_INVALID, "test generation: expected a blue background, got RGB (%.0f, %.0f, %.0f)", b[0], b[1], b[2]);
         }
     }
-    free(rgb), free(img);
+    dl_media_free(&media);
     return s;
 }
 
@@ -134,25 +138,25 @@ static dl_status dispatch(const dl_par_place *pl, int32_t idx) {
 }
 
 /* a non-host rank of a parallel model process: the host's requests, then its frees */
-static int serve_ranks(dl_flux_pipeline **pipes, int n, const dl_par_place *pl) {
+static int serve_ranks(dl_pipeline **pipes, int n, const dl_par_place *pl) {
     dl_status s = DL_OK;
     for (;;) {
         int32_t idx;
         if ((s = dl_comm_bcast(pl->replica_comm, &idx, sizeof idx, 0)) != DL_OK || idx < 0 || idx >= n) break;
         int stopped;
-        if ((s = dl_flux_pipeline_worker_one(pipes[idx], &stopped)) != DL_OK) break;
+        if ((s = dl_pipeline_worker_one(pipes[idx], &stopped)) != DL_OK) break;
     }
-    for (int i = 0; s == DL_OK && i < n; i++) s = dl_flux_pipeline_worker(pipes[i]); /* each host free's stop */
+    for (int i = 0; s == DL_OK && i < n; i++) s = dl_pipeline_worker(pipes[i]); /* each host free's stop */
     if (s != DL_OK) {
         fprintf(stderr, "difflet: serve-worker rank %d: %s\n", pl->rank, dl_last_error());
         dl_comm_abort(1);
     }
-    for (int i = 0; i < n; i++) dl_flux_pipeline_free(pipes[i]);
+    for (int i = 0; i < n; i++) dl_pipeline_free(pipes[i]);
     return 0;
 }
 
 int serve_worker_main(int fd, const char *sock_path, const serve_profile *pr) {
-    dl_flux_pipeline *pipes[8] = {0};
+    dl_pipeline *pipes[8] = {0};
     dl_dtype dt = strcmp(pr->dtype, "bf16") ? DL_F32 : DL_BF16;
     double t0 = dl_now();
     dl_par_config pc;
@@ -174,16 +178,16 @@ int serve_worker_main(int fd, const char *sock_path, const serve_profile *pr) {
         return 1;
     }
     for (int i = 0; i < pr->nsizes; i++) {
-        dl_flux_shape shape = {.width = pr->sizes[i][0], .height = pr->sizes[i][1], .dt = dt,
-                               .cache = pr->no_compile ? DL_CACHE_NO_COMPILE : DL_CACHE_USE, .par = pl};
-        dl_status s = dl_flux_pipeline_load(&pipes[i], pr->model, &shape);
+        dl_gen_shape shape = {.width = pr->sizes[i][0], .height = pr->sizes[i][1], .frames = 1, .dt = dt,
+                              .cache = pr->no_compile ? DL_CACHE_NO_COMPILE : DL_CACHE_USE, .par = pl};
+        dl_status s = dl_pipeline_load(&pipes[i], pr->model, &shape);
         if (s == DL_OK && i == 0 && host && (s = dispatch(pl, 0)) == DL_OK)
             s = test_generation(pipes[i], pr, pr->sizes[i][0], pr->sizes[i][1]);
         if (s == DL_OK && i == 0 && !host) {
             int32_t idx;
             int stopped;
             if ((s = dl_comm_bcast(pl->replica_comm, &idx, sizeof idx, 0)) == DL_OK)
-                s = dl_flux_pipeline_worker_one(pipes[0], &stopped);
+                s = dl_pipeline_worker_one(pipes[0], &stopped);
         }
         if (s != DL_OK) {
             if (host) send_simple(fd, "fatal", NULL, "message", dl_last_error());
@@ -218,37 +222,36 @@ int serve_worker_main(int fd, const char *sock_path, const serve_profile *pr) {
         const char *id = mb.running, *out = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(job, "out"));
         int w = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "width"));
         int h = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "height"));
-        dl_flux_pipeline *p = NULL;
+        dl_pipeline *p = NULL;
         for (int i = 0; i < pr->nsizes; i++)
             if (pr->sizes[i][0] == w && pr->sizes[i][1] == h) p = pipes[i];
         dl_stepcache_config sc;
         const char *cache = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "cache"));
         dl_status s = p ? dl_stepcache_parse(cache ? cache : pr->cache, &sc) : dl_fail(DL_ERR_INVALID, "size %dx%d is not served", w, h);
-        uint8_t *rgb = malloc((size_t)(w * h * 3));
         step_ctx sctx = {fd, id, 0};
-        dl_flux_timing tm = {0};
+        dl_gen_timing tm = {0};
+        dl_media media = {0};
         if (s == DL_OK) {
             const cJSON *neg = cJSON_GetObjectItemCaseSensitive(rq, "negative_prompt");
-            dl_flux_request r = {.prompt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "prompt")),
-                                 .negative_prompt = cJSON_IsString(neg) ? neg->valuestring : NULL,
-                                 .steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")),
-                                 .guidance = (float)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "guidance_scale")),
-                                 .true_cfg = (float)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "true_cfg_scale")),
-                                 .seed = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "seed")),
-                                 .cache = &sc, .cancel = &mb.cancel, .on_step = on_step, .ctx = &sctx};
+            dl_gen_request r = {.prompt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "prompt")),
+                                .negative_prompt = cJSON_IsString(neg) ? neg->valuestring : NULL,
+                                .steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")),
+                                .guidance = (float)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "guidance_scale")),
+                                .true_cfg = (float)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "true_cfg_scale")),
+                                .seed = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "seed")),
+                                .cache = &sc, .cancel = &mb.cancel, .on_step = on_step, .ctx = &sctx};
             int32_t idx = 0;
             for (int i = 0; i < pr->nsizes; i++)
                 if (pipes[i] == p) idx = i;
-            if (!rgb) s = dl_fail(DL_ERR_NOMEM, "out of memory");
-            else if ((s = dispatch(pl, idx)) == DL_OK) s = dl_flux_generate(p, &r, rgb, NULL, &tm);
+            if ((s = dispatch(pl, idx)) == DL_OK) s = dl_pipeline_generate(p, &r, &media, &tm);
         }
-        if (s == DL_OK) s = dl_png_write(out, rgb, w, h);
-        free(rgb);
+        if (s == DL_OK) s = dl_png_write(out, media.rgb, media.width, media.height);
+        dl_media_free(&media);
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "id", id);
         if (s == DL_OK) {
             cJSON_AddStringToObject(m, "type", "done");
-            cJSON_AddNumberToObject(m, "calls", tm.transformer_calls);
+            cJSON_AddNumberToObject(m, "calls", tm.denoiser_calls);
             cJSON_AddNumberToObject(m, "cached", tm.cached_steps);
             cJSON_AddNumberToObject(m, "seconds", tm.encode_s + tm.denoise_s + tm.decode_s);
         } else {
@@ -265,7 +268,7 @@ int serve_worker_main(int fd, const char *sock_path, const serve_profile *pr) {
     }
     pthread_join(th, NULL);
     dispatch(pl, -1); /* the other ranks now wait for each pipeline's stop */
-    for (int i = 0; i < pr->nsizes; i++) dl_flux_pipeline_free(pipes[i]);
+    for (int i = 0; i < pr->nsizes; i++) dl_pipeline_free(pipes[i]);
     if (pl) {
         dl_par_place_free(pl);
         dl_comm_finalize();

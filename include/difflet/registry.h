@@ -1,0 +1,117 @@
+/* The model registry: every pipeline class difflet serves, keyed on `_class_name`
+ * in a diffusers folder's model_index.json, behind one interface. `generate`,
+ * `compile`, `serve`, `profile measure`, `eval-cache` and the layout checks ask the
+ * registry and never name a model; a new model is one entry (docs/adding-a-model.md).
+ *
+ * An entry says what the pipeline's components are (each a program), how its
+ * shape is formed (image: width x height; video: width x height x frames), how it
+ * loads, generates and serves the host's steps on the other ranks of a parallel
+ * replica, which layouts it can split into, and what it outputs. */
+#ifndef DIFFLET_REGISTRY_H
+#define DIFFLET_REGISTRY_H
+
+#include "difflet/pipeline.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DL_MEDIA_IMAGE = 0, DL_MEDIA_VIDEO, DL_MEDIA_VIDEO_AUDIO } dl_media_kind;
+const char *dl_media_kind_name(dl_media_kind k);
+
+/* What one generation made: frames x height x width x 3 bytes of RGB (an image is
+ * one frame), and for models that make sound, mono f32 samples. Owned by the
+ * caller of dl_pipeline_generate (dl_media_free). */
+typedef struct {
+    dl_media_kind kind;
+    int width, height, frames;
+    double fps;
+    uint8_t *rgb;
+    float *pixels; /* the same in [0, 1] before rounding, when the request asked (want_pixels) */
+    float *audio;
+    int64_t audio_samples;
+    int audio_rate;
+} dl_media;
+void dl_media_free(dl_media *m);
+
+/* The shape a pipeline is loaded for (its programs' key) and how. */
+typedef struct {
+    int width, height, frames;  /* frames: 1 for image models (0: the model's default) */
+    int max_sequence_length;    /* 0: the pipeline's own default */
+    dl_dtype dt;
+    int cache;                  /* dl_cache_mode */
+    const dl_par_place *par;    /* NULL: one rank */
+} dl_gen_shape;
+
+/* One request, as the pipeline's __call__ takes it. */
+typedef struct {
+    const char *prompt, *negative_prompt;
+    int steps;
+    float guidance;     /* guidance_scale */
+    float true_cfg;     /* true_cfg_scale, where the pipeline has one */
+    uint64_t seed;
+    double fps;         /* video output rate (0: the model's default) */
+    /* initial noise as diffusers takes it (--latents): tensors named after the
+     * call arguments (`latents`, ...); NULL: drawn from the seed */
+    const dl_checkpoint *init;
+    const dl_stepcache_config *cache;
+    int want_pixels; /* also the unrounded pixels (dl_media.pixels) */
+    volatile int *cancel;
+    void (*on_step)(void *ctx, int step, int steps, double elapsed);
+    void (*on_probe)(void *ctx, int step, int branch, double probe, double change);
+    void *ctx;
+} dl_gen_request;
+
+typedef struct {
+    double encode_s, denoise_s, decode_s, probe_s, cached_s, comm_s;
+    int denoiser_calls, cached_steps, ranks;
+} dl_gen_timing;
+
+typedef struct dl_model_entry dl_model_entry;
+struct dl_model_entry {
+    const char *pipeline_class; /* model_index.json _class_name */
+    dl_media_kind output;
+    const char *const *components; /* its programs, in load order; the denoiser (the one every rank runs) last */
+    int ncomponents;
+    /* the size (and frame count) a model was made for */
+    void (*default_shape)(const char *model_dir, int *width, int *height, int *frames);
+    /* model-specific feasibility of a split (heads, tokens per rank, modes); NULL: feasible */
+    const char *(*split_check)(const char *model_dir, const dl_par_config *c, char *buf, size_t n);
+    dl_status (*load)(void **impl, const char *model_dir, const dl_gen_shape *shape);
+    void (*free)(void *impl);
+    int (*is_host)(const void *impl);
+    dl_status (*worker_one)(void *impl, int *stopped);
+    dl_status (*generate)(void *impl, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm);
+    const char *(*program_id)(const void *impl, int component);
+};
+
+/* The entry for a pipeline class, or NULL. */
+const dl_model_entry *dl_registry_find(const char *pipeline_class);
+/* The entry for a model folder (its model_index.json), or an error naming the
+ * class and the classes difflet serves. */
+dl_status dl_registry_lookup(const char *model_dir, const dl_model_entry **out);
+/* The classes difflet serves, comma separated. */
+const char *dl_registry_classes(void);
+
+/* ---- a loaded pipeline of any registered class ---------------------------------- */
+typedef struct dl_pipeline dl_pipeline;
+dl_status dl_pipeline_load(dl_pipeline **out, const char *model_dir, const dl_gen_shape *shape);
+void dl_pipeline_free(dl_pipeline *p); /* the host's free also releases the replica's workers */
+const dl_model_entry *dl_pipeline_entry(const dl_pipeline *p);
+int dl_pipeline_is_host(const dl_pipeline *p);
+/* A non-host rank: the host's steps for one request, or (*stopped) the host's stop. */
+dl_status dl_pipeline_worker_one(dl_pipeline *p, int *stopped);
+dl_status dl_pipeline_worker(dl_pipeline *p);
+/* Host: one request; `out` is filled (and owned by the caller) on success. */
+dl_status dl_pipeline_generate(dl_pipeline *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm);
+const char *dl_pipeline_program_id(const dl_pipeline *p, int component);
+
+/* Can `model_dir` run layout `c` with `passes` denoiser evaluations per step on
+ * `world` ranks? NULL when it can, else the reason (in buf). */
+const char *dl_pipeline_layout_check(const char *model_dir, const dl_par_config *c, int passes, int world, char *buf,
+                                     size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

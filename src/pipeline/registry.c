@@ -1,0 +1,114 @@
+/* The model registry (registry.h): the pipeline classes difflet serves and the
+ * generic pipeline handle that forwards to an entry. Adding a model adds a line to
+ * k_entries (docs/adding-a-model.md). */
+#include "difflet/registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const dl_model_entry dl_flux_entry;
+
+static const dl_model_entry *const k_entries[] = {&dl_flux_entry};
+enum { NENTRIES = sizeof k_entries / sizeof k_entries[0] };
+
+const char *dl_media_kind_name(dl_media_kind k) {
+    return k == DL_MEDIA_VIDEO ? "video" : k == DL_MEDIA_VIDEO_AUDIO ? "video+audio" : "image";
+}
+
+void dl_media_free(dl_media *m) {
+    if (!m) return;
+    free(m->rgb);
+    free(m->pixels);
+    free(m->audio);
+    memset(m, 0, sizeof *m);
+}
+
+const dl_model_entry *dl_registry_find(const char *cls) {
+    for (int i = 0; cls && i < NENTRIES; i++)
+        if (!strcmp(k_entries[i]->pipeline_class, cls)) return k_entries[i];
+    return NULL;
+}
+
+const char *dl_registry_classes(void) {
+    static char buf[512];
+    if (!buf[0])
+        for (int i = 0; i < NENTRIES; i++)
+            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? ", " : "", k_entries[i]->pipeline_class);
+    return buf;
+}
+
+dl_status dl_registry_lookup(const char *model_dir, const dl_model_entry **out) {
+    *out = NULL;
+    dl_model_dir *d;
+    dl_status s = dl_model_dir_open(&d, model_dir);
+    if (s != DL_OK) return s;
+    const char *cls = dl_model_dir_class(d);
+    *out = dl_registry_find(cls);
+    if (!*out)
+        s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: pipeline %s is not one difflet serves (%s)", model_dir, cls ? cls : "(none)",
+                    dl_registry_classes());
+    dl_model_dir_free(d);
+    return s;
+}
+
+struct dl_pipeline {
+    const dl_model_entry *e;
+    void *impl;
+};
+
+dl_status dl_pipeline_load(dl_pipeline **out, const char *model_dir, const dl_gen_shape *shape) {
+    *out = NULL;
+    const dl_model_entry *e;
+    dl_status s = dl_registry_lookup(model_dir, &e);
+    if (s != DL_OK) return s;
+    dl_pipeline *p = calloc(1, sizeof *p);
+    if (!p) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    p->e = e;
+    if ((s = e->load(&p->impl, model_dir, shape)) != DL_OK) {
+        free(p);
+        return s;
+    }
+    *out = p;
+    return DL_OK;
+}
+
+void dl_pipeline_free(dl_pipeline *p) {
+    if (!p) return;
+    p->e->free(p->impl);
+    free(p);
+}
+
+const dl_model_entry *dl_pipeline_entry(const dl_pipeline *p) { return p->e; }
+int dl_pipeline_is_host(const dl_pipeline *p) { return p->e->is_host(p->impl); }
+dl_status dl_pipeline_worker_one(dl_pipeline *p, int *stopped) { return p->e->worker_one(p->impl, stopped); }
+
+dl_status dl_pipeline_worker(dl_pipeline *p) {
+    int stopped = 0;
+    dl_status s = DL_OK;
+    while (s == DL_OK && !stopped) s = dl_pipeline_worker_one(p, &stopped);
+    return s;
+}
+
+dl_status dl_pipeline_generate(dl_pipeline *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm) {
+    memset(out, 0, sizeof *out);
+    dl_gen_timing t = {0};
+    dl_status s = p->e->generate(p->impl, r, out, &t);
+    if (s != DL_OK) dl_media_free(out);
+    if (tm) *tm = t;
+    return s;
+}
+
+const char *dl_pipeline_program_id(const dl_pipeline *p, int component) { return p->e->program_id(p->impl, component); }
+
+const char *dl_pipeline_layout_check(const char *model_dir, const dl_par_config *c, int passes, int world, char *buf,
+                                     size_t n) {
+    const char *why = dl_par_check(c, passes, world, buf, n);
+    if (why) return why;
+    const dl_model_entry *e;
+    if (dl_registry_lookup(model_dir, &e) != DL_OK) {
+        snprintf(buf, n, "%s", dl_last_error());
+        return buf;
+    }
+    return e->split_check ? e->split_check(model_dir, c, buf, n) : NULL;
+}
