@@ -90,6 +90,9 @@ const dl_model_entry *dl_registry_find(const char *pipeline_class);
 /* The entry for a model folder (its model_index.json), or an error naming the
  * class and the classes difflet serves. */
 dl_status dl_registry_lookup(const char *model_dir, const dl_model_entry **out);
+/* Entries in registration order, for listings. */
+int dl_registry_count(void);
+const dl_model_entry *dl_registry_at(int i);
 /* The classes difflet serves, comma separated. */
 const char *dl_registry_classes(void);
 
@@ -105,6 +108,9 @@ dl_status dl_pipeline_worker(dl_pipeline *p);
 /* Host: one request; `out` is filled (and owned by the caller) on success. */
 dl_status dl_pipeline_generate(dl_pipeline *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm);
 const char *dl_pipeline_program_id(const dl_pipeline *p, int component);
+/* The same into a caller's buffer of frames x height x width x 3 bytes (the loaded
+ * shape): for evaluation loops that keep many pictures. */
+dl_status dl_pipeline_generate_rgb(dl_pipeline *p, const dl_gen_request *r, uint8_t *rgb, dl_gen_timing *tm);
 
 /* Can `model_dir` run layout `c` with `passes` denoiser evaluations per step on
  * `world` ranks? NULL when it can, else the reason (in buf). */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "difflet/registry.h"
 #include "difflet/pipeline.h"
 
 #ifndef DIFFLET_SOURCE_DIR
@@ -134,10 +135,10 @@ static double skipped_at(dl_stepcache_config *c, double thr, const trace *tr, in
     return skipped / np;
 }
 
-static dl_flux_pipeline *open_model(const char *model, int w, int h) {
-    dl_flux_shape shape = {.width = w, .height = h, .dt = DL_F32};
-    dl_flux_pipeline *p;
-    if (dl_flux_pipeline_load(&p, model, &shape) != DL_OK) {
+static dl_pipeline *open_model(const char *model, int w, int h) {
+    dl_gen_shape shape = {.frames = 1, .width = w, .height = h, .dt = DL_F32};
+    dl_pipeline *p;
+    if (dl_pipeline_load(&p, model, &shape) != DL_OK) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
         return NULL;
     }
@@ -182,7 +183,9 @@ static int parse_opts(int argc, char **argv, opts *o, const char *cmd) {
         }
     }
     if (!o->model) o->model = DIFFLET_SOURCE_DIR "/models/difflet-tiny";
-    if (!o->w) o->w = o->h = dl_flux_default_size(o->model);
+    const dl_model_entry *e;
+    int frames;
+    if (!o->w && dl_registry_lookup(o->model, &e) == DL_OK) e->default_shape(o->model, &o->w, &o->h, &frames);
     if (!o->prompts || o->steps <= 0 || o->steps > MAXSTEPS || o->degree < 1 || o->degree > 7) {
         fprintf(stderr, "difflet: %s: needs --prompts FILE, --steps in 1..%d, --degree in 1..7\n", cmd, MAXSTEPS);
         return 0;
@@ -196,7 +199,7 @@ int cli_calibrate(int argc, char **argv) {
     char *prompts[MAXPROMPTS];
     int np = read_prompts(o.prompts, prompts, MAXPROMPTS);
     if (np <= 0) return 1;
-    dl_flux_pipeline *p = open_model(o.model, o.w, o.h);
+    dl_pipeline *p = open_model(o.model, o.w, o.h);
     if (!p) return 1;
     trace *tr = calloc((size_t)np, sizeof *tr);
     double *xs = malloc((size_t)(np * o.steps * 2) * sizeof *xs), *ys = malloc((size_t)(np * o.steps * 2) * sizeof *ys);
@@ -205,10 +208,10 @@ int cli_calibrate(int argc, char **argv) {
     dl_stepcache_parse("off", &off);
     uint8_t *rgb = malloc((size_t)(o.w * o.h * 3));
     for (int i = 0; i < np; i++) {
-        dl_flux_request r = {.prompt = prompts[i], .negative_prompt = o.cfg > 1 ? "" : NULL, .steps = o.steps,
+        dl_gen_request r = {.prompt = prompts[i], .negative_prompt = o.cfg > 1 ? "" : NULL, .steps = o.steps,
                              .true_cfg = o.cfg, .guidance = 3.5f, .seed = (uint64_t)i, .cache = &off, .on_probe = on_probe,
                              .ctx = &tr[i]};
-        if (dl_flux_generate(p, &r, rgb, NULL, NULL) != DL_OK) {
+        if (dl_pipeline_generate_rgb(p, &r, rgb, NULL) != DL_OK) {
             fprintf(stderr, "difflet: %s\n", dl_last_error());
             goto done;
         }
@@ -267,7 +270,7 @@ int cli_calibrate(int argc, char **argv) {
 done:
     for (int i = 0; i < np; i++) free(prompts[i]);
     free(tr), free(xs), free(ys), free(rgb);
-    dl_flux_pipeline_free(p);
+    dl_pipeline_free(p);
     return rc;
 }
 
@@ -292,7 +295,7 @@ int cli_eval_cache(int argc, char **argv) {
         } else {
             cfgs[k].keep_first = o.keep_a, cfgs[k].keep_last = o.keep_b;
         }
-    dl_flux_pipeline *p = open_model(o.model, o.w, o.h);
+    dl_pipeline *p = open_model(o.model, o.w, o.h);
     if (!p) return 1;
     size_t isz = (size_t)(o.w * o.h * 3);
     uint8_t *ref = malloc(isz * (size_t)np), *img = malloc(isz), *few = malloc(isz);
@@ -301,17 +304,17 @@ int cli_eval_cache(int argc, char **argv) {
     dl_stepcache_config off;
     dl_stepcache_parse("off", &off);
     for (int i = 0; i < np && !rc; i++) { /* uncached references */
-        dl_flux_request r = {.prompt = prompts[i], .negative_prompt = o.cfg > 1 ? "" : NULL, .steps = o.steps,
+        dl_gen_request r = {.prompt = prompts[i], .negative_prompt = o.cfg > 1 ? "" : NULL, .steps = o.steps,
                              .true_cfg = o.cfg, .guidance = 3.5f, .seed = (uint64_t)i, .cache = &off};
-        dl_flux_timing tm;
-        if (dl_flux_generate(p, &r, ref + isz * (size_t)i, NULL, &tm) != DL_OK) rc = 1;
+        dl_gen_timing tm;
+        if (dl_pipeline_generate_rgb(p, &r, ref + isz * (size_t)i, &tm) != DL_OK) rc = 1;
         double best = tm.denoise_s;
         for (int k = 1; k < o.repeat && !rc; k++) /* the fastest of --repeat runs: less noise */
-            if (dl_flux_generate(p, &r, img, NULL, &tm) != DL_OK) rc = 1;
+            if (dl_pipeline_generate_rgb(p, &r, img, &tm) != DL_OK) rc = 1;
             else best = fmin(best, tm.denoise_s);
         t_off += best;
         full_call += best;
-        calls_off += tm.transformer_calls;
+        calls_off += tm.denoiser_calls;
     }
     full_call /= calls_off;
     printf("%d prompts, %d steps, keep %d+%d, %dx%d: a full denoiser call takes %.4f s\n\n", np, o.steps, o.keep_a,
@@ -323,26 +326,26 @@ int cli_eval_cache(int argc, char **argv) {
         double t_mode = 0, calls = 0, ps = 0, pw = 99, ss = 0, sw = 1, fps = 0, fpw = 99, fss = 0, fsw = 1;
         double cached_s = 0, probe_s = 0, ncached = 0, nprobe = 0;
         for (int i = 0; i < np && !rc; i++) {
-            dl_flux_request r = {.prompt = prompts[i], .negative_prompt = o.cfg > 1 ? "" : NULL, .steps = o.steps,
+            dl_gen_request r = {.prompt = prompts[i], .negative_prompt = o.cfg > 1 ? "" : NULL, .steps = o.steps,
                                  .true_cfg = o.cfg, .guidance = 3.5f, .seed = (uint64_t)i, .cache = &cfgs[k]};
-            dl_flux_timing tm, tk;
-            if (dl_flux_generate(p, &r, img, NULL, &tm) != DL_OK) {
+            dl_gen_timing tm, tk;
+            if (dl_pipeline_generate_rgb(p, &r, img, &tm) != DL_OK) {
                 rc = 1;
                 break;
             }
             double best = tm.denoise_s, best_probe = tm.probe_s, best_cached = tm.cached_s;
             for (int k2 = 1; k2 < o.repeat; k2++) /* times from the fastest run, as the uncached reference's */
-                if (dl_flux_generate(p, &r, few, NULL, &tk) == DL_OK && tk.denoise_s < best)
+                if (dl_pipeline_generate_rgb(p, &r, few, &tk) == DL_OK && tk.denoise_s < best)
                     best = tk.denoise_s, best_probe = tk.probe_s, best_cached = tk.cached_s;
             t_mode += best;
-            int c = tm.transformer_calls / (1 + (o.cfg > 1));
+            int c = tm.denoiser_calls / (1 + (o.cfg > 1));
             calls += c;
             cached_s += best_cached, ncached += tm.cached_steps, probe_s += best_probe;
             nprobe += tm.probe_s > 0 ? o.steps * (1 + (o.cfg > 1)) : 0;
             double a = psnr(img, ref + isz * (size_t)i, (int64_t)isz), b = ssim(img, ref + isz * (size_t)i, o.w, o.h);
             ps += a, pw = fmin(pw, a), ss += b, sw = fmin(sw, b);
             r.steps = c, r.cache = &off; /* the fewer-steps baseline: as many steps as calls */
-            if (dl_flux_generate(p, &r, few, NULL, NULL) != DL_OK) {
+            if (dl_pipeline_generate_rgb(p, &r, few, NULL) != DL_OK) {
                 rc = 1;
                 break;
             }
@@ -379,6 +382,6 @@ int cli_eval_cache(int argc, char **argv) {
     cJSON_Delete(jr);
     for (int i = 0; i < np; i++) free(prompts[i]);
     free(ref), free(img), free(few);
-    dl_flux_pipeline_free(p);
+    dl_pipeline_free(p);
     return rc;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "difflet/registry.h"
 #include "difflet/pipeline.h"
 
 #ifndef DIFFLET_SOURCE_DIR
@@ -149,9 +150,9 @@ int cli_eval_tiny(int argc, char **argv) {
         return 1;
     }
     if (nprompts > cJSON_GetArraySize(prompts)) nprompts = cJSON_GetArraySize(prompts);
-    dl_flux_shape shape = {.width = size, .height = size, .dt = dt};
-    dl_flux_pipeline *p;
-    if (dl_flux_pipeline_load(&p, model, &shape) != DL_OK) {
+    dl_gen_shape shape = {.frames = 1, .width = size, .height = size, .dt = dt};
+    dl_pipeline *p;
+    if (dl_pipeline_load(&p, model, &shape) != DL_OK) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
         cJSON_Delete(root);
         return 1;
@@ -169,9 +170,9 @@ int cli_eval_tiny(int argc, char **argv) {
         int wbg = index_of(pal.cname, pal.nc, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pr, "background")));
         int wfg = index_of(pal.cname, pal.nc, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pr, "colour")));
         int wpos = index_of(pal.pname, pal.np, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pr, "position")));
-        dl_flux_request r = {.prompt = cap ? cap : "", .negative_prompt = "", .steps = steps, .true_cfg = cfg,
+        dl_gen_request r = {.prompt = cap ? cap : "", .negative_prompt = "", .steps = steps, .true_cfg = cfg,
                              .seed = (uint64_t)(1000 + i)};
-        if (dl_flux_generate(p, &r, rgb, NULL, NULL) != DL_OK) {
+        if (dl_pipeline_generate_rgb(p, &r, rgb, NULL) != DL_OK) {
             fprintf(stderr, "difflet: %s\n", dl_last_error());
             rc = 1;
             break;
@@ -224,7 +225,7 @@ int cli_eval_tiny(int argc, char **argv) {
     }
     cJSON_Delete(rows);
     free(rgb), free(grid);
-    dl_flux_pipeline_free(p);
+    dl_pipeline_free(p);
     cJSON_Delete(root);
     return rc;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "difflet/registry.h"
 #include "difflet/check.h"
 #include "difflet/kernels.h"
 
@@ -13,7 +14,9 @@ static void usage(FILE *f) {
             "usage: difflet <command> [options]\n"
             "\n"
             "commands:\n"
-            "  generate             prompt in, PNG out, from a diffusers FluxPipeline folder:\n"
+            "  models               the pipeline classes difflet serves and what each makes\n"
+            "  generate             prompt in, picture out, from a diffusers pipeline folder\n"
+            "                       (a class `difflet models` lists):\n"
             "                       --model DIR --prompt TEXT [--negative-prompt TEXT]\n"
             "                       [--width W --height H] [--steps N] [--guidance G]\n"
             "                       [--true-cfg S] [--seed S] [--dtype f32|bf16] [--threads N]\n"
@@ -131,6 +134,15 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "models")) {
+        for (int i = 0; i < dl_registry_count(); i++) {
+            const dl_model_entry *e = dl_registry_at(i);
+            printf("%-24s %-12s programs:", e->pipeline_class, dl_media_kind_name(e->output));
+            for (int c = 0; c < e->ncomponents; c++) printf(" %s", e->components[c]);
+            printf("\n");
+        }
+        return 0;
+    }
     if (!strcmp(cmd, "version")) {
         printf("difflet %s (kernels %s, oneDNN %s, %d threads)\n", DIFFLET_VERSION,
                dl_isa_name(dl_kernel_isa()), dl_onednn_version(), dl_threads());

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "difflet/registry.h"
 #include "difflet/comm.h"
 #include "difflet/pipeline.h"
 #include "difflet/sched.h"
@@ -34,28 +35,28 @@ int cli_profile_measure_rank(int argc, char **argv) {
     dl_comm *world;
     dl_par_config pc;
     dl_par_place pl = {0};
-    dl_flux_pipeline *p = NULL;
+    dl_pipeline *p = NULL;
     sscanf(opt(argc, argv, "--size", ""), "%dx%d", &w, &h);
     int par = dl_par_parse(layout, &pc) == DL_OK && dl_par_ranks(&pc) > 1;
     if (!model || !json || dl_comm_world(&world) != DL_OK || (par && dl_par_place_new(world, &pc, &pl) != DL_OK)) {
         fprintf(stderr, "difflet: profile measure-rank: %s\n", dl_last_error());
         dl_comm_abort(1);
     }
-    dl_flux_shape shape = {.width = w, .height = h, .dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32, .par = par ? &pl : NULL};
-    if (dl_flux_pipeline_load(&p, model, &shape) != DL_OK) {
+    dl_gen_shape shape = {.frames = 1, .width = w, .height = h, .dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32, .par = par ? &pl : NULL};
+    if (dl_pipeline_load(&p, model, &shape) != DL_OK) {
         fprintf(stderr, "difflet: profile measure: %s\n", dl_last_error());
         dl_comm_abort(1);
     }
-    if (!dl_flux_pipeline_is_host(p)) {
-        if (dl_flux_pipeline_worker(p) != DL_OK) dl_comm_abort(1);
+    if (!dl_pipeline_is_host(p)) {
+        if (dl_pipeline_worker(p) != DL_OK) dl_comm_abort(1);
     } else {
         double dit = 1e30, vae = 1e30;
         uint8_t *rgb = malloc((size_t)w * h * 3);
         for (int r = 0; r <= reps; r++) { /* r = 0: warm-up */
-            dl_flux_request q = {.prompt = "a large red circle in the centre on a blue background", .steps = steps,
+            dl_gen_request q = {.prompt = "a large red circle in the centre on a blue background", .steps = steps,
                                  .guidance = 3.5f, .true_cfg = 1.f, .seed = (uint64_t)r};
-            dl_flux_timing tm;
-            if (!rgb || dl_flux_generate(p, &q, rgb, NULL, &tm) != DL_OK) {
+            dl_gen_timing tm;
+            if (!rgb || dl_pipeline_generate_rgb(p, &q, rgb, &tm) != DL_OK) {
                 fprintf(stderr, "difflet: profile measure: %s\n", rgb ? dl_last_error() : "out of memory");
                 dl_comm_abort(1);
             }
@@ -67,7 +68,7 @@ int cli_profile_measure_rank(int argc, char **argv) {
         snprintf(text, sizeof text, "{\"dit\":%.6f,\"vae\":%.6f}", dit, vae);
         if (dl_file_write_atomic(json, text, strlen(text)) != DL_OK) dl_comm_abort(1);
     }
-    dl_flux_pipeline_free(p);
+    dl_pipeline_free(p);
     if (par) dl_par_place_free(&pl);
     dl_comm_finalize();
     return 0;

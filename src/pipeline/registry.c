@@ -30,6 +30,9 @@ const dl_model_entry *dl_registry_find(const char *cls) {
     return NULL;
 }
 
+int dl_registry_count(void) { return NENTRIES; }
+const dl_model_entry *dl_registry_at(int i) { return i >= 0 && i < NENTRIES ? k_entries[i] : NULL; }
+
 const char *dl_registry_classes(void) {
     static char buf[512];
     if (!buf[0])
@@ -96,6 +99,14 @@ dl_status dl_pipeline_generate(dl_pipeline *p, const dl_gen_request *r, dl_media
     dl_status s = p->e->generate(p->impl, r, out, &t);
     if (s != DL_OK) dl_media_free(out);
     if (tm) *tm = t;
+    return s;
+}
+
+dl_status dl_pipeline_generate_rgb(dl_pipeline *p, const dl_gen_request *r, uint8_t *rgb, dl_gen_timing *tm) {
+    dl_media m;
+    dl_status s = dl_pipeline_generate(p, r, &m, tm);
+    if (s == DL_OK) memcpy(rgb, m.rgb, (size_t)m.width * (size_t)m.height * 3 * (size_t)m.frames);
+    dl_media_free(&m);
     return s;
 }
 
