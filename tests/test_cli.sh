@@ -38,7 +38,23 @@ expect 0 "denoise" generate --model "$flux" --prompt "a red circle" --width 32 -
 if head -c 8 "$out" 2>/dev/null | od -An -c | grep -q "P   N   G"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: $out is not a PNG"; fi
 # honest refusals (README status table): no separate probe program, no video models
 expect 2 "no separate probe program" compile --model "$flux" --probe
-expect 2 "video models are not supported" compile --model "$flux" --frames 9
+expect 2 "makes images: --frames must be 1" compile --model "$flux" --frames 9
+# media outputs: the format from the extension, read back by ffprobe
+gen=(generate --model "$flux" --prompt "a red circle" --width 32 --height 48 --steps 2 --max-sequence-length 32 --seed 7)
+for f in "jpg mjpeg" "webp webp" "png png"; do
+    set -- $f
+    expect 0 "" "${gen[@]}" --output-compression 75 -o "$tmpd/m.$1"
+    got=$(ffprobe -v error -show_entries stream=codec_name,width,height -of csv=p=0 "$tmpd/m.$1" 2>&1)
+    if [ "$got" = "$2,32,48" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: -o m.$1 reads back as '$got'"; fi
+done
+expect 2 "unknown output format" "${gen[@]}" -o "$tmpd/m.gif"
+expect 2 "makes images: write .png" "${gen[@]}" -o "$tmpd/m.mp4"
+expect 2 "makes images: --frames must be 1" "${gen[@]}" --frames 9 -o "$tmpd/m.png"
+expect 2 "must be an integer in 0..100" "${gen[@]}" --output-compression 101
+expect 1 "makes no sound" "${gen[@]}" --save-audio "$tmpd/a.wav" -o "$tmpd/m.png"
+expect 0 "" "${gen[@]}" --save-frames "$tmpd/frames" -o "$tmpd/m2.png"
+if cmp -s "$tmpd/frames/frame_0000.png" "$tmpd/m2.png"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: --save-frames frame_0000.png is not the picture"; fi
+if "$bin" models | grep -q "^FluxPipeline .*image"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: difflet models does not list FluxPipeline"; fi
 # generate --parallel: refused layouts (before anything is built) and a real
 # self-launched mpirun job
 expect 2 "not divisible by tp=4" generate --model "$flux" --prompt x --parallel tp=4

@@ -87,6 +87,42 @@ dl_status dl_st_writer_save(dl_st_writer *w, const char *path);
 dl_status dl_png_encode(const uint8_t *rgb, int width, int height, uint8_t **out, size_t *len);
 dl_status dl_png_write(const char *path, const uint8_t *rgb, int width, int height);
 
+/* ---- media (media.c) ------------------------------------------------------------
+ * What one generation made: frames x height x width x 3 bytes of RGB (an image is
+ * one frame), optionally the same unrounded in [0, 1], and for models that make
+ * sound mono f32 samples. */
+typedef enum { DL_MEDIA_IMAGE = 0, DL_MEDIA_VIDEO, DL_MEDIA_VIDEO_AUDIO } dl_media_kind;
+const char *dl_media_kind_name(dl_media_kind k);
+typedef struct {
+    dl_media_kind kind;
+    int width, height, frames;
+    double fps;
+    uint8_t *rgb;
+    float *pixels; /* when asked for: the same in [0, 1] before rounding */
+    float *audio;
+    int64_t audio_samples;
+    int audio_rate;
+} dl_media;
+void dl_media_free(dl_media *m); /* frees the buffers (malloc'd) */
+
+typedef enum { DL_FMT_PNG = 0, DL_FMT_JPEG, DL_FMT_WEBP, DL_FMT_MP4 } dl_media_format;
+/* From the file name's extension (png, jpg/jpeg, webp, mp4); others are refused. */
+dl_status dl_media_format_from_path(const char *path, dl_media_format *f);
+/* An image in memory (caller frees *out): PNG, or JPEG / WebP at `quality` 0..100
+ * (WebP 100: lossless). */
+dl_status dl_media_encode_image(const uint8_t *rgb, int w, int h, dl_media_format f, int quality, uint8_t **out,
+                                size_t *len);
+dl_status dl_jpeg_encode(const uint8_t *rgb, int w, int h, int quality, uint8_t **out, size_t *len);
+dl_status dl_webp_encode(const uint8_t *rgb, int w, int h, int quality, uint8_t **out, size_t *len);
+/* H.264 (yuv420p, even sizes) at m->fps, with an AAC track when m has audio. */
+dl_status dl_mp4_write(const char *path, const dl_media *m);
+/* By the extension of `path`; an image format needs exactly one frame. Atomic. */
+dl_status dl_media_write(const char *path, const dl_media *m, int quality);
+/* DIR/frame_0000.png, ... (DIR is created when missing). */
+dl_status dl_media_save_frames(const char *dir, const dl_media *m);
+/* Mono 32-bit float PCM WAV. */
+dl_status dl_wav_write(const char *path, const float *samples, int64_t n, int rate);
+
 /* ---- diffusers model folders ------------------------------------------------------ */
 
 typedef struct dl_model_dir dl_model_dir;

@@ -16,24 +16,6 @@
 extern "C" {
 #endif
 
-typedef enum { DL_MEDIA_IMAGE = 0, DL_MEDIA_VIDEO, DL_MEDIA_VIDEO_AUDIO } dl_media_kind;
-const char *dl_media_kind_name(dl_media_kind k);
-
-/* What one generation made: frames x height x width x 3 bytes of RGB (an image is
- * one frame), and for models that make sound, mono f32 samples. Owned by the
- * caller of dl_pipeline_generate (dl_media_free). */
-typedef struct {
-    dl_media_kind kind;
-    int width, height, frames;
-    double fps;
-    uint8_t *rgb;
-    float *pixels; /* the same in [0, 1] before rounding, when the request asked (want_pixels) */
-    float *audio;
-    int64_t audio_samples;
-    int audio_rate;
-} dl_media;
-void dl_media_free(dl_media *m);
-
 /* The shape a pipeline is loaded for (its programs' key) and how. */
 typedef struct {
     int width, height, frames;  /* frames: 1 for image models (0: the model's default) */

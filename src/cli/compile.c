@@ -18,7 +18,7 @@ static int parse_size(const char *s, int *w, int *h) {
 
 int cli_compile(int argc, char **argv) {
     const char *model = NULL, *par_spec = NULL;
-    int w = 0, h = 0, maxseq = 0, recompile = 0;
+    int w = 0, h = 0, maxseq = 0, recompile = 0, frames = 0;
     dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -53,8 +53,10 @@ int cli_compile(int argc, char **argv) {
         } else if (!strcmp(a, "--parallel")) {
             par_spec = strcmp(v, "single") ? v : NULL;
         } else if (!strcmp(a, "--frames")) {
-            if (atoi(v) != 1) {
-                fprintf(stderr, "difflet: compile: --frames %s: video models are not supported (image models only)\n", v);
+            char *end;
+            frames = (int)strtol(v, &end, 10);
+            if (*end || frames < 1 || frames > 100000) {
+                fprintf(stderr, "difflet: compile: --frames %s: must be an integer in 1..100000\n", v);
                 return 2;
             }
         } else {
@@ -74,6 +76,11 @@ int cli_compile(int argc, char **argv) {
     int dw, dh, dframes;
     entry->default_shape(model, &dw, &dh, &dframes);
     if (!w) w = dw, h = dh;
+    if (frames && entry->output == DL_MEDIA_IMAGE && frames != 1) {
+        fprintf(stderr, "difflet: compile: %s makes images: --frames must be 1\n", entry->pipeline_class);
+        return 2;
+    }
+    if (frames) dframes = frames;
     /* --parallel: every rank compiles its own transformer program (its slice of the
      * weights, its rows), started through mpirun as `generate --parallel` is */
     dl_par_config pc;

@@ -75,6 +75,9 @@ static int rank_fail(int parallel, int code) {
 
 int cli_generate(int argc, char **argv) {
     const char *model = getenv("DIFFLET_MODEL"), *neg = NULL, *outp = "out.png", *lat_path = NULL;
+    const char *save_frames = NULL, *save_audio = NULL;
+    long frames = 0, quality = 100;
+    float fps = 0.f;
     const char *prompts[64], *par_spec = NULL;
     int nprompts = 0;
     long width = 0, height = 0, steps = 28, maxseq = 0, threads = 0, seed = 0;
@@ -107,6 +110,11 @@ int cli_generate(int argc, char **argv) {
         else if (!strcmp(a, "--negative-prompt")) { NEED(); neg = v; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { NEED(); outp = v; }
         else if (!strcmp(a, "--latents")) { NEED(); lat_path = v; }
+        else if (!strcmp(a, "--save-frames")) { NEED(); save_frames = v; }
+        else if (!strcmp(a, "--save-audio")) { NEED(); save_audio = v; }
+        else if (!strcmp(a, "--frames")) { NEED(); if (!parse_int(v, 1, 100000, &frames)) BAD("must be an integer in 1..100000"); }
+        else if (!strcmp(a, "--fps")) { NEED(); if (!parse_float(v, &fps) || !(fps > 0.f && fps <= 1000.f)) BAD("must be a number in (0, 1000]"); }
+        else if (!strcmp(a, "--output-compression")) { NEED(); if (!parse_int(v, 0, 100, &quality)) BAD("must be an integer in 0..100"); }
         else if (!strcmp(a, "--no-cache")) cache = DL_CACHE_OFF;
         else if (!strcmp(a, "--cache")) {
             NEED();
@@ -151,6 +159,11 @@ int cli_generate(int argc, char **argv) {
         fprintf(stderr, "difflet: generate: --prompt TEXT is required\n");
         return 2;
     }
+    dl_media_format ofmt;
+    if (dl_media_format_from_path(outp, &ofmt) != DL_OK) {
+        fprintf(stderr, "difflet: generate: -o %s\n", dl_last_error());
+        return 2;
+    }
     dl_par_config pc;
     if (dl_par_parse(par_spec, &pc) != DL_OK) {
         fprintf(stderr, "difflet: generate: %s\n", dl_last_error());
@@ -192,11 +205,17 @@ int cli_generate(int argc, char **argv) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
         return rank_fail(parallel, 1);
     }
+    if (entry->output == DL_MEDIA_IMAGE && (frames > 1 || ofmt == DL_FMT_MP4)) {
+        fprintf(stderr, "difflet: generate: %s makes images: %s\n", entry->pipeline_class,
+                frames > 1 ? "--frames must be 1" : "write .png, .jpg or .webp");
+        return rank_fail(parallel, 2);
+    }
     int dw, dh, dframes;
     entry->default_shape(model, &dw, &dh, &dframes);
     if (!width) width = height ? height : dw;
     if (!height) height = width;
-    dl_gen_shape shape = {.width = (int)width, .height = (int)height, .frames = dframes, .max_sequence_length = (int)maxseq,
+    dl_gen_shape shape = {.width = (int)width, .height = (int)height, .frames = frames ? (int)frames : dframes,
+                          .max_sequence_length = (int)maxseq,
                           .dt = dt, .cache = cache, .par = parallel ? &place : NULL};
     int host = !parallel || dl_comm_rank(place.replica_comm) == 0;
     char lay[96];
@@ -238,14 +257,20 @@ int cli_generate(int argc, char **argv) {
         if (nprompts > 1) indexed(path, sizeof path, outp, i);
         else snprintf(path, sizeof path, "%s", outp);
         dl_gen_request r = {.prompt = prompts[i], .negative_prompt = neg, .steps = (int)steps, .guidance = guidance,
-                            .true_cfg = true_cfg, .seed = (uint64_t)seed, .init = init, .cache = &sc,
+                            .true_cfg = true_cfg, .seed = (uint64_t)seed, .fps = fps, .init = init, .cache = &sc,
                             .on_step = on_step, .ctx = &pr};
         dl_gen_timing tm;
         dl_media media;
         if (dl_pipeline_generate(p, &r, &media, &tm) != DL_OK) {
             fprintf(stderr, "difflet: %s\n", dl_last_error());
             rc = 1;
-        } else if (dl_png_write(path, media.rgb, media.width, media.height) != DL_OK) {
+        } else if (save_audio && !media.audio) {
+            fprintf(stderr, "difflet: --save-audio: %s makes no sound (%s output)\n", entry->pipeline_class,
+                    dl_media_kind_name(media.kind));
+            rc = 1;
+        } else if ((save_frames && dl_media_save_frames(save_frames, &media) != DL_OK) ||
+                   (save_audio && dl_wav_write(save_audio, media.audio, media.audio_samples, media.audio_rate) != DL_OK) ||
+                   dl_media_write(path, &media, (int)quality) != DL_OK) {
             fprintf(stderr, "difflet: %s\n", dl_last_error());
             rc = 1;
         } else {

@@ -12,18 +12,6 @@ extern const dl_model_entry dl_flux_entry;
 static const dl_model_entry *const k_entries[] = {&dl_flux_entry};
 enum { NENTRIES = sizeof k_entries / sizeof k_entries[0] };
 
-const char *dl_media_kind_name(dl_media_kind k) {
-    return k == DL_MEDIA_VIDEO ? "video" : k == DL_MEDIA_VIDEO_AUDIO ? "video+audio" : "image";
-}
-
-void dl_media_free(dl_media *m) {
-    if (!m) return;
-    free(m->rgb);
-    free(m->pixels);
-    free(m->audio);
-    memset(m, 0, sizeof *m);
-}
-
 const dl_model_entry *dl_registry_find(const char *cls) {
     for (int i = 0; cls && i < NENTRIES; i++)
         if (!strcmp(k_entries[i]->pipeline_class, cls)) return k_entries[i];

@@ -1,0 +1,148 @@
+/* Media outputs, read back by FFmpeg's own ffprobe: a synthetic frame sequence
+ * (a square moving over a gradient, with a sine tone) as MP4 (size, frame count,
+ * frame rate, H.264 yuv420p, AAC), a frame as PNG / JPEG / WebP (size, codec), the
+ * tone as float WAV, the frame dump; and the refusals (odd sizes for H.264, an
+ * unknown extension, several frames into an image file). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "difflet/io.h"
+#include "test_util.h"
+
+static char g_tmp[256];
+
+/* `ffprobe ... FILE` with -of default=nw=1, every line joined with ';' */
+static int probe(const char *args, const char *file, char *out, size_t n) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "ffprobe -v error %s -of default=nw=1 '%s' 2>&1", args, file);
+    FILE *f = popen(cmd, "r");
+    if (!f) return 0;
+    size_t o = 0;
+    char line[512];
+    out[0] = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        o += (size_t)snprintf(out + o, o < n ? n - o : 0, "%s;", line);
+    }
+    return pclose(f) == 0;
+}
+
+static dl_media synthetic(int w, int h, int frames, double fps, int audio) {
+    dl_media m = {.kind = audio ? DL_MEDIA_VIDEO_AUDIO : DL_MEDIA_VIDEO, .width = w, .height = h, .frames = frames, .fps = fps};
+    m.rgb = malloc((size_t)w * h * 3 * frames);
+    for (int f = 0; f < frames; f++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                uint8_t *p = m.rgb + (((size_t)f * h + y) * w + x) * 3;
+                int in = x >= 2 * f && x < 2 * f + 12 && y >= 10 && y < 22;
+                p[0] = in ? 250 : (uint8_t)(x * 255 / w);
+                p[1] = in ? 30 : (uint8_t)(y * 255 / h);
+                p[2] = in ? 40 : 128;
+            }
+    if (audio) {
+        m.audio_rate = 24000;
+        m.audio_samples = (int64_t)(frames / fps * m.audio_rate);
+        m.audio = malloc((size_t)m.audio_samples * 4);
+        for (int64_t i = 0; i < m.audio_samples; i++) m.audio[i] = 0.4f * sinf(2.f * 3.14159265f * 440.f * (float)i / 24000.f);
+    }
+    return m;
+}
+
+static void test_mp4(void) {
+    char path[400], out[2048];
+    dl_media m = synthetic(64, 48, 24, 12.0, 1);
+    snprintf(path, sizeof path, "%s/clip.mp4", g_tmp);
+    CHECK(dl_media_write(path, &m, 100) == DL_OK, "mp4 with audio: %s", dl_last_error());
+    CHECK(probe("-select_streams v:0 -count_frames -show_entries stream=codec_name,width,height,pix_fmt,r_frame_rate,nb_read_frames",
+                path, out, sizeof out),
+          "ffprobe video: %s", out);
+    CHECK(strstr(out, "codec_name=h264") && strstr(out, "width=64") && strstr(out, "height=48") &&
+              strstr(out, "pix_fmt=yuv420p") && strstr(out, "r_frame_rate=12/1") && strstr(out, "nb_read_frames=24"),
+          "H.264 64x48 yuv420p, 24 frames at 12 fps: %s", out);
+    CHECK(probe("-select_streams a:0 -show_entries stream=codec_name,sample_rate,channels", path, out, sizeof out) &&
+              strstr(out, "codec_name=aac") && strstr(out, "sample_rate=24000") && strstr(out, "channels=1"),
+          "an AAC mono 24 kHz track: %s", out);
+    CHECK(probe("-show_entries format=duration", path, out, sizeof out) && fabs(atof(strchr(out, '=') + 1) - 2.0) < 0.1,
+          "two seconds long: %s", out);
+    /* without sound, at a fractional rate */
+    dl_media v = synthetic(32, 32, 5, 23.976, 0);
+    snprintf(path, sizeof path, "%s/silent.mp4", g_tmp);
+    CHECK(dl_media_write(path, &v, 100) == DL_OK, "silent mp4: %s", dl_last_error());
+    CHECK(probe("-count_frames -show_entries stream=codec_type,nb_read_frames,avg_frame_rate", path, out, sizeof out) &&
+              strstr(out, "nb_read_frames=5") && !strstr(out, "codec_type=audio") && strstr(out, "avg_frame_rate=2997"),
+          "5 frames, no audio stream, 23.976 fps: %s", out);
+    /* frame dump */
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/frames", g_tmp);
+    CHECK(dl_media_save_frames(dir, &v) == DL_OK, "frames: %s", dl_last_error());
+    snprintf(path, sizeof path, "%s/frame_0004.png", dir);
+    CHECK(access(path, R_OK) == 0 && probe("-show_entries stream=codec_name,width,height", path, out, sizeof out) &&
+              strstr(out, "codec_name=png") && strstr(out, "width=32"),
+          "frame_0004.png: %s", out);
+    /* refusals, nothing left behind */
+    dl_media odd = synthetic(33, 32, 2, 10, 0);
+    snprintf(path, sizeof path, "%s/odd.mp4", g_tmp);
+    CHECK(dl_media_write(path, &odd, 100) == DL_ERR_INVALID && strstr(dl_last_error(), "even"), "odd width refused: %s",
+          dl_last_error());
+    CHECK(access(path, F_OK) != 0, "a refused video leaves no file");
+    snprintf(path, sizeof path, "%s/clip.png", g_tmp);
+    CHECK(dl_media_write(path, &v, 100) == DL_ERR_INVALID && strstr(dl_last_error(), "mp4"), "5 frames into a PNG refused: %s",
+          dl_last_error());
+    snprintf(path, sizeof path, "%s/clip.gif", g_tmp);
+    CHECK(dl_media_write(path, &v, 100) == DL_ERR_INVALID && strstr(dl_last_error(), ".gif"), "gif refused: %s",
+          dl_last_error());
+    v.fps = 0;
+    snprintf(path, sizeof path, "%s/nofps.mp4", g_tmp);
+    CHECK(dl_media_write(path, &v, 100) == DL_ERR_INVALID, "no frame rate refused");
+    /* the tone as WAV */
+    snprintf(path, sizeof path, "%s/tone.wav", g_tmp);
+    CHECK(dl_wav_write(path, m.audio, m.audio_samples, m.audio_rate) == DL_OK, "wav: %s", dl_last_error());
+    CHECK(probe("-show_entries stream=codec_name,sample_rate,channels,duration", path, out, sizeof out) &&
+              strstr(out, "codec_name=pcm_f32le") && strstr(out, "sample_rate=24000") && strstr(out, "duration=2.0"),
+          "float WAV, 24 kHz, 2 s: %s", out);
+    dl_media_free(&m), dl_media_free(&odd);
+    dl_media_free(&v);
+}
+
+static void test_images(void) {
+    dl_media m = synthetic(40, 24, 1, 0, 0);
+    m.kind = DL_MEDIA_IMAGE;
+    static const char *ext[] = {"png", "jpg", "jpeg", "webp"}, *codec[] = {"png", "mjpeg", "mjpeg", "webp"};
+    for (int i = 0; i < 4; i++) {
+        char path[300], out[1024];
+        snprintf(path, sizeof path, "%s/a.%s", g_tmp, ext[i]);
+        CHECK(dl_media_write(path, &m, 80) == DL_OK, "%s: %s", ext[i], dl_last_error());
+        char want[64];
+        snprintf(want, sizeof want, "codec_name=%s", codec[i]);
+        CHECK(probe("-show_entries stream=codec_name,width,height", path, out, sizeof out) && strstr(out, want) &&
+                  strstr(out, "width=40") && strstr(out, "height=24"),
+              "%s read back 40x24: %s", ext[i], out);
+    }
+    /* compression: a lower quality gives a smaller JPEG; WebP 100 is lossless */
+    uint8_t *a, *b;
+    size_t na, nb;
+    CHECK(dl_media_encode_image(m.rgb, 40, 24, DL_FMT_JPEG, 95, &a, &na) == DL_OK &&
+              dl_media_encode_image(m.rgb, 40, 24, DL_FMT_JPEG, 10, &b, &nb) == DL_OK && nb < na,
+          "JPEG quality 10 (%zu bytes) below 95 (%zu)", nb, na);
+    free(a), free(b);
+    CHECK(dl_media_encode_image(m.rgb, 40, 24, DL_FMT_JPEG, 101, &a, &na) == DL_ERR_INVALID, "quality 101 refused");
+    dl_media_free(&m);
+}
+
+int main(void) {
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/difflet-media-XXXXXX");
+    if (!mkdtemp(g_tmp)) return 1;
+    if (system("command -v ffprobe > /dev/null") != 0) {
+        fprintf(stderr, "test_media: ffprobe is missing (make deps installs ffmpeg)\n");
+        return 1;
+    }
+    test_images();
+    test_mp4();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);
+    return test_done("test_media");
+}
