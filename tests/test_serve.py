@@ -122,6 +122,20 @@ st, j = s.json("POST", "/v1/images/generations", {"prompt": "a red circle", "ste
 check(st == 200 and j["data"][0]["url"].startswith("/v1/jobs/"), "url response format")
 st, b, h = s.req("GET", j["data"][0]["url"])
 check(st == 200 and b[:4] == b"\x89PNG" and h.get("Content-Type") == "image/png", "url content")
+# output_format / output_compression as OpenAI has them; ffprobe reads each back
+for fmt, magic, ctype, codec in (("jpeg", b"\xff\xd8\xff", "image/jpeg", "mjpeg"), ("webp", b"RIFF", "image/webp", "webp")):
+    st, data = image(s, {"prompt": "a red circle", "steps": 2, "output_format": fmt, "output_compression": 70})
+    check(st == 200 and data[:len(magic)] == magic, f"b64_json in {fmt}: {st} {data[:8] if data else None}")
+    f = os.path.join(tempfile.gettempdir(), f"difflet-serve-out.{fmt}")
+    with open(f, "wb") as fh:
+        fh.write(data or b"")
+    pr = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "stream=codec_name,width,height", "-of", "csv=p=0", f],
+                        capture_output=True, text=True)
+    check(pr.stdout.strip() == f"{codec},32,48", f"ffprobe reads the {fmt} back as 32x48: {pr.stdout} {pr.stderr}")
+    os.unlink(f)
+    st, j = s.json("POST", "/v1/images/generations", {"prompt": "x", "steps": 2, "output_format": fmt, "response_format": "url"})
+    st, b, h = s.req("GET", j["data"][0]["url"])
+    check(st == 200 and b[:len(magic)] == magic and h.get("Content-Type") == ctype, f"url content in {fmt}: {h.get('Content-Type')}")
 bad = [
     ({"raw": b"{not json"}, None, "not valid JSON"),
     ({"body": [1, 2]}, None, "JSON object"),
@@ -135,7 +149,8 @@ bad = [
     ({"body": {"prompt": "x", "n": 9}}, "n", "1 to 4"),
     ({"body": {"prompt": "x", "seed": -1}}, "seed", "non-negative"),
     ({"body": {"prompt": "x", "response_format": "jpeg"}}, "response_format", "b64_json"),
-    ({"body": {"prompt": "x", "output_format": "webp"}}, "output_format", "not available"),
+    ({"body": {"prompt": "x", "output_format": "gif"}}, "output_format", "\"jpeg\""),
+    ({"body": {"prompt": "x", "output_format": "jpeg", "output_compression": 101}}, "output_compression", "0 to 100"),
     ({"body": {"prompt": "x", "cache": "calibrated:/etc/passwd"}}, "cache", "cadence"),
     ({"body": {"prompt": "x", "guidance_scale": "high"}}, "guidance_scale", "number"),
 ]

@@ -45,6 +45,7 @@ typedef struct {
     char sock[108];     /* the unix socket that first rank connects to */
     double spawn_time;
     char inflight[40];
+    char out[1200]; /* where the in-flight job's result goes */
     double deadline, cancel_time, next_spawn, backoff;
     double progress_written; /* per-step progress reaches SQLite at most every 0.25 s */
 } worker;
@@ -244,8 +245,7 @@ static void handle_msg(worker *w, cJSON *m) {
                 w->progress_written = wall();
             }
         } else if (!strcmp(type, "done")) {
-            char path[1200];
-            snprintf(path, sizeof path, "%s/%s.png", A.pr.results, id);
+            const char *path = w->out;
             int calls = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "calls"));
             int cached = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "cached"));
             A.steps_full += calls, A.steps_cached += cached;
@@ -280,11 +280,12 @@ static void dispatch(void) {
             continue;
         }
         cJSON *m = cJSON_CreateObject(), *rq = cJSON_Parse(req);
-        char out[1200];
-        snprintf(out, sizeof out, "%s/%s.png", A.pr.results, id);
+        const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "output_format"));
+        snprintf(w->out, sizeof w->out, "%s/%s.%s", A.pr.results, id,
+                 fmt && !strcmp(fmt, "jpeg") ? "jpg" : fmt && !strcmp(fmt, "webp") ? "webp" : "png");
         cJSON_AddStringToObject(m, "type", "job");
         cJSON_AddStringToObject(m, "id", id);
-        cJSON_AddStringToObject(m, "out", out);
+        cJSON_AddStringToObject(m, "out", w->out);
         cJSON_AddItemToObject(m, "request", rq);
         int tx = jobs_begin(A.js, 0) == DL_OK;
         jobs_set(A.js, id, "in_progress", NULL, NULL);
@@ -478,8 +479,9 @@ static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64
     } while (0)
     if (!j) FAIL("", "the body is not valid JSON");
     if (!cJSON_IsObject(j)) FAIL("", "the body must be a JSON object");
-    static const char *known[] = {"prompt", "n", "size", "response_format", "output_format", "negative_prompt", "seed", "steps",
-                                  "guidance_scale", "true_cfg_scale", "cache", "model", "user"};
+    static const char *known[] = {"prompt", "n", "size", "response_format", "output_format", "output_compression",
+                                  "negative_prompt", "seed", "steps", "guidance_scale", "true_cfg_scale", "cache", "model",
+                                  "user"};
     const cJSON *e;
     cJSON_ArrayForEach(e, j) {
         int ok = 0;
@@ -515,9 +517,18 @@ static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64
             FAIL("response_format", "`response_format` must be \"b64_json\" or \"url\"");
         *b64 = !strcmp(v->valuestring, "b64_json");
     }
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "output_format")) &&
-        (!cJSON_IsString(v) || strcmp(v->valuestring, "png")))
-        FAIL("output_format", "`output_format` must be \"png\" (jpeg and webp are not available in this build)");
+    const char *ofmt = "png";
+    int quality = 100; /* OpenAI's default output_compression */
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "output_format"))) {
+        if (!cJSON_IsString(v) || (strcmp(v->valuestring, "png") && strcmp(v->valuestring, "jpeg") && strcmp(v->valuestring, "webp")))
+            FAIL("output_format", "`output_format` must be \"png\", \"jpeg\" or \"webp\"");
+        ofmt = v->valuestring;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "output_compression"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 0 || v->valuedouble > 100)
+            FAIL("output_compression", "`output_compression` must be an integer from 0 to 100");
+        quality = (int)v->valuedouble;
+    }
     double steps = 28, g = 3.5, cfg = 1, seed = -1;
     const char *neg = NULL, *cache = NULL;
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "steps"))) {
@@ -561,6 +572,8 @@ static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64
     cJSON_AddNumberToObject(r, "true_cfg_scale", cfg);
     cJSON_AddNumberToObject(r, "seed", seed);
     if (cache) cJSON_AddStringToObject(r, "cache", cache);
+    cJSON_AddStringToObject(r, "output_format", ofmt);
+    cJSON_AddNumberToObject(r, "output_compression", quality);
     cJSON_Delete(j);
     *norm = r;
     return 1;
@@ -933,8 +946,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                 cJSON_Delete(j);
                 return error_reply(c, 404, "not_found_error", NULL, "job %s has no content (status %s)", id, st);
             }
+            const char *ext = strrchr(path, '.'); /* path lives in j */
+            const char *type = ext && !strcmp(ext, ".jpg") ? "image/jpeg" : ext && !strcmp(ext, ".webp") ? "image/webp" : "image/png";
             cJSON_Delete(j);
-            r = respond(c, 200, "image/png", data, len, NULL, NULL);
+            r = respond(c, 200, type, data, len, NULL, NULL);
             free(data);
             return r;
         }

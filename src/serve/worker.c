@@ -245,7 +245,8 @@ int serve_worker_main(int fd, const char *sock_path, const serve_profile *pr) {
                 if (pipes[i] == p) idx = i;
             if ((s = dispatch(pl, idx)) == DL_OK) s = dl_pipeline_generate(p, &r, &media, &tm);
         }
-        if (s == DL_OK) s = dl_png_write(out, media.rgb, media.width, media.height);
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(rq, "output_compression");
+        if (s == DL_OK) s = dl_media_write(out, &media, cJSON_IsNumber(q) ? (int)q->valuedouble : 100);
         dl_media_free(&media);
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "id", id);
