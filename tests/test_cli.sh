@@ -54,6 +54,28 @@ expect 2 "must be an integer in 0..100" "${gen[@]}" --output-compression 101
 expect 1 "makes no sound" "${gen[@]}" --save-audio "$tmpd/a.wav" -o "$tmpd/m.png"
 expect 0 "" "${gen[@]}" --save-frames "$tmpd/frames" -o "$tmpd/m2.png"
 if cmp -s "$tmpd/frames/frame_0000.png" "$tmpd/m2.png"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: --save-frames frame_0000.png is not the picture"; fi
+# a Hub repository id, resolved offline in a Hugging Face cache laid out as the hub
+# library lays it out (refs/main -> commit, snapshots/<commit>/ linking to blobs/)
+hub="$tmpd/hf/hub"; repo="$hub/models--test-org--flux-dev"; commit=0123456789abcdef0123456789abcdef01234567
+mkdir -p "$repo/blobs" "$repo/refs" "$repo/snapshots/$commit"
+(cd "$flux" && find -L . -type f) | while read -r f; do
+    b=$(sha256sum "$flux/$f" | cut -c1-64); cp "$flux/$f" "$repo/blobs/$b"
+    mkdir -p "$(dirname "$repo/snapshots/$commit/$f")"; ln -sf "$repo/blobs/$b" "$repo/snapshots/$commit/$f"
+done
+printf '%s' "$commit" > "$repo/refs/main"
+"$bin" "${gen[@]}" -o "$tmpd/direct.png" >/dev/null 2>&1
+for ref in test-org/flux-dev "test-org/flux-dev@main" "test-org/flux-dev@$commit"; do
+    g2=("${gen[@]}"); g2[2]=$ref
+    HF_HUB_CACHE="$hub" expect 0 "" "${g2[@]}" -o "$tmpd/hub.png"
+    if cmp -s "$tmpd/hub.png" "$tmpd/direct.png"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: --model $ref draws another picture"; fi
+    rm -f "$tmpd/hub.png"
+done
+(unset HF_HUB_CACHE; HF_HOME="$tmpd/hf" "$bin" generate --model test-org/flux-dev --prompt x --width 32 --height 48 \
+  --steps 1 --max-sequence-length 32 -o "$tmpd/hub2.png" >/dev/null 2>&1)
+if [ -s "$tmpd/hub2.png" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: HF_HOME/hub was not searched"; fi
+HF_HUB_CACHE="$hub" expect 1 "not in the local Hugging Face cache (looked for $hub/models--test-org--nothing" generate --model test-org/nothing --prompt x
+HF_HUB_CACHE="$hub" expect 1 "revision \`v9\` is not in the local cache" generate --model test-org/flux-dev@v9 --prompt x
+expect 1 "neither a folder nor a Hub repository id" generate --model 'org/na me' --prompt x
 if "$bin" models | grep -q "^FluxPipeline .*image"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: difflet models does not list FluxPipeline"; fi
 # generate --parallel: refused layouts (before anything is built) and a real
 # self-launched mpirun job

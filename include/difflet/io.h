@@ -137,6 +137,13 @@ int64_t dl_json_file_int(const char *dir, const char *rel, const char *key, int6
 
 /* Reads DIR/model_index.json. */
 dl_status dl_model_dir_open(dl_model_dir **out, const char *dir);
+/* A model reference as users have them: a folder, or a Hub repository id
+ * ("org/name", optionally "@revision": a branch or tag under refs/, or a commit
+ * hash) resolved offline in the local Hugging Face cache ($HF_HUB_CACHE, else
+ * $HF_HOME/hub, else ~/.cache/huggingface/hub: models--org--name/snapshots/<commit>/,
+ * whose files link to blobs). Never downloads. `out` gets the folder; a missing
+ * reference is an error naming where it looked. */
+dl_status dl_model_resolve(const char *ref, char *out, size_t n);
 void dl_model_dir_free(dl_model_dir *m);
 const char *dl_model_dir_path(const dl_model_dir *m);
 /* The pipeline class ("FluxPipeline"). */

@@ -42,6 +42,9 @@ int cli_profile_measure_rank(int argc, char **argv);
 int cli_mpirun(const char *const *sub, int nsub, int argc, char **argv, int ranks, int threads, int replace);
 /* Is the layout feasible for the model (heads from its transformer config) and a
  * pipeline making `passes` evaluations per step? Prints the reason when not. */
+/* --model REF (a folder or a Hub id in the local cache) to a folder in buf; 0 (message
+ * printed, prefixed with cmd) when it cannot be resolved. */
+int cli_model(const char *cmd, const char *ref, char *buf, size_t n);
 int cli_layout_ok(const char *cmd, const char *model, const char *spec, const dl_par_config *pc, int passes);
 
 #endif

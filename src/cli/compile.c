@@ -68,6 +68,9 @@ int cli_compile(int argc, char **argv) {
         fprintf(stderr, "difflet: compile: --model DIR is required\n");
         return 2;
     }
+    char model_buf[4096];
+    if (!cli_model("compile", model, model_buf, sizeof model_buf)) return 1;
+    model = model_buf;
     const dl_model_entry *entry;
     if (dl_registry_lookup(model, &entry) != DL_OK) {
         fprintf(stderr, "difflet: compile: %s\n", dl_last_error());

@@ -183,6 +183,9 @@ static int parse_opts(int argc, char **argv, opts *o, const char *cmd) {
         }
     }
     if (!o->model) o->model = DIFFLET_SOURCE_DIR "/models/difflet-tiny";
+    static char model_buf[4096];
+    if (!cli_model(cmd, o->model, model_buf, sizeof model_buf)) return 0;
+    o->model = model_buf;
     const dl_model_entry *e;
     int frames;
     if (!o->w && dl_registry_lookup(o->model, &e) == DL_OK) e->default_shape(o->model, &o->w, &o->h, &frames);

@@ -122,6 +122,9 @@ int cli_eval_tiny(int argc, char **argv) {
         fprintf(stderr, "difflet: eval-tiny: --prompts and --steps must be positive\n");
         return 2;
     }
+    char model_buf[3072];
+    if (!cli_model("eval-tiny", model, model_buf, sizeof model_buf)) return 1;
+    model = model_buf;
     char path[4096];
     snprintf(path, sizeof path, "%s/eval_prompts.json", model);
     cJSON *root;

@@ -159,6 +159,9 @@ int cli_generate(int argc, char **argv) {
         fprintf(stderr, "difflet: generate: --prompt TEXT is required\n");
         return 2;
     }
+    char model_buf[4096];
+    if (!cli_model("generate", model, model_buf, sizeof model_buf)) return 1;
+    model = model_buf;
     dl_media_format ofmt;
     if (dl_media_format_from_path(outp, &ofmt) != DL_OK) {
         fprintf(stderr, "difflet: generate: -o %s\n", dl_last_error());

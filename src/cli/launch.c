@@ -47,6 +47,12 @@ int cli_mpirun(const char *const *sub, int nsub, int argc, char **argv, int rank
     return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
+int cli_model(const char *cmd, const char *ref, char *buf, size_t n) {
+    if (dl_model_resolve(ref, buf, n) == DL_OK) return 1;
+    fprintf(stderr, "difflet: %s: %s\n", cmd, dl_last_error());
+    return 0;
+}
+
 int cli_layout_ok(const char *cmd, const char *model, const char *spec, const dl_par_config *pc, int passes) {
     char why[512];
     if (!dl_file_exists(model)) {

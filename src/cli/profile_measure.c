@@ -85,6 +85,9 @@ int cli_profile_measure(int argc, char **argv, const char *db, const char *name)
         fprintf(stderr, "difflet profile measure: --steps and --reps must be positive\n");
         return 2;
     }
+    char model_buf[4096];
+    if (!cli_model("profile measure", model, model_buf, sizeof model_buf)) return 1;
+    model = model_buf;
     if (max_dop > 1 && !dl_comm_have_mpi()) {
         fprintf(stderr, "difflet profile measure: DoP above 1 needs MPI, and this build has none (make deps)\n");
         return 2;

@@ -3,6 +3,8 @@
  * each component has DIR/<component>/config.json and safetensors weights. Configs
  * are parsed once and cached; typed accessors name the file and key on error. */
 #include <cjson/cJSON.h>
+#include <sys/stat.h>
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +66,66 @@ int64_t dl_json_file_int(const char *dir, const char *rel, const char *key, int6
     if (cJSON_IsNumber(v) && v->valuedouble >= (double)lo && v->valuedouble <= (double)hi) n = (int64_t)v->valuedouble;
     cJSON_Delete(j);
     return n;
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* "org/name" with the characters the Hub allows, nothing like a path */
+static int hub_id(const char *s, size_t len) {
+    const char *slash = memchr(s, '/', len);
+    if (!slash || slash == s || slash == s + len - 1 || memchr(slash + 1, '/', len - (size_t)(slash + 1 - s))) return 0;
+    if (s[0] == '.' || slash[1] == '.') return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("/-_.", s[i])) return 0;
+    return !strstr(s, "..");
+}
+
+dl_status dl_model_resolve(const char *ref, char *out, size_t n) {
+    if (is_dir(ref)) {
+        snprintf(out, n, "%s", ref);
+        return DL_OK;
+    }
+    const char *at = strchr(ref, '@');
+    size_t idlen = at ? (size_t)(at - ref) : strlen(ref);
+    const char *rev = at ? at + 1 : "main";
+    const char *sl = strchr(ref, '/');
+    if (ref[0] == '/' || ref[0] == '.' || (sl && strchr(sl + 1, '/')) || !sl)
+        return dl_fail(DL_ERR_IO, "model folder `%s` does not exist (a Hub model is named org/name[@revision])", ref);
+    if (!hub_id(ref, idlen) || !*rev || strchr(rev, '/') || strstr(rev, ".."))
+        return dl_fail(DL_ERR_INVALID, "model `%s` is neither a folder nor a Hub repository id (org/name[@revision])", ref);
+    char root[2048], repo[3072], hash[256], path[4096];
+    const char *hc = getenv("HF_HUB_CACHE"), *hh = getenv("HF_HOME"), *home = getenv("HOME");
+    if (hc && *hc) snprintf(root, sizeof root, "%s", hc);
+    else if (hh && *hh) snprintf(root, sizeof root, "%s/hub", hh);
+    else snprintf(root, sizeof root, "%s/.cache/huggingface/hub", home ? home : "");
+    int o = snprintf(repo, sizeof repo, "%s/models--", root);
+    for (size_t i = 0; i < idlen && o < (int)sizeof repo - 3; i++) /* org/name -> org--name */
+        if (ref[i] == '/') repo[o++] = '-', repo[o++] = '-';
+        else repo[o++] = ref[i];
+    repo[o] = 0;
+    if (!is_dir(repo))
+        return dl_fail(DL_ERR_IO, "model `%.*s` is not in the local Hugging Face cache (looked for %s; set HF_HUB_CACHE or "
+                       "HF_HOME, or pass a folder; difflet never downloads)", (int)idlen, ref, repo);
+    /* a revision is a ref (refs/<rev> holds its commit) or a commit hash */
+    snprintf(path, sizeof path, "%s/refs/%s", repo, rev);
+    char *txt;
+    size_t len;
+    if (dl_file_read(path, 256, &txt, &len) == DL_OK) {
+        while (len && (txt[len - 1] == '\n' || txt[len - 1] == ' ')) txt[--len] = 0;
+        snprintf(hash, sizeof hash, "%s", txt);
+        free(txt);
+    } else {
+        snprintf(hash, sizeof hash, "%s", rev);
+    }
+    snprintf(path, sizeof path, "%s/snapshots/%s", repo, hash);
+    if (!is_dir(path) || strchr(hash, '/'))
+        return dl_fail(DL_ERR_IO, "model `%s`: revision `%s` is not in the local cache (looked for %s/refs/%s and %s)", ref, rev,
+                       repo, rev, path);
+    if ((size_t)snprintf(out, n, "%s", path) >= n) return dl_fail(DL_ERR_INVALID, "model path too long");
+    return DL_OK;
 }
 
 dl_status dl_model_dir_open(dl_model_dir **out, const char *dir) {

@@ -60,6 +60,10 @@ dl_status profile_from_json(serve_profile *p, const cJSON *j) {
         !num_field(j, "result_ttl_s", &p->result_ttl_s) || !num_field(j, "no_compile", &nc) ||
         !num_field(j, "replicas", &reps))
         return dl_fail(DL_ERR_FORMAT, "serving profile: a field has the wrong type");
+    char resolved[sizeof p->model];
+    dl_status rs = dl_model_resolve(p->model, resolved, sizeof resolved);
+    if (rs != DL_OK) return rs;
+    snprintf(p->model, sizeof p->model, "%s", resolved);
     const cJSON *sizes = cJSON_GetObjectItemCaseSensitive(j, "sizes"), *e;
     if (sizes) {
         p->nsizes = 0;
