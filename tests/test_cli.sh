@@ -27,7 +27,10 @@ expect 0 "" inspect "$data/io/py_basic.safetensors"
 # generate: argument errors (exit 2), bad input at load (exit 1), a real run
 flux="$data/flux/dev"
 expect 2 "--prompt TEXT is required" generate --model "$flux"
-expect 2 "must be an integer in 1..10000" generate --model "$flux" --prompt x --steps 0
+expect 2 "--steps: \`steps\` must be an integer from 1 to 10000" generate --model "$flux" --prompt x --steps 0
+expect 2 "--guidance: \`guidance_scale\` must be a number in 0..100" generate --model "$flux" --prompt x --guidance 101
+expect 2 "--prompt: \`prompt\` is not valid UTF-8" generate --model "$flux" --prompt $'\xff\xfe'
+expect 2 "--seed" generate --model "$flux" --prompt x --seed 9007199254740992
 expect 2 "must be f32 or bf16" generate --model "$flux" --prompt x --dtype f64
 expect 2 "unknown option" generate --model "$flux" --prompt x --frobnicate 1
 expect 1 "multiples of 4" generate --model "$flux" --prompt x --width 30 --height 32 --max-sequence-length 32

@@ -11,6 +11,7 @@
 #define DIFFLET_REGISTRY_H
 
 #include "difflet/pipeline.h"
+#include "difflet/request.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,6 +44,10 @@ typedef struct {
     void (*on_probe)(void *ctx, int step, int branch, double probe, double change);
     void *ctx;
 } dl_gen_request;
+
+/* The call for a typed request (request.h): its prompt pointers are borrowed; a
+ * request without a seed gets 0. Hooks, caching and noise are the caller's to add. */
+void dl_gen_request_from(dl_gen_request *g, const dl_request *r);
 
 typedef struct {
     double encode_s, denoise_s, decode_s, probe_s, cached_s, comm_s;

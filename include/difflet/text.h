@@ -40,6 +40,10 @@ int32_t dl_tokenizer_bos_id(const dl_tokenizer *t); /* -1 when none */
 dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t len, int max_len,
                               int pad, int32_t *ids, int *n_valid);
 
+/* 1 when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points past
+ * U+10FFFF). */
+int dl_utf8_valid(const char *s, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,7 @@
 
 #include "cli/cli.h"
 #include "difflet/registry.h"
+#include "difflet/request.h"
 #include "difflet/comm.h"
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
@@ -130,12 +131,12 @@ int cli_generate(int argc, char **argv) {
         else if (!strcmp(a, "--recompile-on-mismatch")) cache = DL_CACHE_RECOMPILE_ON_MISMATCH;
         else if (!strcmp(a, "--width")) { NEED(); if (!parse_int(v, 1, 8192, &width)) BAD("must be an integer in 1..8192"); }
         else if (!strcmp(a, "--height")) { NEED(); if (!parse_int(v, 1, 8192, &height)) BAD("must be an integer in 1..8192"); }
-        else if (!strcmp(a, "--steps")) { NEED(); if (!parse_int(v, 1, 10000, &steps)) BAD("must be an integer in 1..10000"); }
+        else if (!strcmp(a, "--steps")) { NEED(); if (!parse_int(v, -1000000000L, 1000000000L, &steps)) BAD("must be an integer"); }
         else if (!strcmp(a, "--max-sequence-length")) { NEED(); if (!parse_int(v, 2, 512, &maxseq)) BAD("must be in 2..512"); }
         else if (!strcmp(a, "--threads")) { NEED(); if (!parse_int(v, 1, 1024, &threads)) BAD("must be a positive integer"); }
         else if (!strcmp(a, "--seed")) { NEED(); if (!parse_int(v, 0, 0x7fffffffffffffffL, &seed)) BAD("must be a non-negative integer"); }
         else if (!strcmp(a, "--guidance")) { NEED(); if (!parse_float(v, &guidance)) BAD("must be a number"); }
-        else if (!strcmp(a, "--true-cfg")) { NEED(); if (!parse_float(v, &true_cfg) || true_cfg < 0) BAD("must be a number >= 0"); }
+        else if (!strcmp(a, "--true-cfg")) { NEED(); if (!parse_float(v, &true_cfg)) BAD("must be a number"); }
         else if (!strcmp(a, "--dtype")) {
             NEED();
             if (!strcmp(v, "f32")) dt = DL_F32;
@@ -159,14 +160,38 @@ int cli_generate(int argc, char **argv) {
         fprintf(stderr, "difflet: generate: --prompt TEXT is required\n");
         return 2;
     }
-    char model_buf[4096];
-    if (!cli_model("generate", model, model_buf, sizeof model_buf)) return 1;
-    model = model_buf;
     dl_media_format ofmt;
     if (dl_media_format_from_path(outp, &ofmt) != DL_OK) {
         fprintf(stderr, "difflet: generate: -o %s\n", dl_last_error());
         return 2;
     }
+    /* the typed request, validated once (the same checks the HTTP API makes) */
+    dl_request rq;
+    dl_request_init(&rq);
+    rq.steps = steps == (int)steps ? (int)steps : -1;
+    rq.guidance = guidance, rq.true_cfg = true_cfg, rq.seed = seed, rq.fps = fps;
+    rq.frames = (int)frames, rq.max_sequence_length = (int)maxseq, rq.output_format = ofmt, rq.output_compression = (int)quality;
+    for (int i = 0; i < nprompts; i++) {
+        char param[64];
+        if (dl_request_set_prompt(&rq, prompts[i], neg) != DL_OK ||
+            dl_request_validate(&rq, &dl_request_engine_limits, param, sizeof param) != DL_OK) {
+            static const char *flag[][2] = {{"steps", "--steps"}, {"guidance_scale", "--guidance"},
+                                            {"true_cfg_scale", "--true-cfg"}, {"prompt", "--prompt"},
+                                            {"negative_prompt", "--negative-prompt"}, {"seed", "--seed"}};
+            const char *f = param;
+            for (size_t k = 0; k < sizeof flag / sizeof flag[0]; k++)
+                if (!strcmp(param, flag[k][0])) f = flag[k][1];
+            fprintf(stderr, "difflet: generate: %s: %s\n", f, dl_last_error());
+            dl_request_free(&rq);
+            return 2;
+        }
+    }
+    char model_buf[4096];
+    if (!cli_model("generate", model, model_buf, sizeof model_buf)) {
+        dl_request_free(&rq);
+        return 1;
+    }
+    model = model_buf;
     dl_par_config pc;
     if (dl_par_parse(par_spec, &pc) != DL_OK) {
         fprintf(stderr, "difflet: generate: %s\n", dl_last_error());
@@ -259,9 +284,14 @@ int cli_generate(int argc, char **argv) {
         char path[4096];
         if (nprompts > 1) indexed(path, sizeof path, outp, i);
         else snprintf(path, sizeof path, "%s", outp);
-        dl_gen_request r = {.prompt = prompts[i], .negative_prompt = neg, .steps = (int)steps, .guidance = guidance,
-                            .true_cfg = true_cfg, .seed = (uint64_t)seed, .fps = fps, .init = init, .cache = &sc,
-                            .on_step = on_step, .ctx = &pr};
+        dl_gen_request r;
+        if (dl_request_set_prompt(&rq, prompts[i], neg) != DL_OK) {
+            fprintf(stderr, "difflet: %s\n", dl_last_error());
+            rc = 1;
+            break;
+        }
+        dl_gen_request_from(&r, &rq);
+        r.init = init, r.cache = &sc, r.on_step = on_step, r.ctx = &pr;
         dl_gen_timing tm;
         dl_media media;
         if (dl_pipeline_generate(p, &r, &media, &tm) != DL_OK) {
@@ -288,6 +318,7 @@ int cli_generate(int argc, char **argv) {
         dl_media_free(&media);
     }
     dl_ckpt_free(init);
+    dl_request_free(&rq);
     dl_pipeline_free(p); /* releases this replica's workers */
     if (parallel) {
         if (rc) return rank_fail(parallel, rc);

@@ -196,8 +196,8 @@ dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, c
         goto fail;
     }
     const int64_t D2 = p->Jd, D1 = p->Pd;
-    p->sigmas = malloc(10001 * 4);
-    p->tsteps = malloc(10000 * 4);
+    p->sigmas = malloc((DL_STEPS_MAX + 1) * 4);
+    p->tsteps = malloc(DL_STEPS_MAX * 4);
     p->pe = malloc((size_t)(p->T * D2) * 4), p->ne = malloc((size_t)(p->T * D2) * 4);
     p->pooled = malloc((size_t)D1 * 4), p->npooled = malloc((size_t)D1 * 4);
     p->hidden77 = malloc((size_t)(p->clip_len * D1) * 4);
@@ -255,7 +255,8 @@ static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t
                           dl_flux_timing *timing, int *ran) {
     dl_flux_timing tm = {0};
     if (!r->prompt) return dl_fail(DL_ERR_INVALID, "a prompt is required");
-    if (r->steps <= 0 || r->steps > 10000) return dl_fail(DL_ERR_INVALID, "steps must be in 1..10000, got %d", r->steps);
+    if (r->steps <= 0 || r->steps > DL_STEPS_MAX)
+        return dl_fail(DL_ERR_INVALID, "steps must be in 1..%d, got %d", DL_STEPS_MAX, r->steps);
     if (!isfinite(r->guidance) || !isfinite(r->true_cfg))
         return dl_fail(DL_ERR_INVALID, "guidance and true_cfg must be finite numbers");
     int cfg = r->true_cfg > 1.f && r->negative_prompt != NULL;

@@ -43,6 +43,12 @@ dl_status dl_registry_lookup(const char *model_dir, const dl_model_entry **out) 
     return s;
 }
 
+void dl_gen_request_from(dl_gen_request *g, const dl_request *r) {
+    *g = (dl_gen_request){.prompt = r->prompt, .negative_prompt = r->negative_prompt, .steps = r->steps,
+                          .guidance = (float)r->guidance, .true_cfg = (float)r->true_cfg,
+                          .seed = r->seed >= 0 ? (uint64_t)r->seed : 0, .fps = r->fps};
+}
+
 struct dl_pipeline {
     const dl_model_entry *e;
     void *impl;

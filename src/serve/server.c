@@ -30,6 +30,7 @@
 #include "difflet/comm.h"
 #include "difflet/io.h"
 #include "difflet/pipeline.h"
+#include "difflet/request.h"
 #include "serve/serve_impl.h"
 
 enum { MAX_BODY = 64 * 1024, NBUCKETS = 10 };
@@ -465,7 +466,8 @@ static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const c
     return json_reply(c, status, j);
 }
 
-/* Validate a generation request; on success *norm is the normalised job request. */
+/* Validate a generation request; on success *norm is the normalised job request
+ * (the typed request as JSON: what the job store keeps and the model process gets). */
 static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64, char *err, size_t en, char *param, size_t pn) {
     cJSON *j = cJSON_ParseWithLength(body, len);
     *norm = NULL;
@@ -479,19 +481,15 @@ static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64
     } while (0)
     if (!j) FAIL("", "the body is not valid JSON");
     if (!cJSON_IsObject(j)) FAIL("", "the body must be a JSON object");
-    static const char *known[] = {"prompt", "n", "size", "response_format", "output_format", "output_compression",
-                                  "negative_prompt", "seed", "steps", "guidance_scale", "true_cfg_scale", "cache", "model",
-                                  "user"};
+    /* the request's fields (request.h) plus the API's own */
+    static const char *known[] = {"prompt", "negative_prompt", "size", "steps", "guidance_scale", "true_cfg_scale", "seed",
+                                  "cache", "output_format", "output_compression", "n", "response_format", "model", "user"};
     const cJSON *e;
     cJSON_ArrayForEach(e, j) {
         int ok = 0;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= !strcmp(e->string, known[k]);
         if (!ok) FAIL(e->string, "unknown field `%s`", e->string);
     }
-    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-    if (!cJSON_IsString(prompt)) FAIL("prompt", "`prompt` is required and must be a string");
-    if ((int)strlen(prompt->valuestring) > A.pr.max_prompt_bytes)
-        FAIL("prompt", "`prompt` is %zu bytes; at most %d are allowed", strlen(prompt->valuestring), A.pr.max_prompt_bytes);
     const cJSON *v;
     *n = 1;
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "n"))) {
@@ -499,83 +497,39 @@ static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64
             FAIL("n", "`n` must be an integer from 1 to 4");
         *n = (int)v->valuedouble;
     }
-    int w = A.pr.sizes[0][0], h = A.pr.sizes[0][1];
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "size"))) {
-        char x;
-        int ok = cJSON_IsString(v) && sscanf(v->valuestring, "%d%c%d", &w, &x, &h) == 3 && x == 'x', served = 0;
-        for (int i = 0; ok && i < A.pr.nsizes; i++) served |= A.pr.sizes[i][0] == w && A.pr.sizes[i][1] == h;
-        if (!served) {
-            char list[256] = "";
-            for (int i = 0; i < A.pr.nsizes; i++)
-                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%dx%d", i ? ", " : "", A.pr.sizes[i][0], A.pr.sizes[i][1]);
-            FAIL("size", "size `%s` is not served; supported: %s", cJSON_IsString(v) ? v->valuestring : "?", list);
-        }
-    }
     *b64 = 1;
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "response_format"))) {
         if (!cJSON_IsString(v) || (strcmp(v->valuestring, "b64_json") && strcmp(v->valuestring, "url")))
             FAIL("response_format", "`response_format` must be \"b64_json\" or \"url\"");
         *b64 = !strcmp(v->valuestring, "b64_json");
     }
-    const char *ofmt = "png";
-    int quality = 100; /* OpenAI's default output_compression */
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "output_format"))) {
-        if (!cJSON_IsString(v) || (strcmp(v->valuestring, "png") && strcmp(v->valuestring, "jpeg") && strcmp(v->valuestring, "webp")))
-            FAIL("output_format", "`output_format` must be \"png\", \"jpeg\" or \"webp\"");
-        ofmt = v->valuestring;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "model")) && !cJSON_IsString(v)) FAIL("model", "`model` must be a string");
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "user")) && !cJSON_IsString(v)) FAIL("user", "`user` must be a string");
+    dl_request_limits lim = {A.pr.max_steps, A.pr.max_prompt_bytes, 0};
+    dl_request r;
+    if (dl_request_from_json(j, &lim, &r, param, pn) != DL_OK) {
+        snprintf(err, en, "%s", dl_last_error());
+        cJSON_Delete(j);
+        return 0;
     }
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "output_compression"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 0 || v->valuedouble > 100)
-            FAIL("output_compression", "`output_compression` must be an integer from 0 to 100");
-        quality = (int)v->valuedouble;
+    if (r.output_format == DL_FMT_MP4) {
+        dl_request_free(&r);
+        FAIL("output_format", "`output_format` must be \"png\", \"jpeg\" or \"webp\" for this model's images");
     }
-    double steps = 28, g = 3.5, cfg = 1, seed = -1;
-    const char *neg = NULL, *cache = NULL;
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "steps"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 1 || v->valuedouble > A.pr.max_steps)
-            FAIL("steps", "`steps` must be an integer from 1 to %d", A.pr.max_steps);
-        steps = v->valuedouble;
+    if (!r.width) r.width = A.pr.sizes[0][0], r.height = A.pr.sizes[0][1];
+    int served = 0;
+    for (int i = 0; i < A.pr.nsizes; i++) served |= A.pr.sizes[i][0] == r.width && A.pr.sizes[i][1] == r.height;
+    if (!served) {
+        char list[256] = "";
+        for (int i = 0; i < A.pr.nsizes; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%dx%d", i ? ", " : "", A.pr.sizes[i][0], A.pr.sizes[i][1]);
+        int w = r.width, h = r.height;
+        dl_request_free(&r);
+        FAIL("size", "size `%dx%d` is not served; supported: %s", w, h, list);
     }
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "guidance_scale"))) {
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 100)) FAIL("guidance_scale", "`guidance_scale` must be a number in 0..100");
-        g = v->valuedouble;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "true_cfg_scale"))) {
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 100)) FAIL("true_cfg_scale", "`true_cfg_scale` must be a number in 0..100");
-        cfg = v->valuedouble;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < 0 || v->valuedouble > 9e15)
-            FAIL("seed", "`seed` must be a non-negative integer");
-        seed = v->valuedouble;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "negative_prompt"))) {
-        if (!cJSON_IsString(v) || (int)strlen(v->valuestring) > A.pr.max_prompt_bytes)
-            FAIL("negative_prompt", "`negative_prompt` must be a string of at most %d bytes", A.pr.max_prompt_bytes);
-        neg = v->valuestring;
-    }
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "cache"))) {
-        dl_stepcache_config sc;
-        /* calibrated mode names a file: only the profile may set it */
-        if (!cJSON_IsString(v) || strchr(v->valuestring, '/') || !strncmp(v->valuestring, "calibrated", 10) ||
-            dl_stepcache_parse(v->valuestring, &sc) != DL_OK)
-            FAIL("cache", "`cache` must be off, cadence:N or online-delta[:ALPHA]");
-        cache = v->valuestring;
-    }
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "prompt", prompt->valuestring);
-    if (neg) cJSON_AddStringToObject(r, "negative_prompt", neg);
-    cJSON_AddNumberToObject(r, "width", w);
-    cJSON_AddNumberToObject(r, "height", h);
-    cJSON_AddNumberToObject(r, "steps", steps);
-    cJSON_AddNumberToObject(r, "guidance_scale", g);
-    cJSON_AddNumberToObject(r, "true_cfg_scale", cfg);
-    cJSON_AddNumberToObject(r, "seed", seed);
-    if (cache) cJSON_AddStringToObject(r, "cache", cache);
-    cJSON_AddStringToObject(r, "output_format", ofmt);
-    cJSON_AddNumberToObject(r, "output_compression", quality);
+    *norm = dl_request_to_json(&r);
+    dl_request_free(&r);
     cJSON_Delete(j);
-    *norm = r;
     return 1;
 #undef FAIL
 }
@@ -596,14 +550,16 @@ static int enqueue(cJSON *req, int n, char ids[][24]) {
         pthread_mutex_unlock(&A.mu);
         return 0;
     }
-    double seed = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "seed"));
+    const cJSON *given = cJSON_GetObjectItemCaseSensitive(req, "seed");
+    double seed = cJSON_IsNumber(given) ? given->valuedouble : -1;
     int ok = jobs_begin(A.js, 1) == DL_OK; /* the whole request is accepted with one durable commit */
     for (int i = 0; i < n && ok; i++) {
         new_id(ids[i]);
         uint64_t sd;
         if (seed >= 0) sd = (uint64_t)seed + (uint64_t)i;
         else if (getrandom(&sd, sizeof sd, 0) != sizeof sd) sd = (uint64_t)rand();
-        cJSON_ReplaceItemInObject(req, "seed", cJSON_CreateNumber((double)(sd & ((1ull << 52) - 1))));
+        cJSON_DeleteItemFromObject(req, "seed"); /* each job its own: seed, seed + 1, ... or drawn here */
+        cJSON_AddNumberToObject(req, "seed", (double)(sd & (uint64_t)(DL_SEED_MAX - 1)));
         char *t = cJSON_PrintUnformatted(req);
         ok = t && jobs_insert(A.js, ids[i], t, wall() + A.pr.timeout_s) == DL_OK;
         free(t);

@@ -20,6 +20,7 @@
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
 #include "difflet/registry.h"
+#include "difflet/request.h"
 #include "serve/serve_impl.h"
 
 typedef struct {
@@ -218,36 +219,31 @@ int serve_worker_main(int fd, const char *sock_path, const serve_profile *pr) {
         }
         pthread_mutex_unlock(&mb.mu);
         if (!job) break; /* closed */
-        const cJSON *rq = cJSON_GetObjectItemCaseSensitive(job, "request");
+        /* the typed request, as the API process validated it */
         const char *id = mb.running, *out = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(job, "out"));
-        int w = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "width"));
-        int h = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "height"));
+        dl_request rq;
+        char param[64];
+        dl_status s = dl_request_from_json(cJSON_GetObjectItemCaseSensitive(job, "request"), &dl_request_engine_limits, &rq,
+                                           param, sizeof param);
         dl_pipeline *p = NULL;
-        for (int i = 0; i < pr->nsizes; i++)
-            if (pr->sizes[i][0] == w && pr->sizes[i][1] == h) p = pipes[i];
+        int32_t idx = 0;
+        for (int i = 0; s == DL_OK && i < pr->nsizes; i++)
+            if (pr->sizes[i][0] == rq.width && pr->sizes[i][1] == rq.height) p = pipes[i], idx = i;
+        if (s == DL_OK && !p) s = dl_fail(DL_ERR_INVALID, "size %dx%d is not served", rq.width, rq.height);
         dl_stepcache_config sc;
-        const char *cache = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "cache"));
-        dl_status s = p ? dl_stepcache_parse(cache ? cache : pr->cache, &sc) : dl_fail(DL_ERR_INVALID, "size %dx%d is not served", w, h);
+        if (s == DL_OK) s = dl_stepcache_parse(rq.cache[0] ? rq.cache : pr->cache, &sc);
         step_ctx sctx = {fd, id, 0};
         dl_gen_timing tm = {0};
         dl_media media = {0};
         if (s == DL_OK) {
-            const cJSON *neg = cJSON_GetObjectItemCaseSensitive(rq, "negative_prompt");
-            dl_gen_request r = {.prompt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "prompt")),
-                                .negative_prompt = cJSON_IsString(neg) ? neg->valuestring : NULL,
-                                .steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")),
-                                .guidance = (float)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "guidance_scale")),
-                                .true_cfg = (float)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "true_cfg_scale")),
-                                .seed = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "seed")),
-                                .cache = &sc, .cancel = &mb.cancel, .on_step = on_step, .ctx = &sctx};
-            int32_t idx = 0;
-            for (int i = 0; i < pr->nsizes; i++)
-                if (pipes[i] == p) idx = i;
+            dl_gen_request r;
+            dl_gen_request_from(&r, &rq);
+            r.cache = &sc, r.cancel = &mb.cancel, r.on_step = on_step, r.ctx = &sctx;
             if ((s = dispatch(pl, idx)) == DL_OK) s = dl_pipeline_generate(p, &r, &media, &tm);
         }
-        const cJSON *q = cJSON_GetObjectItemCaseSensitive(rq, "output_compression");
-        if (s == DL_OK) s = dl_media_write(out, &media, cJSON_IsNumber(q) ? (int)q->valuedouble : 100);
+        if (s == DL_OK) s = dl_media_write(out, &media, rq.output_compression);
         dl_media_free(&media);
+        dl_request_free(&rq); /* safe after a failed parse too */
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "id", id);
         if (s == DL_OK) {

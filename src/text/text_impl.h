@@ -20,7 +20,6 @@ void sbuf_free(sbuf *b);
 /* ---- UTF-8 / Unicode ---- */
 /* Decode one code point at s[0..n); returns its length, or -1 if invalid. */
 int utf8_next(const char *s, size_t n, int32_t *cp);
-int utf8_valid(const char *s, size_t n);
 int uni_is_letter(int32_t cp);
 int uni_is_number(int32_t cp);
 int uni_is_space(int32_t cp); /* Unicode White_Space (Rust's char::is_whitespace) */

@@ -204,7 +204,7 @@ dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t le
     if (max_len < specials + 1) return dl_fail(DL_ERR_INVALID, "tokenizer: max_len %d is too small", max_len);
     if (len > DL_TOK_MAX_TEXT)
         return dl_fail(DL_ERR_INVALID, "prompt is %zu bytes, more than the %u allowed", len, DL_TOK_MAX_TEXT);
-    if (!utf8_valid(text, len)) return dl_fail(DL_ERR_INVALID, "prompt is not valid UTF-8");
+    if (!dl_utf8_valid(text, len)) return dl_fail(DL_ERR_INVALID, "prompt is not valid UTF-8");
     idvec v = {0};
     dl_status st = DL_OK;
     size_t i = 0, seg = 0;

@@ -40,7 +40,7 @@ int utf8_next(const char *s, size_t n, int32_t *cp) {
     return (int)k;
 }
 
-int utf8_valid(const char *s, size_t n) {
+int dl_utf8_valid(const char *s, size_t n) {
     size_t i = 0;
     int32_t cp;
     while (i < n) {
