@@ -26,7 +26,7 @@ tmp = tempfile.mkdtemp(prefix="difflet-bench-serve-")
 w, h = a.size.split("x")
 prof = os.path.join(tmp, "profile.json")
 json.dump({"model": os.path.abspath(a.model), "sizes": [a.size], "results_dir": os.path.join(tmp, "r"), "port": 0}, open(prof, "w"))
-srv = subprocess.Popen([a.bin, "serve", "--profile", prof], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+srv = subprocess.Popen([a.bin, "serve", "--deployment", prof], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 port = int(srv.stdout.readline().split("127.0.0.1:")[1].split()[0])
 base = f"http://127.0.0.1:{port}"
 while True:

@@ -69,10 +69,10 @@ static void test_plan(void) {
     void *a, *b, *c, *arena;
     act_plan pl = {0};
     dl_wsrc ws = {0};
-    plan_add(&pl, &a, 100, 0, 0); /* phase 0 only */
-    plan_add(&pl, &b, 100, 1, 1); /* phase 1 only: may reuse a's bytes */
-    plan_add(&pl, &c, 50, 0, 1);  /* live throughout: apart from both */
-    CHECK(plan_commit(&pl, &ws, &arena) == DL_OK, "%s", dl_last_error());
+    dl_plan_add(&pl, &a, 100, 0, 0); /* phase 0 only */
+    dl_plan_add(&pl, &b, 100, 1, 1); /* phase 1 only: may reuse a's bytes */
+    dl_plan_add(&pl, &c, 50, 0, 1);  /* live throughout: apart from both */
+    CHECK(dl_plan_commit(&pl, &ws, &arena) == DL_OK, "%s", dl_last_error());
     CHECK(pl.total == 192 && ws.arena == 192, "192 bytes instead of 320 (%zu)", pl.total);
     CHECK(a == b && (char *)c >= (char *)a + 128, "a and b share, c is apart");
     CHECK(((uintptr_t)a % 64) == 0 && ((uintptr_t)c % 64) == 0, "64-byte aligned");

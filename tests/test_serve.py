@@ -47,7 +47,7 @@ class Server:
         with open(self.path, "w") as f:
             json.dump(prof, f)
         env = dict(os.environ, DIFFLET_LOG="warn")
-        self.p = subprocess.Popen([BIN, "serve", "--profile", self.path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        self.p = subprocess.Popen([BIN, "serve", "--deployment", self.path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                   env=env, text=True)
         line = self.p.stdout.readline()
         self.port = int(line.split("127.0.0.1:")[1].split()[0])

@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-/* Where a model's load gets its weights (program.h): NULL means the component's
+/* Where a model's load gets its weights (artifact.h): NULL means the component's
  * checkpoint in the model folder, converted and packed at load. */
 typedef struct dl_wsrc dl_wsrc;
 

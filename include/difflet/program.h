@@ -9,49 +9,12 @@
 #ifndef DIFFLET_PROGRAM_H
 #define DIFFLET_PROGRAM_H
 
-#include "difflet/models.h"
+#include "difflet/artifact.h"
+#include "difflet/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- artifacts ---------------------------------------------------------------------- */
-typedef struct dl_artifact_writer dl_artifact_writer;
-typedef struct dl_artifact dl_artifact;
-
-/* Start an artifact in directory `dir` (which must exist): weights.bin is streamed. */
-dl_status dl_artifact_writer_open(dl_artifact_writer **w, const char *dir);
-/* Append a tensor: `layout` says what the bytes are ("f32", "onednn") */
-dl_status dl_artifact_writer_add(dl_artifact_writer *w, const char *name, const char *layout, const void *data,
-                                 size_t bytes);
-/* Write manifest.json (key fields `key`, a JSON object string, plus the table and
- * `arena_bytes`, `compile_seconds`), fsync both files. Frees w. */
-dl_status dl_artifact_writer_finish(dl_artifact_writer *w, const char *key_json, size_t arena_bytes,
-                                    double compile_seconds);
-void dl_artifact_writer_abort(dl_artifact_writer *w);
-
-/* Open dir/manifest.json and map dir/weights.bin; with `verify`, every tensor's
- * checksum is checked (a flipped byte is an error naming the tensor). */
-dl_status dl_artifact_open(dl_artifact **a, const char *dir, int verify);
-void dl_artifact_close(dl_artifact *a);
-/* The tensor `name` with `layout`, or NULL. */
-const void *dl_artifact_get(const dl_artifact *a, const char *name, const char *layout, size_t *bytes);
-/* The manifest's "key" object as canonical JSON text (owned by a). */
-const char *dl_artifact_key(const dl_artifact *a);
-size_t dl_artifact_weight_bytes(const dl_artifact *a);
-size_t dl_artifact_arena_bytes(const dl_artifact *a);
-
-/* ---- weight sources ------------------------------------------------------------------
- * How a model's load gets its weights: from the checkpoint (converting and packing),
- * optionally recording everything it produces into an artifact (compile), or from an
- * artifact (load). Also counts the activation bytes the model allocates. */
-struct dl_wsrc {
-    dl_checkpoint *ck;         /* checkpoint mode */
-    dl_artifact_writer *rec;   /* compile: record every produced tensor */
-    const dl_artifact *art;    /* artifact mode (ck NULL) */
-    size_t arena;              /* activation bytes allocated by the model */
-    int owned;                 /* internal: opened by the model itself */
-};
 
 /* ---- program keys and the cache ------------------------------------------------------ */
 
@@ -105,8 +68,6 @@ dl_status dl_cache_list(dl_cache_entry **entries, int *n); /* caller frees *entr
 dl_status dl_cache_verify(const char *id);                  /* every checksum */
 dl_status dl_cache_remove(const char *id);
 
-/* Fault injection for tests (DIFFLET_FAULT_KILL_COMPILE=N: SIGKILL after N tensors). */
-void dl_fault_after_tensor(int written);
 
 #ifdef __cplusplus
 }

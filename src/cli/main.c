@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "  eval-cache           step caching quality and speed per mode vs uncached and vs\n"
             "                       fewer steps: --prompts FILE [--modes m1,m2] [--steps 50] [--repeat 3] ...\n"
             "  serve                HTTP API (OpenAI-style images + async jobs) with a resident\n"
-            "                       model process: [--profile FILE] [--port N] [--host H]\n"
+            "                       model process: [--deployment FILE] [--port N] [--host H]\n"
             "                       [--api-key K] [--model DIR] [--results DIR] [--no-compile]\n"
             "  loadgen              open-loop Poisson load on a loopback server: --url URL\n"
             "                       [--rate R] [--requests N] [--steps S] [--slo SECONDS]\n"

@@ -7,14 +7,14 @@
 
 #include "cli/cli.h"
 #include "difflet/comm.h"
-#include "serve/serve_impl.h"
+#include "difflet/serve.h"
 
 int cli_serve(int argc, char **argv) {
     const char *profile = NULL;
-    serve_profile p;
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[i + 1];
-    if (profile_load(&p, profile) != DL_OK) {
+    dl_deployment p;
+    for (int i = 0; i < argc; i++) /* --profile: the old name of --deployment */
+        if ((!strcmp(argv[i], "--deployment") || !strcmp(argv[i], "--profile")) && i + 1 < argc) profile = argv[i + 1];
+    if (dl_deployment_load(&p, profile) != DL_OK) {
         fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
         return 2;
     }
@@ -29,7 +29,7 @@ int cli_serve(int argc, char **argv) {
             return 2;
         }
         i++;
-        if (!strcmp(a, "--profile")) continue;
+        if (!strcmp(a, "--deployment") || !strcmp(a, "--profile")) continue;
         else if (!strcmp(a, "--port")) p.port = atoi(v);
         else if (!strcmp(a, "--host")) snprintf(p.host, sizeof p.host, "%s", v);
         else if (!strcmp(a, "--api-key")) snprintf(p.api_key, sizeof p.api_key, "%s", v);
@@ -46,12 +46,11 @@ int cli_serve(int argc, char **argv) {
         fprintf(stderr, "difflet: serve: --port must be in 0..65535\n");
         return 2;
     }
-    if (!dl_file_exists(p.model)) {
-        fprintf(stderr, "difflet: serve: model folder %s does not exist\n", p.model);
-        return 1;
-    }
+    char model[sizeof p.model];
+    if (!cli_model("serve", p.model, model, sizeof model)) return 1;
+    snprintf(p.model, sizeof p.model, "%s", model);
     dl_par_config pc;
-    dl_par_parse(p.parallel, &pc); /* checked by profile_load */
+    dl_par_parse(p.parallel, &pc); /* checked by dl_deployment_load */
     if (dl_par_ranks(&pc) > 1) { /* each replica an mpirun job: refused before anything starts */
         if (!dl_comm_have_mpi()) {
             fprintf(stderr, "difflet: serve: parallel `%s` needs MPI, and this build has none (make deps)\n", p.parallel);
@@ -66,16 +65,16 @@ int cli_serve(int argc, char **argv) {
         return 1;
     }
     exe[n] = 0;
-    return serve_api_main(&p, exe);
+    return dl_serve_api_main(&p, exe);
 }
 
 int cli_serve_worker(int argc, char **argv) {
-    serve_profile p;
-    if (argc != 2 || profile_load(&p, argv[1]) != DL_OK) {
-        fprintf(stderr, "difflet: serve-worker: %s\n", argc != 2 ? "usage: serve-worker FD|unix:PATH PROFILE (started by serve)" : dl_last_error());
+    dl_deployment p;
+    if (argc != 2 || dl_deployment_load(&p, argv[1]) != DL_OK) {
+        fprintf(stderr, "difflet: serve-worker: %s\n", argc != 2 ? "usage: serve-worker FD|unix:PATH DEPLOYMENT (started by serve)" : dl_last_error());
         return 2;
     }
     /* "FD" (inherited socket) or "unix:PATH" (a parallel model process under mpirun) */
-    if (!strncmp(argv[0], "unix:", 5)) return serve_worker_main(-1, argv[0] + 5, &p);
-    return serve_worker_main(atoi(argv[0]), NULL, &p);
+    if (!strncmp(argv[0], "unix:", 5)) return dl_serve_worker_main(-1, argv[0] + 5, &p);
+    return dl_serve_worker_main(atoi(argv[0]), NULL, &p);
 }

@@ -43,7 +43,7 @@ void dl_clip_text_free(dl_clip_text *m) {
     for (int i = 0; m->layers && i < m->L; i++) {
         clip_layer *l = &m->layers[i];
         free(l->ln1_w), free(l->ln1_b), free(l->ln2_w), free(l->ln2_b);
-        lin_free(&l->qkv), lin_free(&l->out), lin_free(&l->fc1), lin_free(&l->fc2);
+        dl_lin_free(&l->qkv), dl_lin_free(&l->out), dl_lin_free(&l->fc1), dl_lin_free(&l->fc2);
     }
     free(m->layers);
     free(m->tok_own), free(m->pos), free(m->lnf_w), free(m->lnf_b);
@@ -99,15 +99,15 @@ dl_status dl_clip_text_load(dl_clip_text **out, dl_model_dir *dir, const char *c
                     (long long)seq_len, (long long)m->P);
         goto fail;
     }
-    if ((s = ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
+    if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     /* transformers 4 checkpoints prefix every name with "text_model." */
-    const char *pre = ws_find(ck, "text_model.embeddings.token_embedding.weight") ? "text_model." : "";
+    const char *pre = dl_ws_find(ck, "text_model.embeddings.token_embedding.weight") ? "text_model." : "";
     int64_t D = m->D, S = m->S, F = m->F;
     int64_t sh_tok[2] = {m->V, D}, sh_pos[2] = {m->P, D}, sh_d[1] = {D};
-    if ((s = param_f32_map(ck, pname(nb[0], 256, pre, "embeddings.token_embedding.weight"), 2, sh_tok, &m->tok, &m->tok_own)) ||
-        (s = param_f32(ck, pname(nb[0], 256, pre, "embeddings.position_embedding.weight"), 2, sh_pos, &m->pos)) ||
-        (s = param_f32(ck, pname(nb[0], 256, pre, "final_layer_norm.weight"), 1, sh_d, &m->lnf_w)) ||
-        (s = param_f32(ck, pname(nb[0], 256, pre, "final_layer_norm.bias"), 1, sh_d, &m->lnf_b)))
+    if ((s = dl_param_f32_map(ck, dl_pname(nb[0], 256, pre, "embeddings.token_embedding.weight"), 2, sh_tok, &m->tok, &m->tok_own)) ||
+        (s = dl_param_f32(ck, dl_pname(nb[0], 256, pre, "embeddings.position_embedding.weight"), 2, sh_pos, &m->pos)) ||
+        (s = dl_param_f32(ck, dl_pname(nb[0], 256, pre, "final_layer_norm.weight"), 1, sh_d, &m->lnf_w)) ||
+        (s = dl_param_f32(ck, dl_pname(nb[0], 256, pre, "final_layer_norm.bias"), 1, sh_d, &m->lnf_b)))
         goto fail;
     m->layers = calloc((size_t)m->L, sizeof *m->layers);
     if (!m->layers) {
@@ -118,40 +118,40 @@ dl_status dl_clip_text_load(dl_clip_text **out, dl_model_dir *dir, const char *c
         clip_layer *l = &m->layers[i];
         char p[64];
         snprintf(p, sizeof p, "%sencoder.layers.%d.", pre, i);
-        const char *qkv_w[3] = {pname(nb[0], 256, p, "self_attn.q_proj.weight"), pname(nb[1], 256, p, "self_attn.k_proj.weight"),
-                                pname(nb[2], 256, p, "self_attn.v_proj.weight")};
+        const char *qkv_w[3] = {dl_pname(nb[0], 256, p, "self_attn.q_proj.weight"), dl_pname(nb[1], 256, p, "self_attn.k_proj.weight"),
+                                dl_pname(nb[2], 256, p, "self_attn.v_proj.weight")};
         char bb[3][256];
-        const char *qkv_b[3] = {pname(bb[0], 256, p, "self_attn.q_proj.bias"), pname(bb[1], 256, p, "self_attn.k_proj.bias"),
-                                pname(bb[2], 256, p, "self_attn.v_proj.bias")};
+        const char *qkv_b[3] = {dl_pname(bb[0], 256, p, "self_attn.q_proj.bias"), dl_pname(bb[1], 256, p, "self_attn.k_proj.bias"),
+                                dl_pname(bb[2], 256, p, "self_attn.v_proj.bias")};
         int64_t parts[3] = {D, D, D}, pd[1] = {D}, pf[1] = {F};
-        if ((s = param_f32(ck, pname(nb[3], 256, p, "layer_norm1.weight"), 1, sh_d, &l->ln1_w)) ||
-            (s = param_f32(ck, pname(nb[3], 256, p, "layer_norm1.bias"), 1, sh_d, &l->ln1_b)) ||
-            (s = param_f32(ck, pname(nb[3], 256, p, "layer_norm2.weight"), 1, sh_d, &l->ln2_w)) ||
-            (s = param_f32(ck, pname(nb[3], 256, p, "layer_norm2.bias"), 1, sh_d, &l->ln2_b)) ||
-            (s = lin_load(&l->qkv, ck, qkv_w, qkv_b, 3, parts, S, D, dt, dt, DL_ACT_NONE)))
+        if ((s = dl_param_f32(ck, dl_pname(nb[3], 256, p, "layer_norm1.weight"), 1, sh_d, &l->ln1_w)) ||
+            (s = dl_param_f32(ck, dl_pname(nb[3], 256, p, "layer_norm1.bias"), 1, sh_d, &l->ln1_b)) ||
+            (s = dl_param_f32(ck, dl_pname(nb[3], 256, p, "layer_norm2.weight"), 1, sh_d, &l->ln2_w)) ||
+            (s = dl_param_f32(ck, dl_pname(nb[3], 256, p, "layer_norm2.bias"), 1, sh_d, &l->ln2_b)) ||
+            (s = dl_lin_load(&l->qkv, ck, qkv_w, qkv_b, 3, parts, S, D, dt, dt, DL_ACT_NONE)))
             goto fail;
-        const char *ow[1] = {pname(nb[0], 256, p, "self_attn.out_proj.weight")}, *ob[1] = {pname(bb[0], 256, p, "self_attn.out_proj.bias")};
-        if ((s = lin_load(&l->out, ck, ow, ob, 1, pd, S, D, dt, DL_F32, DL_ACT_NONE))) goto fail;
-        const char *f1w[1] = {pname(nb[0], 256, p, "mlp.fc1.weight")}, *f1b[1] = {pname(bb[0], 256, p, "mlp.fc1.bias")};
-        if ((s = lin_load(&l->fc1, ck, f1w, f1b, 1, pf, S, D, dt, dt, act))) goto fail;
-        const char *f2w[1] = {pname(nb[0], 256, p, "mlp.fc2.weight")}, *f2b[1] = {pname(bb[0], 256, p, "mlp.fc2.bias")};
-        if ((s = lin_load(&l->fc2, ck, f2w, f2b, 1, pd, S, F, dt, DL_F32, DL_ACT_NONE))) goto fail;
+        const char *ow[1] = {dl_pname(nb[0], 256, p, "self_attn.out_proj.weight")}, *ob[1] = {dl_pname(bb[0], 256, p, "self_attn.out_proj.bias")};
+        if ((s = dl_lin_load(&l->out, ck, ow, ob, 1, pd, S, D, dt, DL_F32, DL_ACT_NONE))) goto fail;
+        const char *f1w[1] = {dl_pname(nb[0], 256, p, "mlp.fc1.weight")}, *f1b[1] = {dl_pname(bb[0], 256, p, "mlp.fc1.bias")};
+        if ((s = dl_lin_load(&l->fc1, ck, f1w, f1b, 1, pf, S, D, dt, dt, act))) goto fail;
+        const char *f2w[1] = {dl_pname(nb[0], 256, p, "mlp.fc2.weight")}, *f2b[1] = {dl_pname(bb[0], 256, p, "mlp.fc2.bias")};
+        if ((s = dl_lin_load(&l->fc2, ck, f2w, f2b, 1, pd, S, F, dt, DL_F32, DL_ACT_NONE))) goto fail;
     }
     size_t es = dl_dtype_size(dt);
     act_plan pl = {0};
-    plan_add(&pl, &m->x, (size_t)(S * D) * 4, 0, 2);
-    plan_add(&pl, &m->h, (size_t)(S * D) * es, 1, 1);
-    plan_add(&pl, &m->qkv, (size_t)(S * 3 * D) * es, 1, 1);
-    plan_add(&pl, &m->att, (size_t)(S * D) * es, 1, 1);
-    plan_add(&pl, &m->o, (size_t)(S * D) * 4, 1, 1);
-    plan_add(&pl, &m->f, (size_t)(S * F) * es, 1, 1);
-    plan_attn_scratch(&pl, &m->scratch, dt, S, m->H, D / m->H, 1, 1, 1);
-    if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
-    ws_close(ck);
+    dl_plan_add(&pl, &m->x, (size_t)(S * D) * 4, 0, 2);
+    dl_plan_add(&pl, &m->h, (size_t)(S * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->qkv, (size_t)(S * 3 * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->att, (size_t)(S * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->o, (size_t)(S * D) * 4, 1, 1);
+    dl_plan_add(&pl, &m->f, (size_t)(S * F) * es, 1, 1);
+    dl_plan_attn_scratch(&pl, &m->scratch, dt, S, m->H, D / m->H, 1, 1, 1);
+    if ((s = dl_plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
+    dl_ws_close(ck);
     *out = m;
     return DL_OK;
 fail:
-    ws_close(ck);
+    dl_ws_close(ck);
     dl_clip_text_free(m);
     return s;
 }

@@ -93,17 +93,17 @@ int dl_flux_blocks(const dl_flux *m, int *n_single) {
 void dl_flux_free(dl_flux *m) {
     if (!m) return;
     lin *ls[] = {&m->t1, &m->t2, &m->g1, &m->g2, &m->p1, &m->p2, &m->ctx, &m->xemb, &m->norm_out, &m->proj_out};
-    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) lin_free(ls[i]);
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) dl_lin_free(ls[i]);
     for (int i = 0; m->dbl && i < m->nd; i++) {
         flux_double *b = &m->dbl[i];
         lin *bl[] = {&b->mod_img, &b->mod_txt, &b->qkv_img, &b->qkv_txt, &b->out_img, &b->out_txt,
                      &b->ff1_img, &b->ff2_img, &b->ff1_txt, &b->ff2_txt};
-        for (size_t k = 0; k < sizeof bl / sizeof bl[0]; k++) lin_free(bl[k]);
+        for (size_t k = 0; k < sizeof bl / sizeof bl[0]; k++) dl_lin_free(bl[k]);
         free(b->nq_img), free(b->nk_img), free(b->nq_txt), free(b->nk_txt);
     }
     for (int i = 0; m->sgl && i < m->ns; i++) {
         flux_single *b = &m->sgl[i];
-        lin_free(&b->mod), lin_free(&b->qkv), lin_free(&b->mlp), lin_free(&b->out);
+        dl_lin_free(&b->mod), dl_lin_free(&b->qkv), dl_lin_free(&b->mlp), dl_lin_free(&b->out);
         free(b->nq), free(b->nk);
     }
     free(m->dbl), free(m->sgl), free(m->rope_cos), free(m->rope_sin);
@@ -121,7 +121,7 @@ static dl_status lin1s(lin *l, dl_wsrc *ck, const char *base, int64_t m, int64_t
     snprintf(w, sizeof w, "%s.weight", base);
     snprintf(b, sizeof b, "%s.bias", base);
     const char *wn[1] = {w}, *bn[1] = {b};
-    return lin_load_split(l, ck, wn, bn, 1, &n, m, k, dt, dst, act, ldy, sp);
+    return dl_lin_load_split(l, ck, wn, bn, 1, &n, m, k, dt, dst, act, ldy, sp);
 }
 
 static dl_status lin1(lin *l, dl_wsrc *ck, const char *base, int64_t m, int64_t k, int64_t n, dl_dtype dt,
@@ -140,12 +140,12 @@ static dl_status lin3(lin *l, dl_wsrc *ck, const char *p, const char *a, const c
     }
     const char *wn[3] = {w[0], w[1], w[2]}, *bn[3] = {bb[0], bb[1], bb[2]};
     int64_t parts[3] = {D, D, D};
-    return lin_load_split(l, ck, wn, bn, 3, parts, m, D, dt, dt, DL_ACT_NONE, 0, sp);
+    return dl_lin_load_split(l, ck, wn, bn, 3, parts, m, D, dt, dt, DL_ACT_NONE, 0, sp);
 }
 
 static dl_status vecp(dl_wsrc *ck, const char *name, int64_t n, float **out) {
     int64_t shape[1] = {n};
-    return param_f32(ck, name, 1, shape, out);
+    return dl_param_f32(ck, name, 1, shape, out);
 }
 
 
@@ -303,7 +303,7 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
         goto fail;
     }
     if ((s = plan_split(m)) != DL_OK) goto fail;
-    if ((s = ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
+    if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t D = m->D, T = m->T, Nl = m->Nl, Sl = m->Sl, Dl = m->Dl, Fl = m->Fl;
     const int tp = m->sp.tp, tr = m->sp.tp_rank;
     /* Megatron slices: column parallel (this rank's heads / MLP columns), row parallel
@@ -327,7 +327,7 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
         (s = lin1(&m->norm_out, ck, "norm_out.linear", 1, D, 2 * D, dt, DL_F32, DL_ACT_NONE)) ||
         (s = lin1(&m->proj_out, ck, "proj_out", Nl, D, m->Cout, dt, DL_F32, DL_ACT_NONE)))
         goto fail;
-    if (!guid && ws_find(ck, "time_text_embed.guidance_embedder.linear_1.weight")) {
+    if (!guid && dl_ws_find(ck, "time_text_embed.guidance_embedder.linear_1.weight")) {
         s = dl_fail(DL_ERR_FORMAT, "`%s`: the checkpoint has a guidance embedder but guidance_embeds is false", file);
         goto fail;
     }
@@ -397,27 +397,27 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
     int64_t vmax = 256 > m->Pd ? 256 : m->Pd;
     if (D > vmax) vmax = D;
     act_plan pl = {0};
-    plan_add(&pl, &m->x, (size_t)(m->xn * D) * 4, 0, 2);
-    plan_add(&pl, &m->o, (size_t)(Sl * D) * 4, 0, 2);
-    plan_add(&pl, &m->h, (size_t)(Sl * D) * es, 1, 2);
-    plan_add(&pl, &m->qkv, (size_t)(Sl * 3 * Dl) * es, 1, 1);
-    plan_add(&pl, &m->att, (size_t)(Sl * (Dl + Fl)) * es, 1, 1);
-    plan_add(&pl, &m->f, (size_t)(Sl * Fl) * es, 1, 1);
-    plan_add(&pl, &m->in_lat, (size_t)(Nl * m->Cin) * es, 0, 0);
-    plan_add(&pl, &m->in_txt, (size_t)(T * m->Jd) * es, 0, 0);
-    plan_add(&pl, &m->temb, (size_t)D * 4, 0, 2);
-    plan_add(&pl, &m->mod_img, (size_t)(6 * D) * 4, 0, 2);
-    plan_add(&pl, &m->mod_txt, (size_t)(6 * D) * 4, 1, 1);
-    plan_add(&pl, &m->tproj, 256 * 4, 0, 0);
-    plan_add(&pl, &m->vec_in, (size_t)vmax * es, 0, 2);
-    plan_add(&pl, &m->vec_h, (size_t)vmax * es, 0, 0);
-    plan_attn_scratch(&pl, &m->scratch, dt, S, m->H, m->Dh, 0, 1, 1); /* keys: at most all S rows */
-    if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK || (s = alloc_split(m)) != DL_OK) goto fail;
-    ws_close(ck);
+    dl_plan_add(&pl, &m->x, (size_t)(m->xn * D) * 4, 0, 2);
+    dl_plan_add(&pl, &m->o, (size_t)(Sl * D) * 4, 0, 2);
+    dl_plan_add(&pl, &m->h, (size_t)(Sl * D) * es, 1, 2);
+    dl_plan_add(&pl, &m->qkv, (size_t)(Sl * 3 * Dl) * es, 1, 1);
+    dl_plan_add(&pl, &m->att, (size_t)(Sl * (Dl + Fl)) * es, 1, 1);
+    dl_plan_add(&pl, &m->f, (size_t)(Sl * Fl) * es, 1, 1);
+    dl_plan_add(&pl, &m->in_lat, (size_t)(Nl * m->Cin) * es, 0, 0);
+    dl_plan_add(&pl, &m->in_txt, (size_t)(T * m->Jd) * es, 0, 0);
+    dl_plan_add(&pl, &m->temb, (size_t)D * 4, 0, 2);
+    dl_plan_add(&pl, &m->mod_img, (size_t)(6 * D) * 4, 0, 2);
+    dl_plan_add(&pl, &m->mod_txt, (size_t)(6 * D) * 4, 1, 1);
+    dl_plan_add(&pl, &m->tproj, 256 * 4, 0, 0);
+    dl_plan_add(&pl, &m->vec_in, (size_t)vmax * es, 0, 2);
+    dl_plan_add(&pl, &m->vec_h, (size_t)vmax * es, 0, 0);
+    dl_plan_attn_scratch(&pl, &m->scratch, dt, S, m->H, m->Dh, 0, 1, 1); /* keys: at most all S rows */
+    if ((s = dl_plan_commit(&pl, ck, &m->arena)) != DL_OK || (s = alloc_split(m)) != DL_OK) goto fail;
+    dl_ws_close(ck);
     *out = m;
     return DL_OK;
 fail:
-    ws_close(ck);
+    dl_ws_close(ck);
     dl_flux_free(m);
     return s;
 }

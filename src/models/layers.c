@@ -10,7 +10,7 @@
 
 #include "models/models_impl.h"
 
-const char *pname(char *buf, size_t n, const char *prefix, const char *fmt, ...) {
+const char *dl_pname(char *buf, size_t n, const char *prefix, const char *fmt, ...) {
     size_t o = (size_t)snprintf(buf, n, "%s", prefix);
     va_list ap;
     va_start(ap, fmt);
@@ -19,7 +19,7 @@ const char *pname(char *buf, size_t n, const char *prefix, const char *fmt, ...)
     return buf;
 }
 
-dl_status ws_open(dl_wsrc **ws, dl_wsrc *given, dl_model_dir *dir, const char *component) {
+dl_status dl_ws_open(dl_wsrc **ws, dl_wsrc *given, dl_model_dir *dir, const char *component) {
     *ws = NULL;
     if (given) {
         *ws = given;
@@ -37,26 +37,26 @@ dl_status ws_open(dl_wsrc **ws, dl_wsrc *given, dl_model_dir *dir, const char *c
     return DL_OK;
 }
 
-void ws_close(dl_wsrc *ws) {
+void dl_ws_close(dl_wsrc *ws) {
     if (!ws || !ws->owned) return;
     dl_ckpt_free(ws->ck);
     free(ws);
 }
 
-int ws_find(const dl_wsrc *ws, const char *name) {
+int dl_ws_find(const dl_wsrc *ws, const char *name) {
     size_t b;
     if (ws->ck) return dl_ckpt_find(ws->ck, name) != NULL;
     return dl_artifact_get(ws->art, name, "f32", &b) != NULL;
 }
 
-const char *ws_label(const dl_wsrc *ws) { return ws->ck ? dl_ckpt_label(ws->ck) : "program artifact"; }
+const char *dl_ws_label(const dl_wsrc *ws) { return ws->ck ? dl_ckpt_label(ws->ck) : "program artifact"; }
 
-void *ws_alloc(dl_wsrc *ws, size_t bytes) {
+void *dl_ws_alloc(dl_wsrc *ws, size_t bytes) {
     ws->arena += dl_align_up(bytes, DL_ALIGN);
     return dl_aligned_alloc(bytes);
 }
 
-void plan_add(act_plan *p, void *dst_ptr_addr, size_t bytes, int first, int last) {
+void dl_plan_add(act_plan *p, void *dst_ptr_addr, size_t bytes, int first, int last) {
     DL_ASSERT(p->n < PLAN_MAX && first <= last);
     p->b[p->n].dst = (void **)dst_ptr_addr;
     p->b[p->n].bytes = dl_align_up(bytes ? bytes : 1, DL_ALIGN);
@@ -65,15 +65,15 @@ void plan_add(act_plan *p, void *dst_ptr_addr, size_t bytes, int first, int last
     p->n++;
 }
 
-void plan_attn_scratch(act_plan *p, void *dst_ptr_addr, dl_dtype dt, int64_t S, int64_t heads, int64_t head_dim,
+void dl_plan_attn_scratch(act_plan *p, void *dst_ptr_addr, dl_dtype dt, int64_t S, int64_t heads, int64_t head_dim,
                        int causal, int first, int last) {
     const int64_t st = 3 * heads * head_dim; /* fused QKV rows */
     dl_attn_args a = {.dt = dt, .sq = S, .sk = S, .heads = heads, .head_dim = head_dim, .q_stride = st, .k_stride = st,
                       .v_stride = st, .kv_end = S, .causal = causal};
-    plan_add(p, dst_ptr_addr, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, first, last);
+    dl_plan_add(p, dst_ptr_addr, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, first, last);
 }
 
-dl_status plan_commit(act_plan *p, dl_wsrc *ws, void **arena) {
+dl_status dl_plan_commit(act_plan *p, dl_wsrc *ws, void **arena) {
     int order[PLAN_MAX], placed[PLAN_MAX], np = 0;
     for (int i = 0; i < p->n; i++) order[i] = i;
     for (int i = 1; i < p->n; i++) /* largest first */
@@ -114,7 +114,7 @@ static dl_status art_missing(const char *name) {
     return dl_fail(DL_ERR_FORMAT, "program artifact has no tensor `%s` (compiled for another model?)", name);
 }
 
-dl_status param_f32(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out) {
+dl_status dl_param_f32(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out) {
     *out = NULL;
     int64_t numel = 1;
     for (int i = 0; i < ndim; i++) numel *= shape[i];
@@ -141,15 +141,15 @@ dl_status param_f32(dl_wsrc *ws, const char *name, int ndim, const int64_t *shap
     return DL_OK;
 }
 
-dl_status lin_load(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
+dl_status dl_lin_load(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                    const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act) {
-    return lin_load_ld(l, ws, names, bnames, nparts, n_parts, m, k, dt, dst_dt, act, 0);
+    return dl_lin_load_ld(l, ws, names, bnames, nparts, n_parts, m, k, dt, dst_dt, act, 0);
 }
 
-dl_status lin_load_ld(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
+dl_status dl_lin_load_ld(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                       const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
                       int64_t ldy) {
-    return lin_load_split(l, ws, names, bnames, nparts, n_parts, m, k, dt, dst_dt, act, ldy, NULL);
+    return dl_lin_load_split(l, ws, names, bnames, nparts, n_parts, m, k, dt, dst_dt, act, ldy, NULL);
 }
 
 /* Packed weights in an artifact: `name` (layout "onednn", the bytes) and
@@ -171,7 +171,7 @@ static dl_status rec_packed(dl_artifact_writer *w, const char *name, const dl_pa
     return s == DL_OK ? dl_artifact_writer_add(w, ln, "onednn-md", p->layout, p->layout_bytes) : s;
 }
 
-dl_status lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
+dl_status dl_lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                          const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
                          int64_t ldy, const lin_split *sp) {
     memset(l, 0, sizeof *l);
@@ -252,12 +252,12 @@ dl_status lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const ch
     return s;
 }
 
-void lin_free(lin *l) {
+void dl_lin_free(lin *l) {
     dl_matmul_free(l->mm);
     l->mm = NULL;
 }
 
-dl_status conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_desc *d) {
+dl_status dl_conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_desc *d) {
     char wn[300], bn[300], pk[300];
     snprintf(wn, sizeof wn, "%s.weight", base);
     snprintf(bn, sizeof bn, "%s.bias", base);
@@ -265,7 +265,7 @@ dl_status conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_de
     *c = NULL;
     int64_t ws_[5] = {d->cout, d->cin, d->kernel[0], d->kernel[1], d->kernel[2]}, bsh[1] = {d->cout};
     float *bs = NULL;
-    dl_status s = param_f32(ws, bn, 1, bsh, &bs); /* bias: a plain parameter (recorded as such) */
+    dl_status s = dl_param_f32(ws, bn, 1, bsh, &bs); /* bias: a plain parameter (recorded as such) */
     if (s != DL_OK) return s;
     if (!ws->ck) {
         dl_packed w;
@@ -274,7 +274,7 @@ dl_status conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_de
         return s;
     }
     float *wt = NULL;
-    if ((s = param_f32_nr(ws, wn, 2 + d->ndim, ws_, &wt)) == DL_OK) s = dl_conv_new(c, d, wt, DL_F32, bs);
+    if ((s = dl_param_f32_nr(ws, wn, 2 + d->ndim, ws_, &wt)) == DL_OK) s = dl_conv_new(c, d, wt, DL_F32, bs);
     if (s == DL_OK && ws->rec) {
         dl_packed packed;
         dl_conv_packed(*c, &packed);
@@ -284,13 +284,13 @@ dl_status conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_de
     return s;
 }
 
-dl_status param_f32_map(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, const float **out, float **owned) {
+dl_status dl_param_f32_map(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, const float **out, float **owned) {
     *out = NULL;
     *owned = NULL;
     size_t bytes;
     const void *d = ws->ck ? NULL : dl_artifact_get(ws->art, name, "f32", &bytes);
     if (!d || (uintptr_t)d % sizeof(float)) { /* checkpoint (converted, recorded), or an unaligned entry: a copy */
-        dl_status s = param_f32(ws, name, ndim, shape, owned);
+        dl_status s = dl_param_f32(ws, name, ndim, shape, owned);
         *out = *owned;
         return s;
     }
@@ -302,11 +302,11 @@ dl_status param_f32_map(dl_wsrc *ws, const char *name, int ndim, const int64_t *
     return DL_OK;
 }
 
-/* param_f32 from the checkpoint without recording (weights recorded packed instead) */
-dl_status param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out) {
+/* dl_param_f32 from the checkpoint without recording (weights recorded packed instead) */
+dl_status dl_param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out) {
     dl_artifact_writer *rec = ws->rec;
     ws->rec = NULL;
-    dl_status s = param_f32(ws, name, ndim, shape, out);
+    dl_status s = dl_param_f32(ws, name, ndim, shape, out);
     ws->rec = rec;
     return s;
 }

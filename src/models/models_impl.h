@@ -7,20 +7,20 @@
 #include <omp.h>
 
 #include "difflet/models.h"
-#include "difflet/program.h"
+#include "difflet/artifact.h"
 
 /* The source a model loads through: `given` (a program's), or the component's
- * checkpoint opened here (closed by ws_close). */
-dl_status ws_open(dl_wsrc **ws, dl_wsrc *given, dl_model_dir *dir, const char *component);
-void ws_close(dl_wsrc *ws);
+ * checkpoint opened here (closed by dl_ws_close). */
+dl_status dl_ws_open(dl_wsrc **ws, dl_wsrc *given, dl_model_dir *dir, const char *component);
+void dl_ws_close(dl_wsrc *ws);
 /* Is a parameter present (checkpoint name; in an artifact, recorded under it)? */
-int ws_find(const dl_wsrc *ws, const char *name);
-const char *ws_label(const dl_wsrc *ws);
+int dl_ws_find(const dl_wsrc *ws, const char *name);
+const char *dl_ws_label(const dl_wsrc *ws);
 /* Activation buffer, counted into the model's arena size. */
-void *ws_alloc(dl_wsrc *ws, size_t bytes);
+void *dl_ws_alloc(dl_wsrc *ws, size_t bytes);
 
 /* The activation arena: each buffer declares the phases [first, last] of the forward
- * pass in which it is live; plan_commit places them at fixed offsets in one block,
+ * pass in which it is live; dl_plan_commit places them at fixed offsets in one block,
  * letting buffers whose lifetimes do not intersect share bytes (greedy, largest
  * first, lowest offset that fits), and sets every declared pointer. */
 enum { PLAN_MAX = 32 };
@@ -33,12 +33,12 @@ typedef struct {
     int n;
     size_t total;
 } act_plan;
-void plan_add(act_plan *p, void *dst_ptr_addr, size_t bytes, int first, int last);
+void dl_plan_add(act_plan *p, void *dst_ptr_addr, size_t bytes, int first, int last);
 /* The per-thread scratch of self-attention over S tokens read from fused QKV rows. */
-void plan_attn_scratch(act_plan *p, void *dst_ptr_addr, dl_dtype dt, int64_t S, int64_t heads, int64_t head_dim,
+void dl_plan_attn_scratch(act_plan *p, void *dst_ptr_addr, dl_dtype dt, int64_t S, int64_t heads, int64_t head_dim,
                        int causal, int first, int last);
 /* Allocates the arena (*arena, 64-byte aligned; free with dl_aligned_free). */
-dl_status plan_commit(act_plan *p, dl_wsrc *ws, void **arena);
+dl_status dl_plan_commit(act_plan *p, dl_wsrc *ws, void **arena);
 
 typedef struct {
     dl_matmul *mm;
@@ -48,10 +48,10 @@ typedef struct {
 /* y[m, n] = act(x[m, k] W^T + b) where W (and b) are the checkpoint tensors
  * `names[0..nparts)` concatenated along N (a fused QKV from q, k, v), each [n_i, k].
  * bnames may be NULL (no bias) or have NULL entries (zero bias for that part). */
-dl_status lin_load(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
+dl_status dl_lin_load(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                    const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act);
 /* The same with output rows ldy elements apart (writing into a wider buffer). */
-dl_status lin_load_ld(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
+dl_status dl_lin_load_ld(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                       const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
                       int64_t ldy);
 /* A tensor-parallel slice of such a linear (Megatron): rows [row0, row0 + rows) of
@@ -65,22 +65,22 @@ typedef struct {
     int64_t seg0[2], segn[2];
     int no_bias;
 } lin_split;
-dl_status lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
+dl_status dl_lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                          const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
                          int64_t ldy, const lin_split *sp);
-void lin_free(lin *l);
+void dl_lin_free(lin *l);
 static inline dl_status lin_run(lin *l, const void *x, void *y) { return dl_matmul_run(l->mm, x, y); }
 
 /* Convolution `<base>.weight` / `<base>.bias` for desc d. */
-dl_status conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_desc *d);
+dl_status dl_conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_desc *d);
 
 /* A float parameter of exactly this shape as malloc'd f32 (recorded when compiling). */
-dl_status param_f32(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out);
+dl_status dl_param_f32(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out);
 /* The same, read in place from an artifact's mapping (no copy; large embedding
  * tables): *owned is what the model frees (NULL when mapped). */
-dl_status param_f32_map(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, const float **out, float **owned);
+dl_status dl_param_f32_map(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, const float **out, float **owned);
 /* The same, never recorded (for weights that are recorded packed). */
-dl_status param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out);
+dl_status dl_param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t *shape, float **out);
 
 /* Run a statement on every thread of the pool with ith / nth in scope. */
 #define DL_PAR(...)                                                      \
@@ -95,6 +95,6 @@ dl_status param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t *s
 #define to_dt(dt, dst, src, n) DL_PAR(dl_convert_t((dt), (dst), DL_F32, (src), (n), ith, nth))
 
 /* "<prefix><name>" into buf (names with an optional model prefix). */
-const char *pname(char *buf, size_t n, const char *prefix, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+const char *dl_pname(char *buf, size_t n, const char *prefix, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 #endif

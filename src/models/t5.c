@@ -62,7 +62,7 @@ void dl_t5_encoder_free(dl_t5_encoder *m) {
     for (int i = 0; m->layers && i < m->L; i++) {
         t5_layer *l = &m->layers[i];
         free(l->ln_att), free(l->ln_ff);
-        lin_free(&l->qkv), lin_free(&l->o), lin_free(&l->wi0), lin_free(&l->wi1), lin_free(&l->wo);
+        dl_lin_free(&l->qkv), dl_lin_free(&l->o), dl_lin_free(&l->wi0), dl_lin_free(&l->wi1), dl_lin_free(&l->wo);
     }
     free(m->layers);
     free(m->emb_own), free(m->bias_rel), free(m->ln_final);
@@ -113,15 +113,15 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
         s = dl_fail(DL_ERR_INVALID, "T5 encoder: sequence length %lld is outside 1..65536", (long long)seq_len);
         goto fail;
     }
-    if ((s = ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
+    if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t D = m->D, S = m->S, I = m->H * m->DK, F = m->F;
     int64_t sh_emb[2] = {m->V, D}, sh_d[1] = {D}, sh_rb[2] = {m->nbuckets, m->H};
     /* the embedding is `shared.weight`, or `encoder.embed_tokens.weight` when only that is stored */
-    const char *emb = ws_find(ck, "shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
+    const char *emb = dl_ws_find(ck, "shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
     float *rb = NULL;
-    if ((s = param_f32_map(ck, emb, 2, sh_emb, &m->emb, &m->emb_own)) ||
-        (s = param_f32(ck, "encoder.final_layer_norm.weight", 1, sh_d, &m->ln_final)) ||
-        (s = param_f32(ck, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2, sh_rb, &rb)))
+    if ((s = dl_param_f32_map(ck, emb, 2, sh_emb, &m->emb, &m->emb_own)) ||
+        (s = dl_param_f32(ck, "encoder.final_layer_norm.weight", 1, sh_d, &m->ln_final)) ||
+        (s = dl_param_f32(ck, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2, sh_rb, &rb)))
         goto fail;
     m->bias_rel = malloc((size_t)(m->H * (2 * S - 1)) * sizeof *m->bias_rel);
     if (!m->bias_rel) {
@@ -143,44 +143,44 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
         t5_layer *l = &m->layers[i];
         char p[64];
         snprintf(p, sizeof p, "encoder.block.%d.", i);
-        const char *qkv[3] = {pname(nb[0], 256, p, "layer.0.SelfAttention.q.weight"), pname(nb[1], 256, p, "layer.0.SelfAttention.k.weight"),
-                              pname(nb[2], 256, p, "layer.0.SelfAttention.v.weight")};
+        const char *qkv[3] = {dl_pname(nb[0], 256, p, "layer.0.SelfAttention.q.weight"), dl_pname(nb[1], 256, p, "layer.0.SelfAttention.k.weight"),
+                              dl_pname(nb[2], 256, p, "layer.0.SelfAttention.v.weight")};
         int64_t parts[3] = {I, I, I}, pd[1] = {D}, pf[1] = {F};
-        if ((s = param_f32(ck, pname(nb[3], 256, p, "layer.0.layer_norm.weight"), 1, sh_d, &l->ln_att)) ||
-            (s = param_f32(ck, pname(nb[3], 256, p, "layer.1.layer_norm.weight"), 1, sh_d, &l->ln_ff)) ||
-            (s = lin_load(&l->qkv, ck, qkv, NULL, 3, parts, S, D, dt, dt, DL_ACT_NONE)))
+        if ((s = dl_param_f32(ck, dl_pname(nb[3], 256, p, "layer.0.layer_norm.weight"), 1, sh_d, &l->ln_att)) ||
+            (s = dl_param_f32(ck, dl_pname(nb[3], 256, p, "layer.1.layer_norm.weight"), 1, sh_d, &l->ln_ff)) ||
+            (s = dl_lin_load(&l->qkv, ck, qkv, NULL, 3, parts, S, D, dt, dt, DL_ACT_NONE)))
             goto fail;
-        const char *o[1] = {pname(nb[0], 256, p, "layer.0.SelfAttention.o.weight")};
-        if ((s = lin_load(&l->o, ck, o, NULL, 1, pd, S, I, dt, DL_F32, DL_ACT_NONE))) goto fail;
+        const char *o[1] = {dl_pname(nb[0], 256, p, "layer.0.SelfAttention.o.weight")};
+        if ((s = dl_lin_load(&l->o, ck, o, NULL, 1, pd, S, I, dt, DL_F32, DL_ACT_NONE))) goto fail;
         if (m->gated) {
-            const char *w0[1] = {pname(nb[0], 256, p, "layer.1.DenseReluDense.wi_0.weight")};
-            const char *w1[1] = {pname(nb[1], 256, p, "layer.1.DenseReluDense.wi_1.weight")};
-            if ((s = lin_load(&l->wi0, ck, w0, NULL, 1, pf, S, D, dt, dt, DL_ACT_GELU_TANH)) ||
-                (s = lin_load(&l->wi1, ck, w1, NULL, 1, pf, S, D, dt, dt, DL_ACT_NONE)))
+            const char *w0[1] = {dl_pname(nb[0], 256, p, "layer.1.DenseReluDense.wi_0.weight")};
+            const char *w1[1] = {dl_pname(nb[1], 256, p, "layer.1.DenseReluDense.wi_1.weight")};
+            if ((s = dl_lin_load(&l->wi0, ck, w0, NULL, 1, pf, S, D, dt, dt, DL_ACT_GELU_TANH)) ||
+                (s = dl_lin_load(&l->wi1, ck, w1, NULL, 1, pf, S, D, dt, dt, DL_ACT_NONE)))
                 goto fail;
         } else {
-            const char *w0[1] = {pname(nb[0], 256, p, "layer.1.DenseReluDense.wi.weight")};
-            if ((s = lin_load(&l->wi0, ck, w0, NULL, 1, pf, S, D, dt, dt, DL_ACT_RELU))) goto fail;
+            const char *w0[1] = {dl_pname(nb[0], 256, p, "layer.1.DenseReluDense.wi.weight")};
+            if ((s = dl_lin_load(&l->wi0, ck, w0, NULL, 1, pf, S, D, dt, dt, DL_ACT_RELU))) goto fail;
         }
-        const char *wo[1] = {pname(nb[0], 256, p, "layer.1.DenseReluDense.wo.weight")};
-        if ((s = lin_load(&l->wo, ck, wo, NULL, 1, pd, S, F, dt, DL_F32, DL_ACT_NONE))) goto fail;
+        const char *wo[1] = {dl_pname(nb[0], 256, p, "layer.1.DenseReluDense.wo.weight")};
+        if ((s = dl_lin_load(&l->wo, ck, wo, NULL, 1, pd, S, F, dt, DL_F32, DL_ACT_NONE))) goto fail;
     }
     size_t es = dl_dtype_size(dt);
     act_plan pl = {0};
-    plan_add(&pl, &m->x, (size_t)(S * D) * 4, 0, 2);
-    plan_add(&pl, &m->o, (size_t)(S * D) * 4, 1, 1);
-    plan_add(&pl, &m->h, (size_t)(S * D) * es, 1, 1);
-    plan_add(&pl, &m->qkv, (size_t)(S * 3 * I) * es, 1, 1);
-    plan_add(&pl, &m->att, (size_t)(S * I) * es, 1, 1);
-    plan_add(&pl, &m->f0, (size_t)(S * F) * es, 1, 1);
-    plan_add(&pl, &m->f1, (size_t)(S * F) * es, 1, 1);
-    plan_attn_scratch(&pl, &m->scratch, dt, S, m->H, m->DK, 0, 1, 1);
-    if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
-    ws_close(ck);
+    dl_plan_add(&pl, &m->x, (size_t)(S * D) * 4, 0, 2);
+    dl_plan_add(&pl, &m->o, (size_t)(S * D) * 4, 1, 1);
+    dl_plan_add(&pl, &m->h, (size_t)(S * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->qkv, (size_t)(S * 3 * I) * es, 1, 1);
+    dl_plan_add(&pl, &m->att, (size_t)(S * I) * es, 1, 1);
+    dl_plan_add(&pl, &m->f0, (size_t)(S * F) * es, 1, 1);
+    dl_plan_add(&pl, &m->f1, (size_t)(S * F) * es, 1, 1);
+    dl_plan_attn_scratch(&pl, &m->scratch, dt, S, m->H, m->DK, 0, 1, 1);
+    if ((s = dl_plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
+    dl_ws_close(ck);
     *out = m;
     return DL_OK;
 fail:
-    ws_close(ck);
+    dl_ws_close(ck);
     dl_t5_encoder_free(m);
     return s;
 }

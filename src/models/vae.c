@@ -63,7 +63,7 @@ void dl_vae_decoder_free(dl_vae_decoder *m) {
     free(m->res), free(m->up);
     dl_conv_free(m->pq), dl_conv_free(m->cin), dl_conv_free(m->cout);
     free(m->att.gw), free(m->att.gb);
-    lin_free(&m->att.qkv), lin_free(&m->att.out);
+    dl_lin_free(&m->att.qkv), dl_lin_free(&m->att.out);
     free(m->gow), free(m->gob);
     void *bufs[] = {m->arena};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dl_aligned_free(bufs[i]);
@@ -75,7 +75,7 @@ static dl_status vconv(dl_conv **c, dl_wsrc *ck, const char *base, int64_t cin, 
                        int64_t w, dl_dtype dt) {
     dl_conv_desc d = {.ndim = 2, .cin = cin, .cout = cout, .in = {h, w}, .kernel = {k, k}, .stride = {1, 1},
                       .pad = {k / 2, k / 2}, .dt = dt};
-    return conv_load(c, ck, base, &d);
+    return dl_conv_load(c, ck, base, &d);
 }
 
 static dl_status gn_load(dl_wsrc *ck, const char *base, int64_t c, float **w, float **b) {
@@ -83,9 +83,9 @@ static dl_status gn_load(dl_wsrc *ck, const char *base, int64_t c, float **w, fl
     int64_t sh[1] = {c};
     dl_status s;
     snprintf(n, sizeof n, "%s.weight", base);
-    if ((s = param_f32(ck, n, 1, sh, w))) return s;
+    if ((s = dl_param_f32(ck, n, 1, sh, w))) return s;
     snprintf(n, sizeof n, "%s.bias", base);
-    return param_f32(ck, n, 1, sh, b);
+    return dl_param_f32(ck, n, 1, sh, b);
 }
 
 static dl_status resnet_load(resnet *r, dl_wsrc *ck, const char *p, int64_t cin, int64_t cout, int64_t h,
@@ -99,8 +99,8 @@ static dl_status resnet_load(resnet *r, dl_wsrc *ck, const char *p, int64_t cin,
         (s = vconv(&r->c2, ck, N("conv2"), cout, cout, 3, h, w, dt)))
         return s;
     if (cin != cout) return vconv(&r->sc, ck, N("conv_shortcut"), cin, cout, 1, h, w, dt);
-    if (ws_find(ck, N("conv_shortcut.weight")))
-        return dl_fail(DL_ERR_FORMAT, "`%s`: unexpected conv_shortcut (in and out channels are equal)", ws_label(ck));
+    if (dl_ws_find(ck, N("conv_shortcut.weight")))
+        return dl_fail(DL_ERR_FORMAT, "`%s`: unexpected conv_shortcut (in and out channels are equal)", dl_ws_label(ck));
 #undef N
     return DL_OK;
 }
@@ -152,7 +152,7 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
     m->lpb = (int)lpb;
     m->dt = dt;
     m->h0 = lat_h, m->w0 = lat_w;
-    if ((s = ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
+    if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t top = ch[m->levels - 1];
     if (pq && (s = vconv(&m->pq, ck, "post_quant_conv", m->zc, m->zc, 1, lat_h, lat_w, dt))) goto fail;
     if ((s = vconv(&m->cin, ck, "decoder.conv_in", m->zc, top, 3, lat_h, lat_w, dt))) goto fail;
@@ -179,8 +179,8 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
         int64_t parts[3] = {top, top, top};
         snprintf(p, sizeof p, "%sgroup_norm", pa);
         if ((s = gn_load(ck, p, top, &m->att.gw, &m->att.gb)) ||
-            (s = lin_load(&m->att.qkv, ck, wn, bn, 3, parts, HW, top, dt, dt, DL_ACT_NONE)) ||
-            (s = lin_load(&m->att.out, ck, on, obn, 1, &top, HW, top, dt, DL_F32, DL_ACT_NONE)))
+            (s = dl_lin_load(&m->att.qkv, ck, wn, bn, 3, parts, HW, top, dt, dt, DL_ACT_NONE)) ||
+            (s = dl_lin_load(&m->att.out, ck, on, obn, 1, &top, HW, top, dt, DL_F32, DL_ACT_NONE)))
             goto fail;
     }
     /* up blocks: channels reversed; each but the last doubles the size */
@@ -212,21 +212,21 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
     if ((size_t)(3 * h * w) > maxel) maxel = (size_t)(3 * h * w);
     m->maxel = maxel;
     act_plan pl = {0};
-    plan_add(&pl, &m->a, maxel * es, 0, 2);
-    plan_add(&pl, &m->b, maxel * es, 0, 2);
-    plan_add(&pl, &m->c, maxel * es, 0, 2);
-    plan_add(&pl, &m->d, maxel * es, 1, 1);
-    plan_add(&pl, &m->t1, (size_t)(HW * top) * es, 1, 1);
-    plan_add(&pl, &m->t2, (size_t)(HW * 3 * top) * es, 1, 1);
-    plan_add(&pl, &m->tf, (size_t)(HW * top) * 4, 1, 1);
-    plan_add(&pl, &m->tf2, (size_t)(HW * top) * 4, 1, 1);
-    plan_attn_scratch(&pl, &m->scratch, dt, HW, 1, top, 0, 1, 1);
-    if ((s = plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
-    ws_close(ck);
+    dl_plan_add(&pl, &m->a, maxel * es, 0, 2);
+    dl_plan_add(&pl, &m->b, maxel * es, 0, 2);
+    dl_plan_add(&pl, &m->c, maxel * es, 0, 2);
+    dl_plan_add(&pl, &m->d, maxel * es, 1, 1);
+    dl_plan_add(&pl, &m->t1, (size_t)(HW * top) * es, 1, 1);
+    dl_plan_add(&pl, &m->t2, (size_t)(HW * 3 * top) * es, 1, 1);
+    dl_plan_add(&pl, &m->tf, (size_t)(HW * top) * 4, 1, 1);
+    dl_plan_add(&pl, &m->tf2, (size_t)(HW * top) * 4, 1, 1);
+    dl_plan_attn_scratch(&pl, &m->scratch, dt, HW, 1, top, 0, 1, 1);
+    if ((s = dl_plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
+    dl_ws_close(ck);
     *out = m;
     return DL_OK;
 fail:
-    ws_close(ck);
+    dl_ws_close(ck);
     dl_vae_decoder_free(m);
     return s;
 }

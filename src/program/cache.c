@@ -365,13 +365,3 @@ dl_status dl_cache_verify(const char *id) {
     return s;
 }
 
-/* Test hook for the atomicity test: DIFFLET_FAULT_KILL_COMPILE=N kills the process
- * (SIGKILL, like an OOM kill or power cut) after N tensors of a compile. */
-void dl_fault_after_tensor(int written) {
-    static int limit = -2;
-    if (limit == -2) {
-        const char *e = getenv("DIFFLET_FAULT_KILL_COMPILE");
-        limit = e ? atoi(e) : -1;
-    }
-    if (limit >= 0 && written >= limit) raise(SIGKILL);
-}

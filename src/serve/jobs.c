@@ -9,7 +9,7 @@
 
 #include "serve/serve_impl.h"
 
-struct jobstore {
+struct dl_jobstore {
     sqlite3 *db;
 };
 
@@ -19,7 +19,7 @@ static double wall(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static dl_status exec(jobstore *js, const char *sql) {
+static dl_status exec(dl_jobstore *js, const char *sql) {
     char *err = NULL;
     if (sqlite3_exec(js->db, sql, NULL, NULL, &err) != SQLITE_OK) {
         dl_status s = dl_fail(DL_ERR_IO, "job store: %s", err ? err : "error");
@@ -35,22 +35,22 @@ static dl_status exec(jobstore *js, const char *sql) {
  * cancel) commits with synchronous=FULL, an fsync that also covers every commit before
  * it. A power cut can undo only non-durable changes (progress, in_progress, a result),
  * and recovery puts such jobs back in the queue: redone, never lost. */
-dl_status jobs_begin(jobstore *js, int durable) {
+dl_status dl_jobs_begin(dl_jobstore *js, int durable) {
     return exec(js, durable ? "PRAGMA synchronous=FULL; BEGIN IMMEDIATE;" : "BEGIN IMMEDIATE;");
 }
-dl_status jobs_commit(jobstore *js) {
+dl_status dl_jobs_commit(dl_jobstore *js) {
     dl_status s = exec(js, "COMMIT;");
     exec(js, "PRAGMA synchronous=NORMAL;");
     return s;
 }
-void jobs_rollback(jobstore *js) {
+void dl_jobs_rollback(dl_jobstore *js) {
     if (!sqlite3_get_autocommit(js->db)) sqlite3_exec(js->db, "ROLLBACK;", NULL, NULL, NULL);
     sqlite3_exec(js->db, "PRAGMA synchronous=NORMAL;", NULL, NULL, NULL);
 }
 
-dl_status jobs_open(jobstore **out, const char *path) {
+dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
     *out = NULL;
-    jobstore *js = calloc(1, sizeof *js);
+    dl_jobstore *js = calloc(1, sizeof *js);
     if (!js) return dl_fail(DL_ERR_NOMEM, "out of memory");
     if (sqlite3_open_v2(path, &js->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
         dl_status s = dl_fail(DL_ERR_IO, "job store %s: %s", path, js->db ? sqlite3_errmsg(js->db) : "cannot open");
@@ -65,7 +65,7 @@ dl_status jobs_open(jobstore **out, const char *path) {
                            " step INTEGER DEFAULT 0, steps INTEGER DEFAULT 0, cached INTEGER DEFAULT 0, model_s REAL DEFAULT 0);"
                            "CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, created);");
     if (s != DL_OK) {
-        jobs_close(js);
+        dl_jobs_close(js);
         return s;
     }
     /* stores made before model_s existed: add it (an error means it is there) */
@@ -74,13 +74,13 @@ dl_status jobs_open(jobstore **out, const char *path) {
     return DL_OK;
 }
 
-void jobs_close(jobstore *js) {
+void dl_jobs_close(dl_jobstore *js) {
     if (!js) return;
     sqlite3_close(js->db);
     free(js);
 }
 
-int jobs_recover(jobstore *js, double ttl_s) {
+int dl_jobs_recover(dl_jobstore *js, double ttl_s) {
     char sql[256];
     exec(js, "UPDATE jobs SET status='queued', started=NULL, step=0 WHERE status='in_progress';");
     int n = sqlite3_changes(js->db);
@@ -90,7 +90,7 @@ int jobs_recover(jobstore *js, double ttl_s) {
     return n;
 }
 
-dl_status jobs_insert(jobstore *js, const char *id, const char *req, double deadline) {
+dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *req, double deadline) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(js->db, "INSERT INTO jobs (id, status, request, created, deadline) VALUES (?, 'queued', ?, ?, ?);",
                            -1, &st, NULL) != SQLITE_OK)
@@ -104,7 +104,7 @@ dl_status jobs_insert(jobstore *js, const char *id, const char *req, double dead
     return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
 }
 
-int jobs_count(jobstore *js, const char *status) {
+int dl_jobs_count(dl_jobstore *js, const char *status) {
     sqlite3_stmt *st;
     int n = 0;
     if (sqlite3_prepare_v2(js->db, "SELECT COUNT(*) FROM jobs WHERE status = ?;", -1, &st, NULL) != SQLITE_OK) return 0;
@@ -114,7 +114,7 @@ int jobs_count(jobstore *js, const char *status) {
     return n;
 }
 
-int jobs_next(jobstore *js, char *id, size_t idn, char **req, double *deadline) {
+int dl_jobs_next(dl_jobstore *js, char *id, size_t idn, char **req, double *deadline) {
     sqlite3_stmt *st;
     int found = 0;
     if (sqlite3_prepare_v2(js->db, "SELECT id, request, deadline FROM jobs WHERE status='queued' ORDER BY created LIMIT 1;", -1,
@@ -130,7 +130,7 @@ int jobs_next(jobstore *js, char *id, size_t idn, char **req, double *deadline) 
     return found;
 }
 
-dl_status jobs_set(jobstore *js, const char *id, const char *status, const char *error, const char *result) {
+dl_status dl_jobs_set(dl_jobstore *js, const char *id, const char *status, const char *error, const char *result) {
     sqlite3_stmt *st;
     const char *sql = !strcmp(status, "in_progress")
                           ? "UPDATE jobs SET status=?, error=?, result=?, started=? WHERE id=?;"
@@ -148,7 +148,7 @@ dl_status jobs_set(jobstore *js, const char *id, const char *status, const char 
     return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
 }
 
-dl_status jobs_model_seconds(jobstore *js, const char *id, double secs) {
+dl_status dl_jobs_model_seconds(dl_jobstore *js, const char *id, double secs) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET model_s=? WHERE id=?;", -1, &st, NULL) != SQLITE_OK) return DL_ERR_IO;
     sqlite3_bind_double(st, 1, secs);
@@ -158,7 +158,7 @@ dl_status jobs_model_seconds(jobstore *js, const char *id, double secs) {
     return DL_OK;
 }
 
-dl_status jobs_progress(jobstore *js, const char *id, int step, int steps, int cached) {
+dl_status dl_jobs_progress(dl_jobstore *js, const char *id, int step, int steps, int cached) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET step=?, steps=?, cached=? WHERE id=?;", -1, &st, NULL) != SQLITE_OK)
         return DL_ERR_IO;
@@ -171,7 +171,7 @@ dl_status jobs_progress(jobstore *js, const char *id, int step, int steps, int c
     return DL_OK;
 }
 
-cJSON *jobs_get(jobstore *js, const char *id) {
+cJSON *dl_jobs_get(dl_jobstore *js, const char *id) {
     sqlite3_stmt *st;
     cJSON *j = NULL;
     if (sqlite3_prepare_v2(js->db, "SELECT status, created, error, result, step, steps, cached, request, model_s, started FROM jobs WHERE id=?;", -1,
@@ -200,7 +200,7 @@ cJSON *jobs_get(jobstore *js, const char *id) {
     return j;
 }
 
-int jobs_position(jobstore *js, const char *id) {
+int dl_jobs_position(dl_jobstore *js, const char *id) {
     sqlite3_stmt *st;
     int pos = 0;
     if (sqlite3_prepare_v2(js->db,

@@ -12,7 +12,7 @@
 #define DIFFLET_SOURCE_DIR "."
 #endif
 
-static void defaults(serve_profile *p) {
+static void defaults(dl_deployment *p) {
     memset(p, 0, sizeof *p);
     snprintf(p->model, sizeof p->model, "%s/models/difflet-tiny", DIFFLET_SOURCE_DIR);
     snprintf(p->results, sizeof p->results, "difflet-results");
@@ -47,7 +47,7 @@ static int num_field(const cJSON *j, const char *k, double *dst) {
     return 1;
 }
 
-dl_status profile_from_json(serve_profile *p, const cJSON *j) {
+dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
     double reps = p->replicas;
     double port = p->port, qc = p->queue_capacity, ms = p->max_steps, mp = p->max_prompt_bytes, nc = p->no_compile;
     if (!str_field(j, "model", p->model, sizeof p->model) || !str_field(j, "results_dir", p->results, sizeof p->results) ||
@@ -91,13 +91,13 @@ dl_status profile_from_json(serve_profile *p, const cJSON *j) {
     return DL_OK;
 }
 
-dl_status profile_load(serve_profile *p, const char *path) {
+dl_status dl_deployment_load(dl_deployment *p, const char *path) {
     defaults(p);
     if (path) {
         cJSON *j;
         dl_status s = dl_json_read_object(path, NULL, &j);
         if (s != DL_OK) return s;
-        s = profile_from_json(p, j);
+        s = dl_deployment_from_json(p, j);
         cJSON_Delete(j);
         if (s != DL_OK) return s;
     }
@@ -105,7 +105,7 @@ dl_status profile_load(serve_profile *p, const char *path) {
     return DL_OK;
 }
 
-cJSON *profile_to_json(const serve_profile *p) {
+cJSON *dl_deployment_to_json(const dl_deployment *p) {
     cJSON *j = cJSON_CreateObject(), *sz = cJSON_AddArrayToObject(j, "sizes");
     cJSON_AddStringToObject(j, "model", p->model);
     cJSON_AddStringToObject(j, "results_dir", p->results);

@@ -39,7 +39,7 @@ static int full_read(int fd, void *p, size_t n, int timeout_ms) {
     return 0;
 }
 
-dl_status msg_send(int fd, const cJSON *msg) {
+dl_status dl_msg_send(int fd, const cJSON *msg) {
     char *txt = cJSON_PrintUnformatted(msg);
     if (!txt) return dl_fail(DL_ERR_NOMEM, "out of memory");
     size_t n = strlen(txt);
@@ -56,9 +56,9 @@ dl_status msg_send(int fd, const cJSON *msg) {
     return bad ? dl_fail(DL_ERR_IO, "model process socket: %s", strerror(errno)) : DL_OK;
 }
 
-dl_status msg_recv(int fd, cJSON **out) { return msg_recv_within(fd, out, -1); }
+dl_status dl_msg_recv(int fd, cJSON **out) { return dl_msg_recv_within(fd, out, -1); }
 
-dl_status msg_recv_within(int fd, cJSON **out, int timeout_ms) {
+dl_status dl_msg_recv_within(int fd, cJSON **out, int timeout_ms) {
     *out = NULL;
     uint8_t hdr[4];
     if (full_read(fd, hdr, 4, timeout_ms)) return dl_fail(DL_ERR_IO, "model process socket closed");

@@ -52,9 +52,9 @@ typedef struct {
 } worker;
 
 typedef struct {
-    serve_profile pr;
+    dl_deployment pr;
     const char *exe, *profile_path;
-    jobstore *js;
+    dl_jobstore *js;
     pthread_mutex_t mu;
     pthread_cond_t cv; /* any job changed state */
     int wake[2];       /* a byte here wakes the supervisor: a job was queued */
@@ -216,9 +216,9 @@ static void reap_worker(worker *w, int kill_it) {
 
 static void finish_inflight(worker *w, const char *status, const char *err, const char *result) {
     if (!w->inflight[0]) return;
-    cJSON *j = jobs_get(A.js, w->inflight);
+    cJSON *j = dl_jobs_get(A.js, w->inflight);
     const char *cur = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : NULL;
-    if (cur && !strcmp(cur, "in_progress")) jobs_set(A.js, w->inflight, status, err, result);
+    if (cur && !strcmp(cur, "in_progress")) dl_jobs_set(A.js, w->inflight, status, err, result);
     cJSON_Delete(j);
     w->inflight[0] = 0;
     w->cancel_sent = 0;
@@ -241,7 +241,7 @@ static void handle_msg(worker *w, cJSON *m) {
     } else if (id && !strcmp(id, w->inflight)) {
         if (!strcmp(type, "progress")) {
             if (wall() - w->progress_written >= 0.25) { /* each write is a commit: not one per step */
-                jobs_progress(A.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
+                dl_jobs_progress(A.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
                               (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps")), 0);
                 w->progress_written = wall();
             }
@@ -250,14 +250,14 @@ static void handle_msg(worker *w, cJSON *m) {
             int calls = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "calls"));
             int cached = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "cached"));
             A.steps_full += calls, A.steps_cached += cached;
-            cJSON *j = jobs_get(A.js, id);
+            cJSON *j = dl_jobs_get(A.js, id);
             int steps = j ? (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps")) : 0;
             cJSON_Delete(j);
-            int tx = jobs_begin(A.js, 0) == DL_OK;
-            jobs_progress(A.js, id, steps, steps, cached);
-            jobs_model_seconds(A.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "seconds")));
+            int tx = dl_jobs_begin(A.js, 0) == DL_OK;
+            dl_jobs_progress(A.js, id, steps, steps, cached);
+            dl_jobs_model_seconds(A.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "seconds")));
             finish_inflight(w, "completed", NULL, path);
-            if (tx && jobs_commit(A.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
+            if (tx && dl_jobs_commit(A.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
         } else if (!strcmp(type, "error")) {
             int cancelled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "cancelled"));
             finish_inflight(w, cancelled ? "cancelled" : "failed", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL);
@@ -273,9 +273,9 @@ static void dispatch(void) {
         worker *w = NULL;
         for (int i = 0; i < A.nworkers && !w; i++)
             if (A.w[i].ready && !A.w[i].inflight[0]) w = &A.w[i];
-        if (!w || !jobs_next(A.js, id, sizeof id, &req, &deadline)) return;
+        if (!w || !dl_jobs_next(A.js, id, sizeof id, &req, &deadline)) return;
         if (wall() > deadline) { /* waited past its deadline in the queue */
-            jobs_set(A.js, id, "failed", "timed out in the queue", NULL);
+            dl_jobs_set(A.js, id, "failed", "timed out in the queue", NULL);
             free(req);
             pthread_cond_broadcast(&A.cv);
             continue;
@@ -288,19 +288,19 @@ static void dispatch(void) {
         cJSON_AddStringToObject(m, "id", id);
         cJSON_AddStringToObject(m, "out", w->out);
         cJSON_AddItemToObject(m, "request", rq);
-        int tx = jobs_begin(A.js, 0) == DL_OK;
-        jobs_set(A.js, id, "in_progress", NULL, NULL);
-        jobs_progress(A.js, id, 0, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")), 0);
-        if (tx && jobs_commit(A.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
+        int tx = dl_jobs_begin(A.js, 0) == DL_OK;
+        dl_jobs_set(A.js, id, "in_progress", NULL, NULL);
+        dl_jobs_progress(A.js, id, 0, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")), 0);
+        if (tx && dl_jobs_commit(A.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
         w->progress_written = wall();
         snprintf(w->inflight, sizeof w->inflight, "%s", id);
         w->deadline = deadline;
         w->cancel_sent = 0;
-        cJSON *j = jobs_get(A.js, id);
+        cJSON *j = dl_jobs_get(A.js, id);
         double created = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "created")) : wall();
         cJSON_Delete(j);
         A.wait_sum += wall() - created, A.wait_count++;
-        if (msg_send(w->fd, m) != DL_OK) DL_WARN("serve: could not send job %s to the model process", id);
+        if (dl_msg_send(w->fd, m) != DL_OK) DL_WARN("serve: could not send job %s to the model process", id);
         cJSON_Delete(m);
         free(req);
         pthread_cond_broadcast(&A.cv);
@@ -327,7 +327,7 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
             pid_t pid = w->pid;
             cJSON *m = NULL; /* what its first rank said last (a fatal start-up error) */
             struct pollfd q = {.fd = w->fd, .events = POLLIN};
-            while (!w->listening && poll(&q, 1, 0) > 0 && (q.revents & POLLIN) && msg_recv_within(w->fd, &m, 100) == DL_OK) {
+            while (!w->listening && poll(&q, 1, 0) > 0 && (q.revents & POLLIN) && dl_msg_recv_within(w->fd, &m, 100) == DL_OK) {
                 handle_msg(w, m);
                 cJSON_Delete(m);
             }
@@ -343,7 +343,7 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
     }
     if (w->pid > 0 && pf && (pf->revents & (POLLIN | POLLHUP | POLLERR))) {
         cJSON *m = NULL;
-        if (msg_recv_within(w->fd, &m, 2000) == DL_OK) {
+        if (dl_msg_recv_within(w->fd, &m, 2000) == DL_OK) {
             handle_msg(w, m);
             cJSON_Delete(m);
         } else { /* the model process exited, or stalled half-way through a frame: fail its job, replace it */
@@ -367,12 +367,12 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
         cJSON *c = cJSON_CreateObject();
         cJSON_AddStringToObject(c, "type", "cancel");
         cJSON_AddStringToObject(c, "id", w->inflight);
-        msg_send(w->fd, c);
+        dl_msg_send(w->fd, c);
         cJSON_Delete(c);
         if (timed_out) {
             char err[128];
             snprintf(err, sizeof err, "timed out after %.0f s", A.pr.timeout_s);
-            jobs_set(A.js, w->inflight, "failed", err, NULL);
+            dl_jobs_set(A.js, w->inflight, "failed", err, NULL);
             pthread_cond_broadcast(&A.cv);
         }
         w->cancel_sent = 1;
@@ -545,14 +545,14 @@ static void new_id(char *id) {
  * full, -1 when the job store could not record them (nothing was accepted). */
 static int enqueue(cJSON *req, int n, char ids[][24]) {
     pthread_mutex_lock(&A.mu);
-    int queued = jobs_count(A.js, "queued");
+    int queued = dl_jobs_count(A.js, "queued");
     if (queued + n > A.pr.queue_capacity) {
         pthread_mutex_unlock(&A.mu);
         return 0;
     }
     const cJSON *given = cJSON_GetObjectItemCaseSensitive(req, "seed");
     double seed = cJSON_IsNumber(given) ? given->valuedouble : -1;
-    int ok = jobs_begin(A.js, 1) == DL_OK; /* the whole request is accepted with one durable commit */
+    int ok = dl_jobs_begin(A.js, 1) == DL_OK; /* the whole request is accepted with one durable commit */
     for (int i = 0; i < n && ok; i++) {
         new_id(ids[i]);
         uint64_t sd;
@@ -561,12 +561,12 @@ static int enqueue(cJSON *req, int n, char ids[][24]) {
         cJSON_DeleteItemFromObject(req, "seed"); /* each job its own: seed, seed + 1, ... or drawn here */
         cJSON_AddNumberToObject(req, "seed", (double)(sd & (uint64_t)(DL_SEED_MAX - 1)));
         char *t = cJSON_PrintUnformatted(req);
-        ok = t && jobs_insert(A.js, ids[i], t, wall() + A.pr.timeout_s) == DL_OK;
+        ok = t && dl_jobs_insert(A.js, ids[i], t, wall() + A.pr.timeout_s) == DL_OK;
         free(t);
     }
-    if (!ok || jobs_commit(A.js) != DL_OK) {
+    if (!ok || dl_jobs_commit(A.js) != DL_OK) {
         DL_ERROR("serve: job store: %s", dl_last_error());
-        jobs_rollback(A.js);
+        dl_jobs_rollback(A.js);
         pthread_mutex_unlock(&A.mu);
         return -1;
     }
@@ -633,7 +633,7 @@ static enum MHD_Result metrics(struct MHD_Connection *c) {
     P("difflet_request_duration_seconds_sum %.6f\ndifflet_request_duration_seconds_count %ld\n", A.dur_sum, A.dur_count);
     P("# TYPE difflet_queue_wait_seconds summary\ndifflet_queue_wait_seconds_sum %.6f\ndifflet_queue_wait_seconds_count %ld\n",
       A.wait_sum, A.wait_count);
-    P("# TYPE difflet_queue_depth gauge\ndifflet_queue_depth %d\n", jobs_count(A.js, "queued"));
+    P("# TYPE difflet_queue_depth gauge\ndifflet_queue_depth %d\n", dl_jobs_count(A.js, "queued"));
     P("# TYPE difflet_inflight gauge\ndifflet_inflight %d\n", inflight_count());
     P("# TYPE difflet_denoise_steps_total counter\ndifflet_denoise_steps_total{cached=\"false\"} %ld\n"
       "difflet_denoise_steps_total{cached=\"true\"} %ld\n", A.steps_full, A.steps_cached);
@@ -680,7 +680,7 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
         const char *st = NULL;
         for (;;) { /* wait for this job to finish */
             cJSON_Delete(j);
-            j = jobs_get(A.js, ids[i]);
+            j = dl_jobs_get(A.js, ids[i]);
             st = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : "failed";
             if (strcmp(st, "queued") && strcmp(st, "in_progress")) break;
             struct timespec ts;
@@ -741,7 +741,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     if (e->done) return MHD_CONTENT_READER_END_OF_STREAM;
     for (int waited = 0;; waited++) {
         pthread_mutex_lock(&A.mu);
-        cJSON *j = jobs_get(A.js, e->id);
+        cJSON *j = dl_jobs_get(A.js, e->id);
         pthread_mutex_unlock(&A.mu);
         if (!j) return MHD_CONTENT_READER_END_OF_STREAM;
         const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status"));
@@ -865,10 +865,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "id", ids[0]);
         pthread_mutex_lock(&A.mu); /* the state now: an idle model process may have taken it already */
-        cJSON *cur = jobs_get(A.js, ids[0]);
+        cJSON *cur = dl_jobs_get(A.js, ids[0]);
         const char *st = cur ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cur, "status")) : NULL;
         cJSON_AddStringToObject(j, "status", st ? st : "queued");
-        cJSON_AddNumberToObject(j, "queue_position", jobs_position(A.js, ids[0]));
+        cJSON_AddNumberToObject(j, "queue_position", dl_jobs_position(A.js, ids[0]));
         pthread_mutex_unlock(&A.mu);
         cJSON_Delete(cur);
         return json_reply(c, 202, j);
@@ -878,8 +878,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (sscanf(url + 9, "%63[0-9a-f]%63s", id, tail) < 1 || strlen(id) != 16)
             return error_reply(c, 404, "not_found_error", NULL, "no such job");
         pthread_mutex_lock(&A.mu);
-        cJSON *j = jobs_get(A.js, id);
-        int pos = j ? jobs_position(A.js, id) : 0;
+        cJSON *j = dl_jobs_get(A.js, id);
+        int pos = j ? dl_jobs_position(A.js, id) : 0;
         pthread_mutex_unlock(&A.mu);
         if (!j) return error_reply(c, 404, "not_found_error", NULL, "no job %s", id);
         /* the status outlives j: replies below are formatted after j is freed */
@@ -912,16 +912,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (post && !strcmp(tail, "/cancel")) {
             pthread_mutex_lock(&A.mu);
             if (!strcmp(st, "queued")) { /* durable: a cancelled job never runs after a restart */
-                if (jobs_begin(A.js, 1) == DL_OK) {
-                    jobs_set(A.js, id, "cancelled", "cancelled by the client", NULL);
-                    if (jobs_commit(A.js) != DL_OK) jobs_rollback(A.js);
+                if (dl_jobs_begin(A.js, 1) == DL_OK) {
+                    dl_jobs_set(A.js, id, "cancelled", "cancelled by the client", NULL);
+                    if (dl_jobs_commit(A.js) != DL_OK) dl_jobs_rollback(A.js);
                 }
             } else if (!strcmp(st, "in_progress")) snprintf(A.cancel_req, sizeof A.cancel_req, "%s", id);
             pthread_cond_broadcast(&A.cv);
             pthread_mutex_unlock(&A.mu);
             cJSON_Delete(j);
             pthread_mutex_lock(&A.mu);
-            j = jobs_get(A.js, id);
+            j = dl_jobs_get(A.js, id);
             pthread_mutex_unlock(&A.mu);
             cJSON_DeleteItemFromObject(j, "result");
             return json_reply(c, 200, j);
@@ -944,7 +944,7 @@ static void on_signal(int s) {
     g_stop = 1;
 }
 
-int serve_api_main(const serve_profile *pr, const char *self_exe) {
+int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
     memset(&A, 0, sizeof A);
     A.pr = *pr;
     A.exe = self_exe;
@@ -957,16 +957,16 @@ int serve_api_main(const serve_profile *pr, const char *self_exe) {
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
-    if (dl_mkdir_p(pr->results) != DL_OK || jobs_open(&A.js, pr->db) != DL_OK) {
+    if (dl_mkdir_p(pr->results) != DL_OK || dl_jobs_open(&A.js, pr->db) != DL_OK) {
         fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
         return 1;
     }
-    int requeued = jobs_recover(A.js, pr->result_ttl_s);
+    int requeued = dl_jobs_recover(A.js, pr->result_ttl_s);
     if (requeued) DL_INFO("serve: %d interrupted jobs back in the queue", requeued);
     /* the profile travels to the model process as a file beside the database */
     char ppath[1200];
     snprintf(ppath, sizeof ppath, "%s/profile.json", pr->results);
-    cJSON *pj = profile_to_json(pr);
+    cJSON *pj = dl_deployment_to_json(pr);
     char *pt = cJSON_Print(pj);
     dl_file_write_atomic(ppath, pt, strlen(pt));
     free(pt), cJSON_Delete(pj);
@@ -982,7 +982,7 @@ int serve_api_main(const serve_profile *pr, const char *self_exe) {
                                             (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "difflet: serve: cannot listen on %s:%d\n", pr->host, pr->port);
-        jobs_close(A.js);
+        dl_jobs_close(A.js);
         return 1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -999,6 +999,6 @@ int serve_api_main(const serve_profile *pr, const char *self_exe) {
     A.stopping = 1;
     pthread_mutex_unlock(&A.mu);
     pthread_join(sup, NULL);
-    jobs_close(A.js);
+    dl_jobs_close(A.js);
     return 0;
 }

@@ -36,7 +36,7 @@ static void *reader(void *arg) {
     mailbox *mb = arg;
     for (;;) {
         cJSON *m;
-        if (msg_recv(mb->fd, &m) != DL_OK) break;
+        if (dl_msg_recv(mb->fd, &m) != DL_OK) break;
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "type"));
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "id"));
         pthread_mutex_lock(&mb->mu);
@@ -72,7 +72,7 @@ static void on_step(void *ctx, int step, int steps, double elapsed) {
     cJSON_AddStringToObject(m, "id", c->id);
     cJSON_AddNumberToObject(m, "step", step);
     cJSON_AddNumberToObject(m, "steps", steps);
-    msg_send(c->fd, m);
+    dl_msg_send(c->fd, m);
     cJSON_Delete(m);
 }
 
@@ -81,13 +81,13 @@ static void send_simple(int fd, const char *type, const char *id, const char *ke
     cJSON_AddStringToObject(m, "type", type);
     if (id) cJSON_AddStringToObject(m, "id", id);
     if (key) cJSON_AddStringToObject(m, key, val);
-    msg_send(fd, m);
+    dl_msg_send(fd, m);
     cJSON_Delete(m);
 }
 
 /* The start-up check: a finite picture of the right size that is not flat; for
  * difflet-tiny, a blue background for "... on a blue background". */
-static dl_status test_generation(dl_pipeline *p, const serve_profile *pr, int w, int h) {
+static dl_status test_generation(dl_pipeline *p, const dl_deployment *pr, int w, int h) {
     dl_gen_request r = {.prompt = "a large red circle in the centre on a blue background", .negative_prompt = "",
                         .steps = 12, .true_cfg = 3.f, .guidance = 3.5f, .seed = 0, .want_pixels = 1};
     dl_media media;
@@ -156,7 +156,7 @@ static int serve_ranks(dl_pipeline **pipes, int n, const dl_par_place *pl) {
     return 0;
 }
 
-int serve_worker_main(int fd, const char *sock_path, const serve_profile *pr) {
+int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr) {
     dl_pipeline *pipes[8] = {0};
     dl_dtype dt = strcmp(pr->dtype, "bf16") ? DL_F32 : DL_BF16;
     double t0 = dl_now();
@@ -202,7 +202,7 @@ int serve_worker_main(int fd, const char *sock_path, const serve_profile *pr) {
     cJSON_AddStringToObject(ready, "type", "ready");
     cJSON_AddNumberToObject(ready, "load_seconds", dl_now() - t0);
     cJSON_AddNumberToObject(ready, "pid", (double)getpid());
-    msg_send(fd, ready);
+    dl_msg_send(fd, ready);
     cJSON_Delete(ready);
 
     mailbox mb = {.fd = fd, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
@@ -256,7 +256,7 @@ int serve_worker_main(int fd, const char *sock_path, const serve_profile *pr) {
             cJSON_AddStringToObject(m, "message", dl_last_error());
             cJSON_AddBoolToObject(m, "cancelled", s == DL_ERR_CANCELLED);
         }
-        msg_send(fd, m);
+        dl_msg_send(fd, m);
         cJSON_Delete(m);
         cJSON_Delete(job);
         pthread_mutex_lock(&mb.mu);

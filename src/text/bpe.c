@@ -14,7 +14,7 @@ struct bpe {
     char *suffix;
 };
 
-dl_status bpe_new(bpe **out, dl_strmap *vocab, char **merges, size_t nmerges, int32_t unk_id, const char *suffix) {
+dl_status dl_bpe_new(bpe **out, dl_strmap *vocab, char **merges, size_t nmerges, int32_t unk_id, const char *suffix) {
     *out = NULL;
     bpe *b = calloc(1, sizeof *b);
     if (!b) return dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory");
@@ -23,7 +23,7 @@ dl_status bpe_new(bpe **out, dl_strmap *vocab, char **merges, size_t nmerges, in
     b->suffix = strdup(suffix ? suffix : "");
     b->ranks = dl_strmap_new(nmerges);
     if (!b->ranks || !b->suffix) {
-        bpe_free(b);
+        dl_bpe_free(b);
         return dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory");
     }
     for (size_t i = 0; i < nmerges; i++) {
@@ -31,7 +31,7 @@ dl_status bpe_new(bpe **out, dl_strmap *vocab, char **merges, size_t nmerges, in
         size_t len = strlen(merges[i]);
         if (dl_strmap_get(b->ranks, merges[i], len, &dummy)) continue; /* first rank wins */
         if (dl_strmap_put(b->ranks, merges[i], len, (int32_t)i) != DL_OK) {
-            bpe_free(b);
+            dl_bpe_free(b);
             return DL_ERR_NOMEM;
         }
     }
@@ -39,7 +39,7 @@ dl_status bpe_new(bpe **out, dl_strmap *vocab, char **merges, size_t nmerges, in
     return DL_OK;
 }
 
-void bpe_free(bpe *b) {
+void dl_bpe_free(bpe *b) {
     if (!b) return;
     dl_strmap_free(b->vocab);
     dl_strmap_free(b->ranks);
@@ -51,7 +51,7 @@ typedef struct {
     size_t off, len; /* into the symbol text buffer */
 } sym;
 
-dl_status bpe_encode_word(const bpe *b, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap) {
+dl_status dl_bpe_encode_word(const bpe *b, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap) {
     if (n == 0) return DL_OK;
     /* text = word + suffix; symbols index into it and grow by merging neighbours,
      * which stay contiguous, so a merged symbol is just a longer span */
@@ -59,13 +59,13 @@ dl_status bpe_encode_word(const bpe *b, const char *w, size_t n, int32_t **ids, 
     sbuf text = {0}, key = {0};
     sym *s = malloc((n + 1) * sizeof *s);
     dl_status st = DL_OK;
-    if (!s || !sbuf_put(&text, w, n) || !sbuf_put(&text, b->suffix, sl)) {
+    if (!s || !dl_sbuf_put(&text, w, n) || !dl_sbuf_put(&text, b->suffix, sl)) {
         st = dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory");
         goto done;
     }
     for (size_t i = 0; i < n;) {
         int32_t cp;
-        int k = utf8_next(w + i, n - i, &cp);
+        int k = dl_utf8_next(w + i, n - i, &cp);
         if (k < 0) {
             st = dl_fail(DL_ERR_INVALID, "text is not valid UTF-8");
             goto done;
@@ -78,8 +78,8 @@ dl_status bpe_encode_word(const bpe *b, const char *w, size_t n, int32_t **ids, 
         int32_t best = INT32_MAX;
         for (size_t i = 0; i + 1 < ns; i++) {
             key.n = 0;
-            if (!sbuf_put(&key, text.p + s[i].off, s[i].len) || !sbuf_put(&key, " ", 1) ||
-                !sbuf_put(&key, text.p + s[i + 1].off, s[i + 1].len)) {
+            if (!dl_sbuf_put(&key, text.p + s[i].off, s[i].len) || !dl_sbuf_put(&key, " ", 1) ||
+                !dl_sbuf_put(&key, text.p + s[i + 1].off, s[i + 1].len)) {
                 st = dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory");
                 goto done;
             }
@@ -91,9 +91,9 @@ dl_status bpe_encode_word(const bpe *b, const char *w, size_t n, int32_t **ids, 
         for (size_t i = 0; i < ns; i++) { /* merge every occurrence of the best pair */
             if (i + 1 < ns) {
                 key.n = 0;
-                sbuf_put(&key, text.p + s[i].off, s[i].len);
-                sbuf_put(&key, " ", 1);
-                sbuf_put(&key, text.p + s[i + 1].off, s[i + 1].len);
+                dl_sbuf_put(&key, text.p + s[i].off, s[i].len);
+                dl_sbuf_put(&key, " ", 1);
+                dl_sbuf_put(&key, text.p + s[i + 1].off, s[i + 1].len);
                 int32_t r;
                 if (dl_strmap_get(b->ranks, key.p, key.n, &r) && r == best) {
                     s[o++] = (sym){s[i].off, s[i].len + s[i + 1].len};
@@ -112,16 +112,16 @@ dl_status bpe_encode_word(const bpe *b, const char *w, size_t n, int32_t **ids, 
             st = dl_fail(DL_ERR_INVALID, "tokenizer: symbol not in the vocabulary and no unknown token");
             goto done;
         }
-        if (!ids_push(ids, nids, cap, id)) {
+        if (!dl_ids_push(ids, nids, cap, id)) {
             st = dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory");
             goto done;
         }
     }
 done:
     free(s);
-    sbuf_free(&text);
-    sbuf_free(&key);
+    dl_sbuf_free(&text);
+    dl_sbuf_free(&key);
     return st;
 }
 
-dl_strmap *bpe_vocab(const bpe *b) { return b->vocab; }
+dl_strmap *dl_bpe_vocab(const bpe *b) { return b->vocab; }

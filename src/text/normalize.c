@@ -10,7 +10,7 @@
 
 #define OOM() dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory")
 
-dl_status charsmap_parse(charsmap *c, const uint8_t *blob, size_t len) {
+dl_status dl_charsmap_parse(charsmap *c, const uint8_t *blob, size_t len) {
     memset(c, 0, sizeof *c);
     if (len < 4) return dl_fail(DL_ERR_FORMAT, "precompiled_charsmap is %zu bytes: too short", len);
     uint32_t tsize = (uint32_t)blob[0] | (uint32_t)blob[1] << 8 | (uint32_t)blob[2] << 16 | (uint32_t)blob[3] << 24;
@@ -21,7 +21,7 @@ dl_status charsmap_parse(charsmap *c, const uint8_t *blob, size_t len) {
     c->norm_len = len - 4 - tsize;
     c->norm = malloc(c->norm_len + 1);
     if (!c->units || !c->norm) {
-        charsmap_free(c);
+        dl_charsmap_free(c);
         return OOM();
     }
     for (size_t i = 0; i < c->nunits; i++) {
@@ -33,7 +33,7 @@ dl_status charsmap_parse(charsmap *c, const uint8_t *blob, size_t len) {
     return DL_OK;
 }
 
-void charsmap_free(charsmap *c) {
+void dl_charsmap_free(charsmap *c) {
     free(c->units);
     free(c->norm);
     memset(c, 0, sizeof *c);
@@ -73,12 +73,12 @@ static dl_status precompiled(const charsmap *cm, const char *in, size_t n, sbuf 
     utf8proc_int32_t state = 0;
     while (i < n) { /* one extended grapheme cluster [i, j) per iteration */
         int32_t cp, next;
-        int k = utf8_next(in + i, n - i, &cp);
+        int k = dl_utf8_next(in + i, n - i, &cp);
         if (k < 0) return dl_fail(DL_ERR_INVALID, "text is not valid UTF-8");
         size_t j = i + (size_t)k;
         state = 0;
         while (j < n) {
-            int k2 = utf8_next(in + j, n - j, &next);
+            int k2 = dl_utf8_next(in + j, n - j, &next);
             if (k2 < 0) return dl_fail(DL_ERR_INVALID, "text is not valid UTF-8");
             if (utf8proc_grapheme_break_stateful(cp, next, &state)) break;
             cp = next;
@@ -87,12 +87,12 @@ static dl_status precompiled(const charsmap *cm, const char *in, size_t n, sbuf 
         size_t rl;
         const char *r = j - i < 6 ? charsmap_first(cm, in + i, j - i, &rl) : NULL;
         if (r) {
-            if (!sbuf_put(out, r, rl)) return OOM();
+            if (!dl_sbuf_put(out, r, rl)) return OOM();
         } else {
             for (size_t p = i; p < j;) { /* each character alone */
-                int kc = utf8_next(in + p, j - p, &cp);
+                int kc = dl_utf8_next(in + p, j - p, &cp);
                 const char *rc = charsmap_first(cm, in + p, (size_t)kc, &rl);
-                if (!(rc ? sbuf_put(out, rc, rl) : sbuf_put(out, in + p, (size_t)kc))) return OOM();
+                if (!(rc ? dl_sbuf_put(out, rc, rl) : dl_sbuf_put(out, in + p, (size_t)kc))) return OOM();
                 p += (size_t)kc;
             }
         }
@@ -101,9 +101,9 @@ static dl_status precompiled(const charsmap *cm, const char *in, size_t n, sbuf 
     return DL_OK;
 }
 
-dl_status normalize(norm_kind k, const charsmap *cm, const char *in, size_t n, sbuf *out) {
+dl_status dl_normalize(norm_kind k, const charsmap *cm, const char *in, size_t n, sbuf *out) {
     out->n = 0;
-    if (!sbuf_put(out, "", 0)) return OOM();
+    if (!dl_sbuf_put(out, "", 0)) return OOM();
     switch (k) {
     case NORM_NFC:
     case NORM_NFKC: {
@@ -111,19 +111,19 @@ dl_status normalize(norm_kind k, const charsmap *cm, const char *in, size_t n, s
         utf8proc_option_t opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE | (k == NORM_NFKC ? UTF8PROC_COMPAT : 0);
         utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)in, (utf8proc_ssize_t)n, &dst, opt);
         if (r < 0) return dl_fail(DL_ERR_INVALID, "text: %s", utf8proc_errmsg(r));
-        int ok = sbuf_put(out, dst, (size_t)r);
+        int ok = dl_sbuf_put(out, dst, (size_t)r);
         free(dst);
         return ok ? DL_OK : OOM();
     }
     case NORM_LOWER:
         for (size_t i = 0; i < n;) {
             int32_t cp;
-            int l = utf8_next(in + i, n - i, &cp);
+            int l = dl_utf8_next(in + i, n - i, &cp);
             if (l < 0) return dl_fail(DL_ERR_INVALID, "text is not valid UTF-8");
             i += (size_t)l;
             if (cp == 0x130) { /* the one full lower-case mapping longer than one character */
-                if (!sbuf_putc32(out, 'i') || !sbuf_putc32(out, 0x307)) return OOM();
-            } else if (!sbuf_putc32(out, utf8proc_tolower(cp))) {
+                if (!dl_sbuf_putc32(out, 'i') || !dl_sbuf_putc32(out, 0x307)) return OOM();
+            } else if (!dl_sbuf_putc32(out, utf8proc_tolower(cp))) {
                 return OOM();
             }
         }
@@ -132,23 +132,23 @@ dl_status normalize(norm_kind k, const charsmap *cm, const char *in, size_t n, s
     case NORM_SPACES_COLLAPSE:
         for (size_t i = 0; i < n;) {
             int32_t cp;
-            int l = utf8_next(in + i, n - i, &cp);
+            int l = dl_utf8_next(in + i, n - i, &cp);
             if (l < 0) return dl_fail(DL_ERR_INVALID, "text is not valid UTF-8");
-            int sp = k == NORM_WS_COLLAPSE ? uni_is_space(cp) : cp == ' ';
+            int sp = k == NORM_WS_COLLAPSE ? dl_uni_is_space(cp) : cp == ' ';
             if (!sp) {
-                if (!sbuf_put(out, in + i, (size_t)l)) return OOM();
+                if (!dl_sbuf_put(out, in + i, (size_t)l)) return OOM();
                 i += (size_t)l;
                 continue;
             }
             size_t j = i + (size_t)l, run = 1; /* the run of spaces starting at i */
             while (j < n) {
-                int l2 = utf8_next(in + j, n - j, &cp);
-                if (l2 < 0 || !(k == NORM_WS_COLLAPSE ? uni_is_space(cp) : cp == ' ')) break;
+                int l2 = dl_utf8_next(in + j, n - j, &cp);
+                if (l2 < 0 || !(k == NORM_WS_COLLAPSE ? dl_uni_is_space(cp) : cp == ' ')) break;
                 j += (size_t)l2;
                 run++;
             }
             /* \s+ -> " " replaces every run; " {2,}" -> " " only runs of two or more */
-            if (!(k == NORM_WS_COLLAPSE || run >= 2 ? sbuf_put(out, " ", 1) : sbuf_put(out, in + i, j - i)))
+            if (!(k == NORM_WS_COLLAPSE || run >= 2 ? dl_sbuf_put(out, " ", 1) : dl_sbuf_put(out, in + i, j - i)))
                 return OOM();
             i = j;
         }
@@ -157,18 +157,18 @@ dl_status normalize(norm_kind k, const charsmap *cm, const char *in, size_t n, s
         size_t b = 0, e = n;
         int32_t cp;
         while (b < e) {
-            int l = utf8_next(in + b, e - b, &cp);
-            if (l < 0 || !uni_is_space(cp)) break;
+            int l = dl_utf8_next(in + b, e - b, &cp);
+            if (l < 0 || !dl_uni_is_space(cp)) break;
             b += (size_t)l;
         }
         while (e > b) { /* step back one character */
             size_t s = e - 1;
             while (s > b && ((uint8_t)in[s] & 0xc0) == 0x80) s--;
-            int l = utf8_next(in + s, e - s, &cp);
-            if (l < 0 || !uni_is_space(cp)) break;
+            int l = dl_utf8_next(in + s, e - s, &cp);
+            if (l < 0 || !dl_uni_is_space(cp)) break;
             e = s;
         }
-        return sbuf_put(out, in + b, e - b) ? DL_OK : OOM();
+        return dl_sbuf_put(out, in + b, e - b) ? DL_OK : OOM();
     }
     case NORM_PRECOMPILED: return precompiled(cm, in, n, out);
     }

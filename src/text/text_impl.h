@@ -13,16 +13,16 @@ typedef struct {
     char *p;
     size_t n, cap;
 } sbuf;
-int sbuf_put(sbuf *b, const void *data, size_t n); /* 0 on allocation failure */
-int sbuf_putc32(sbuf *b, int32_t cp);            /* UTF-8 encode */
-void sbuf_free(sbuf *b);
+int dl_sbuf_put(sbuf *b, const void *data, size_t n); /* 0 on allocation failure */
+int dl_sbuf_putc32(sbuf *b, int32_t cp);            /* UTF-8 encode */
+void dl_sbuf_free(sbuf *b);
 
 /* ---- UTF-8 / Unicode ---- */
 /* Decode one code point at s[0..n); returns its length, or -1 if invalid. */
-int utf8_next(const char *s, size_t n, int32_t *cp);
-int uni_is_letter(int32_t cp);
-int uni_is_number(int32_t cp);
-int uni_is_space(int32_t cp); /* Unicode White_Space (Rust's char::is_whitespace) */
+int dl_utf8_next(const char *s, size_t n, int32_t *cp);
+int dl_uni_is_letter(int32_t cp);
+int dl_uni_is_number(int32_t cp);
+int dl_uni_is_space(int32_t cp); /* Unicode White_Space (Rust's char::is_whitespace) */
 
 /* ---- normalisers: each maps text (in) to a new buffer (out) ---- */
 typedef enum {
@@ -38,28 +38,28 @@ typedef struct {
     char *norm;
     size_t norm_len;
 } charsmap;
-dl_status charsmap_parse(charsmap *c, const uint8_t *blob, size_t len);
-void charsmap_free(charsmap *c);
+dl_status dl_charsmap_parse(charsmap *c, const uint8_t *blob, size_t len);
+void dl_charsmap_free(charsmap *c);
 
-dl_status normalize(norm_kind k, const charsmap *cm, const char *in, size_t n, sbuf *out);
+dl_status dl_normalize(norm_kind k, const charsmap *cm, const char *in, size_t n, sbuf *out);
 
 /* ---- models ---- */
 typedef struct bpe bpe;
 /* vocab: token -> id; merges: "a b" lines in rank order. */
-dl_status bpe_new(bpe **out, dl_strmap *vocab, char **merges, size_t nmerges, int32_t unk_id, const char *suffix);
-void bpe_free(bpe *b);
+dl_status dl_bpe_new(bpe **out, dl_strmap *vocab, char **merges, size_t nmerges, int32_t unk_id, const char *suffix);
+void dl_bpe_free(bpe *b);
 /* Encode one pre-tokenized word (already byte-level mapped); appends ids. */
-dl_status bpe_encode_word(const bpe *b, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap);
+dl_status dl_bpe_encode_word(const bpe *b, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap);
 
 typedef struct unigram unigram;
 /* pieces[i] with scores[i]; unk_id. */
-dl_status unigram_new(unigram **out, char **pieces, const double *scores, int32_t n, int32_t unk_id);
-void unigram_free(unigram *u);
-dl_status unigram_encode_word(const unigram *u, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap);
+dl_status dl_unigram_new(unigram **out, char **pieces, const double *scores, int32_t n, int32_t unk_id);
+void dl_unigram_free(unigram *u);
+dl_status dl_unigram_encode_word(const unigram *u, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap);
 
 /* vocabulary lookups for special tokens */
-dl_strmap *bpe_vocab(const bpe *b);
-int32_t unigram_id(const unigram *u, const char *piece); /* -1 when absent */
+dl_strmap *dl_bpe_vocab(const bpe *b);
+int32_t dl_unigram_id(const unigram *u, const char *piece); /* -1 when absent */
 
 /* ---- the tokenizer (tokenizer.c runs it, tokenizer_load.c fills it) ---- */
 enum { TOK_MAX_NORMS = 8, TOK_MAX_ADDED = 1024 };
@@ -85,11 +85,11 @@ struct dl_tokenizer {
     uint8_t bytemap_len[256];
 };
 
-dl_tokenizer *tok_alloc(void);
+dl_tokenizer *dl_tok_alloc(void);
 /* Register a token matched in the raw text before normalisation (special tokens). */
-dl_status tok_add_special(dl_tokenizer *t, const char *s, int32_t id);
+dl_status dl_tok_add_special(dl_tokenizer *t, const char *s, int32_t id);
 
 /* ids vector append */
-int ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t v);
+int dl_ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t v);
 
 #endif

@@ -17,9 +17,9 @@ static dl_status oom(void) { return dl_fail(DL_ERR_NOMEM, "tokenizer: out of mem
 
 void dl_tokenizer_free(dl_tokenizer *t) {
     if (!t) return;
-    bpe_free(t->bpe);
-    unigram_free(t->uni);
-    charsmap_free(&t->cm);
+    dl_bpe_free(t->bpe);
+    dl_unigram_free(t->uni);
+    dl_charsmap_free(&t->cm);
     for (int i = 0; i < t->nadded; i++) free(t->added[i].s);
     free(t);
 }
@@ -48,7 +48,7 @@ static void init_bytemap(dl_tokenizer *t) {
     }
 }
 
-dl_tokenizer *tok_alloc(void) {
+dl_tokenizer *dl_tok_alloc(void) {
     dl_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->bos = t->eos = t->pad = -1;
@@ -56,7 +56,7 @@ dl_tokenizer *tok_alloc(void) {
     return t;
 }
 
-dl_status tok_add_special(dl_tokenizer *t, const char *s, int32_t id) {
+dl_status dl_tok_add_special(dl_tokenizer *t, const char *s, int32_t id) {
     if (!s || !*s || id < 0) return DL_OK;
     for (int i = 0; i < t->nadded; i++)
         if (!strcmp(t->added[i].s, s)) return DL_OK;
@@ -77,8 +77,8 @@ typedef struct {
 } idvec;
 
 static dl_status encode_word(const dl_tokenizer *t, const char *w, size_t n, idvec *v) {
-    if (t->kind == DL_TOK_BPE) return bpe_encode_word(t->bpe, w, n, &v->ids, &v->n, &v->cap);
-    return unigram_encode_word(t->uni, w, n, &v->ids, &v->n, &v->cap);
+    if (t->kind == DL_TOK_BPE) return dl_bpe_encode_word(t->bpe, w, n, &v->ids, &v->n, &v->cap);
+    return dl_unigram_encode_word(t->uni, w, n, &v->ids, &v->n, &v->cap);
 }
 
 /* CLIP's pattern, leftmost-first alternation, whitespace dropped; each piece is then
@@ -90,39 +90,39 @@ static dl_status clip_words(const dl_tokenizer *t, const char *s, size_t n, idve
     size_t i = 0;
     while (i < n && st == DL_OK) {
         int32_t cp;
-        int k = utf8_next(s + i, n - i, &cp);
+        int k = dl_utf8_next(s + i, n - i, &cp);
         size_t end = 0;
         for (size_t L = 0; L < sizeof lits / sizeof lits[0] && !end; L++) {
             size_t ll = strlen(lits[L]);
             if (ll <= n - i && !memcmp(s + i, lits[L], ll)) end = i + ll;
         }
         if (!end) {
-            if (uni_is_space(cp)) {
+            if (dl_uni_is_space(cp)) {
                 i += (size_t)k;
                 continue;
             }
-            int cls = uni_is_letter(cp) ? 1 : uni_is_number(cp) ? 2 : 3;
+            int cls = dl_uni_is_letter(cp) ? 1 : dl_uni_is_number(cp) ? 2 : 3;
             end = i + (size_t)k;
             if (cls != 2) /* letters run; other (not space, letter, number) run */
                 while (end < n) {
                     int32_t c2;
-                    int k2 = utf8_next(s + end, n - end, &c2);
-                    int cls2 = uni_is_space(c2) ? 0 : uni_is_letter(c2) ? 1 : uni_is_number(c2) ? 2 : 3;
+                    int k2 = dl_utf8_next(s + end, n - end, &c2);
+                    int cls2 = dl_uni_is_space(c2) ? 0 : dl_uni_is_letter(c2) ? 1 : dl_uni_is_number(c2) ? 2 : 3;
                     if (cls2 != cls) break;
                     end += (size_t)k2;
                 }
         }
         w.n = 0;
-        if (!sbuf_put(&w, "", 0)) st = oom();
+        if (!dl_sbuf_put(&w, "", 0)) st = oom();
         for (size_t b = i; b < end && st == DL_OK; b++) {
             uint8_t c = (uint8_t)s[b];
             const char *src = t->byte_level ? t->bytemap[c] : s + b;
-            if (!sbuf_put(&w, src, t->byte_level ? t->bytemap_len[c] : 1)) st = oom();
+            if (!dl_sbuf_put(&w, src, t->byte_level ? t->bytemap_len[c] : 1)) st = oom();
         }
         if (st == DL_OK) st = encode_word(t, w.p, w.n, v);
         i = end;
     }
-    sbuf_free(&w);
+    dl_sbuf_free(&w);
     return st;
 }
 
@@ -134,10 +134,10 @@ static dl_status metaspace_chunk(const dl_tokenizer *t, const char *s, size_t n,
     /* spaces are replaced first, so a chunk starting with a space starts with ▁ */
     int starts_meta = (n >= 1 && s[0] == ' ') || (n >= 3 && !memcmp(s, META, 3));
     int prepend = !starts_meta && (t->meta_prepend == 2 || (t->meta_prepend == 1 && first));
-    if ((prepend && !sbuf_put(&m, META, 3)) || !sbuf_put(&m, "", 0)) return oom();
+    if ((prepend && !dl_sbuf_put(&m, META, 3)) || !dl_sbuf_put(&m, "", 0)) return oom();
     for (size_t i = 0; i < n; i++)
-        if (!(s[i] == ' ' ? sbuf_put(&m, META, 3) : sbuf_put(&m, s + i, 1))) {
-            sbuf_free(&m);
+        if (!(s[i] == ' ' ? dl_sbuf_put(&m, META, 3) : dl_sbuf_put(&m, s + i, 1))) {
+            dl_sbuf_free(&m);
             return oom();
         }
     if (!t->meta_split) {
@@ -152,7 +152,7 @@ static dl_status metaspace_chunk(const dl_tokenizer *t, const char *s, size_t n,
             }
         if (st == DL_OK && b < m.n) st = encode_word(t, m.p + b, m.n - b, v);
     }
-    sbuf_free(&m);
+    dl_sbuf_free(&m);
     return st;
 }
 
@@ -164,15 +164,15 @@ static dl_status pretok_and_encode(const dl_tokenizer *t, const char *s, size_t 
     size_t i = 0;
     while (i < n && st == DL_OK) { /* whitespace split, each word through Metaspace */
         int32_t cp;
-        int k = utf8_next(s + i, n - i, &cp);
-        if (uni_is_space(cp)) {
+        int k = dl_utf8_next(s + i, n - i, &cp);
+        if (dl_uni_is_space(cp)) {
             i += (size_t)k;
             continue;
         }
         size_t e = i + (size_t)k;
         while (e < n) {
-            int k2 = utf8_next(s + e, n - e, &cp);
-            if (uni_is_space(cp)) break;
+            int k2 = dl_utf8_next(s + e, n - e, &cp);
+            if (dl_uni_is_space(cp)) break;
             e += (size_t)k2;
         }
         st = metaspace_chunk(t, s + i, e - i, first && i == 0, v);
@@ -184,16 +184,16 @@ static dl_status pretok_and_encode(const dl_tokenizer *t, const char *s, size_t 
 static dl_status encode_segment(const dl_tokenizer *t, const char *s, size_t n, int first, idvec *v) {
     sbuf a = {0}, b = {0};
     dl_status st = DL_OK;
-    if (!sbuf_put(&a, s, n)) return oom();
+    if (!dl_sbuf_put(&a, s, n)) return oom();
     for (int i = 0; i < t->nnorm && st == DL_OK; i++) {
-        st = normalize(t->norms[i], &t->cm, a.p, a.n, &b);
+        st = dl_normalize(t->norms[i], &t->cm, a.p, a.n, &b);
         sbuf tmp = a;
         a = b;
         b = tmp;
     }
     if (st == DL_OK) st = pretok_and_encode(t, a.p, a.n, first, v);
-    sbuf_free(&a);
-    sbuf_free(&b);
+    dl_sbuf_free(&a);
+    dl_sbuf_free(&b);
     return st;
 }
 
@@ -220,7 +220,7 @@ dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t le
                 }
         if (at > seg) st = encode_segment(t, text + seg, at - seg, seg == 0, &v);
         if (best < 0 || st != DL_OK) break;
-        if (!ids_push(&v.ids, &v.n, &v.cap, t->added[best].id)) st = oom();
+        if (!dl_ids_push(&v.ids, &v.n, &v.cap, t->added[best].id)) st = oom();
         i = seg = at + t->added[best].n;
     }
     if (st != DL_OK) {

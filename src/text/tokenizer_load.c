@@ -91,7 +91,7 @@ static dl_status parse_normalizer(dl_tokenizer *t, const cJSON *n, const char *f
         if (!blob) return oom();
         size_t len = b64_decode(cm->valuestring, blob);
         dl_status s = len == (size_t)-1 ? dl_fail(DL_ERR_FORMAT, "`%s`: precompiled_charsmap is not base64", file)
-                                         : charsmap_parse(&t->cm, blob, len);
+                                         : dl_charsmap_parse(&t->cm, blob, len);
         free(blob);
         if (s != DL_OK) return dl_fail(s, "`%s`: %s", file, dl_last_error());
         return add_norm(t, NORM_PRECOMPILED, file);
@@ -221,7 +221,7 @@ static dl_status make_bpe(dl_tokenizer *t, dl_strmap *vocab, char **merges, size
     int32_t unk_id = -1;
     if (unk) dl_strmap_get(vocab, unk, strlen(unk), &unk_id);
     t->kind = DL_TOK_BPE;
-    return bpe_new(&t->bpe, vocab, merges, nm, unk_id, suffix);
+    return dl_bpe_new(&t->bpe, vocab, merges, nm, unk_id, suffix);
 }
 
 static dl_status model_from_json(dl_tokenizer *t, const cJSON *m, const char *file) {
@@ -286,12 +286,12 @@ static dl_status model_from_json(dl_tokenizer *t, const cJSON *m, const char *fi
                 s = dl_fail(DL_ERR_FORMAT, "`%s`: Unigram vocab entry %d is not [piece, score]", file, i);
                 break;
             }
-            pieces[i] = p->valuestring; /* borrowed: unigram_new copies */
+            pieces[i] = p->valuestring; /* borrowed: dl_unigram_new copies */
             scores[i++] = sc->valuedouble;
         }
         t->kind = DL_TOK_UNIGRAM;
         t->vocab_size = n;
-        if (s == DL_OK) s = unigram_new(&t->uni, pieces, scores, n, cJSON_IsNumber(unk) ? (int32_t)unk->valuedouble : -1);
+        if (s == DL_OK) s = dl_unigram_new(&t->uni, pieces, scores, n, cJSON_IsNumber(unk) ? (int32_t)unk->valuedouble : -1);
         free(pieces);
         free(scores);
         return s;
@@ -302,8 +302,8 @@ static dl_status model_from_json(dl_tokenizer *t, const cJSON *m, const char *fi
 static int32_t vocab_id(const dl_tokenizer *t, const char *tok) {
     if (!tok) return -1;
     int32_t id = -1;
-    if (t->kind == DL_TOK_BPE) dl_strmap_get(bpe_vocab(t->bpe), tok, strlen(tok), &id);
-    else id = unigram_id(t->uni, tok);
+    if (t->kind == DL_TOK_BPE) dl_strmap_get(dl_bpe_vocab(t->bpe), tok, strlen(tok), &id);
+    else id = dl_unigram_id(t->uni, tok);
     return id;
 }
 
@@ -340,7 +340,7 @@ static dl_status load_tokenizer_json(dl_tokenizer *t, const char *dir, const cJS
             s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: added token `%s` matched after normalisation is not supported", file,
                         c->valuestring);
         else
-            s = tok_add_special(t, c->valuestring, (int32_t)id->valuedouble);
+            s = dl_tok_add_special(t, c->valuestring, (int32_t)id->valuedouble);
     }
     if (s == DL_OK) {
         const cJSON *padj = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "padding"), "pad_id");
@@ -380,7 +380,7 @@ static dl_status load_clip_files(dl_tokenizer *t, const char *dir, const cJSON *
         size_t l = strlen(line);
         if (l && line[l - 1] == '\r') line[--l] = 0;
         if (!l || !strncmp(line, "#version", 8)) continue;
-        merges[nm++] = line; /* borrowed until bpe_new returns */
+        merges[nm++] = line; /* borrowed until dl_bpe_new returns */
     }
     const char *unk = token_text(cJSON_GetObjectItemCaseSensitive(cfg, "unk_token"));
     const char *bos = token_text(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
@@ -400,10 +400,10 @@ static dl_status load_clip_files(dl_tokenizer *t, const char *dir, const cJSON *
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder")) {
         const char *c = token_text(e);
-        if (c && (s = tok_add_special(t, c, (int32_t)atoi(e->string))) != DL_OK) return s;
+        if (c && (s = dl_tok_add_special(t, c, (int32_t)atoi(e->string))) != DL_OK) return s;
     }
-    if ((s = tok_add_special(t, bos ? bos : "<|startoftext|>", t->bos)) != DL_OK) return s;
-    if ((s = tok_add_special(t, eos ? eos : "<|endoftext|>", t->eos)) != DL_OK) return s;
+    if ((s = dl_tok_add_special(t, bos ? bos : "<|startoftext|>", t->bos)) != DL_OK) return s;
+    if ((s = dl_tok_add_special(t, eos ? eos : "<|endoftext|>", t->eos)) != DL_OK) return s;
     set_pad(t, cfg, smap, t->eos);
     return DL_OK;
 }
@@ -515,8 +515,8 @@ static dl_status load_spiece(dl_tokenizer *t, const char *dir, const cJSON *cfg,
         } else if (f == 3 && wt == 2) { /* NormalizerSpec: precompiled_charsmap = 2 */
             while ((r = pb_next(&sub, &f2, &wt2, &v2, &sub2)) > 0)
                 if (f2 == 2 && wt2 == 2 && sub2.end > sub2.p) {
-                    charsmap_free(&t->cm);
-                    s = charsmap_parse(&t->cm, sub2.p, (size_t)(sub2.end - sub2.p));
+                    dl_charsmap_free(&t->cm);
+                    s = dl_charsmap_parse(&t->cm, sub2.p, (size_t)(sub2.end - sub2.p));
                     if (s != DL_OK) s = dl_fail(s, "`%s`: %s", file, dl_last_error());
                 }
             if (r < 0 && s == DL_OK) s = dl_fail(DL_ERR_FORMAT, "`%s`: malformed normalizer_spec", file);
@@ -531,7 +531,7 @@ static dl_status load_spiece(dl_tokenizer *t, const char *dir, const cJSON *cfg,
     if (s == DL_OK) {
         t->kind = DL_TOK_UNIGRAM;
         t->vocab_size = n;
-        s = unigram_new(&t->uni, pieces, scores, n, (int32_t)unk);
+        s = dl_unigram_new(&t->uni, pieces, scores, n, (int32_t)unk);
     }
     if (s == DL_OK) { /* the pipeline transformers builds for a SentencePiece T5 model */
         if (t->cm.nunits) t->norms[t->nnorm++] = NORM_PRECOMPILED;
@@ -540,7 +540,7 @@ static dl_status load_spiece(dl_tokenizer *t, const char *dir, const cJSON *cfg,
         t->bos = -1;
         t->eos = (int32_t)eos;
         for (int i = 0; i < n && s == DL_OK; i++) /* control and unknown pieces are special */
-            if (types[i] == 2 || types[i] == 3) s = tok_add_special(t, pieces[i], i);
+            if (types[i] == 2 || types[i] == 3) s = dl_tok_add_special(t, pieces[i], i);
         set_pad(t, cfg, smap, pad >= 0 ? (int32_t)pad : 0);
     }
     (void)type_ok;
@@ -555,7 +555,7 @@ dl_status dl_tokenizer_load(dl_tokenizer **out, const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s", dir);
     if (!dl_file_exists(path)) return dl_fail(DL_ERR_IO, "tokenizer folder `%s` does not exist", dir);
-    dl_tokenizer *t = tok_alloc();
+    dl_tokenizer *t = dl_tok_alloc();
     if (!t) return oom();
     cJSON *cfg = NULL, *smap = NULL;
     dl_status s = read_json_file(dir, "tokenizer_config.json", &cfg, 0);

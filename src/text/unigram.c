@@ -16,14 +16,14 @@ struct unigram {
     double unk_score;
 };
 
-dl_status unigram_new(unigram **out, char **pieces, const double *scores, int32_t n, int32_t unk_id) {
+dl_status dl_unigram_new(unigram **out, char **pieces, const double *scores, int32_t n, int32_t unk_id) {
     *out = NULL;
     unigram *u = calloc(1, sizeof *u);
     if (!u) return dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory");
     u->map = dl_strmap_new((size_t)n);
     u->scores = malloc((size_t)n * sizeof *u->scores);
     if (!u->map || !u->scores) {
-        unigram_free(u);
+        dl_unigram_free(u);
         return dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory");
     }
     u->n = n;
@@ -37,7 +37,7 @@ dl_status unigram_new(unigram **out, char **pieces, const double *scores, int32_
         int32_t prev;
         if (dl_strmap_get(u->map, pieces[i], len, &prev)) continue; /* first id wins */
         if (dl_strmap_put(u->map, pieces[i], len, i) != DL_OK) {
-            unigram_free(u);
+            dl_unigram_free(u);
             return DL_ERR_NOMEM;
         }
     }
@@ -46,14 +46,14 @@ dl_status unigram_new(unigram **out, char **pieces, const double *scores, int32_
     return DL_OK;
 }
 
-void unigram_free(unigram *u) {
+void dl_unigram_free(unigram *u) {
     if (!u) return;
     dl_strmap_free(u->map);
     free(u->scores);
     free(u);
 }
 
-dl_status unigram_encode_word(const unigram *u, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap) {
+dl_status dl_unigram_encode_word(const unigram *u, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap) {
     if (n == 0) return DL_OK;
     /* best[j]: best score of a path covering w[0..j); from[j]: where its last node
      * starts; id[j]: that node's id (u->unk for an unknown node) */
@@ -70,7 +70,7 @@ dl_status unigram_encode_word(const unigram *u, const char *w, size_t n, int32_t
     best[0] = 0.0;
     for (size_t i = 0; i < n;) {
         int32_t cp;
-        int k = utf8_next(w + i, n - i, &cp);
+        int k = dl_utf8_next(w + i, n - i, &cp);
         if (k < 0) {
             st = dl_fail(DL_ERR_INVALID, "text is not valid UTF-8");
             goto done;
@@ -89,7 +89,7 @@ dl_status unigram_encode_word(const unigram *u, const char *w, size_t n, int32_t
                 if (j == next) single = 1;
             }
             if (j == n) break;
-            int kk = utf8_next(w + j, n - j, &cp); /* advance to the next character boundary */
+            int kk = dl_utf8_next(w + j, n - j, &cp); /* advance to the next character boundary */
             if (kk < 0) {
                 st = dl_fail(DL_ERR_INVALID, "text is not valid UTF-8");
                 goto done;
@@ -113,7 +113,7 @@ dl_status unigram_encode_word(const unigram *u, const char *w, size_t n, int32_t
         int is_unk = rev[r] < 0;
         if (is_unk && prev_unk) continue; /* fuse consecutive unknowns */
         prev_unk = is_unk;
-        if (!ids_push(ids, nids, cap, is_unk ? u->unk : rev[r])) {
+        if (!dl_ids_push(ids, nids, cap, is_unk ? u->unk : rev[r])) {
             st = dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory");
             goto done;
         }
@@ -123,7 +123,7 @@ done:
     return st;
 }
 
-int32_t unigram_id(const unigram *u, const char *piece) {
+int32_t dl_unigram_id(const unigram *u, const char *piece) {
     int32_t id;
     return dl_strmap_get(u->map, piece, strlen(piece), &id) ? id : -1;
 }

@@ -4,12 +4,13 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "difflet/program.h"
+#include "difflet/artifact.h"
 
 typedef struct {
     char *name, *layout;
@@ -242,3 +243,14 @@ const void *dl_artifact_get(const dl_artifact *a, const char *name, const char *
 const char *dl_artifact_key(const dl_artifact *a) { return a->key; }
 size_t dl_artifact_weight_bytes(const dl_artifact *a) { return a->weight_bytes; }
 size_t dl_artifact_arena_bytes(const dl_artifact *a) { return a->arena_bytes; }
+
+/* Test hook for the atomicity test: DIFFLET_FAULT_KILL_COMPILE=N kills the process
+ * (SIGKILL, like an OOM kill or power cut) after N tensors of a compile. */
+void dl_fault_after_tensor(int written) {
+    static int limit = -2;
+    if (limit == -2) {
+        const char *e = getenv("DIFFLET_FAULT_KILL_COMPILE");
+        limit = e ? atoi(e) : -1;
+    }
+    if (limit >= 0 && written >= limit) raise(SIGKILL);
+}

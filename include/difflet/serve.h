@@ -1,0 +1,45 @@
+/* `difflet serve`: an OpenAI-style HTTP API (the API process) in front of resident
+ * model processes, configured by a deployment (a JSON file: the model, the sizes it
+ * serves, replicas and their parallel layout, limits, timeouts). "Profile" in
+ * difflet means only the DDiT step-time profile (sched.h). docs/serve.md. */
+#ifndef DIFFLET_SERVE_H
+#define DIFFLET_SERVE_H
+
+#include <cjson/cJSON.h>
+
+#include "difflet/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- a deployment: what one `difflet serve` serves, and how ---- */
+typedef struct {
+    char model[1024], results[1024], db[1024], host[64], api_key[256];
+    int port, queue_capacity, max_steps, max_prompt_bytes, nsizes, no_compile;
+    int replicas;           /* data parallel: model processes, each on its own cores */
+    int sizes[8][2];        /* width, height */
+    double timeout_s, grace_s, result_ttl_s;
+    char dtype[8], cache[256]; /* default step-caching mode */
+    char parallel[128];     /* each replica's layout (tp, sp, cp; "" = one rank): its model
+                               process is an mpirun job whose first rank talks to the server */
+} dl_deployment;
+
+/* Defaults (difflet-tiny, 64x64, 127.0.0.1), then the deployment's JSON file if given;
+ * the model reference is resolved (a folder, or a Hub id in the local cache). */
+dl_status dl_deployment_load(dl_deployment *p, const char *path);
+cJSON *dl_deployment_to_json(const dl_deployment *p);
+dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j);
+
+/* The API process: listens, validates, queues, supervises the model processes.
+ * self_exe: this binary (started again as `serve-worker`). Returns the exit code. */
+int dl_serve_api_main(const dl_deployment *p, const char *self_exe);
+/* fd: the connection to the API process; or, fd < 0, the unix socket path the
+ * first rank of a parallel model process connects to. */
+int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *p);
+
+
+#ifdef __cplusplus
+}
+#endif
+#endif
