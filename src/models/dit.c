@@ -1,7 +1,18 @@
-/* The DiT block library: what every diffusion transformer shares, model-neutral.
- * Today: the feasibility of a tensor/context-parallel split (Difflet §4) for a
- * transformer with `heads` attention heads. */
+/* The DiT block library (models_impl.h, dl_dit): what every diffusion transformer
+ * with a joint text + latent stream shares, model-neutral. The split's feasibility
+ * and row layout (Difflet §4), its exchange buffers, adaLN modulation, gated
+ * residuals, SP gather / reduce-scatter, QK RMSNorm + RoPE, and joint attention over
+ * text and latent rows on one rank or context-parallel (Ulysses: all-to-all sequence
+ * <-> heads; ring: image K/V shards rotate, partials merged by row max and sum of
+ * exponentials; gather: all-gather K/V), with padded text keys never attended. A
+ * model (flux.c) is a short composition of these with its own projections. */
+#include <math.h>
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difflet/comm.h"
 
 #include "models/models_impl.h"
 
@@ -24,3 +35,313 @@ const char *dl_dit_split_check(const dl_dit_split *sp, int64_t heads, char *buf,
 
 
 const char *dl_cp_mode_name(dl_cp_mode m) { return m == DL_CP_RING ? "ring" : m == DL_CP_GATHER ? "gather" : "ulysses"; }
+
+/* shard [off, off + cnt) of n items for part i of k */
+static void shard(int64_t n, int i, int k, int64_t *off, int64_t *cnt) {
+    *off = n * i / k;
+    *cnt = n * (i + 1) / k - *off;
+}
+
+/* the split's row layout and exchange buffers */
+dl_status dl_dit_plan(dl_dit *c) {
+    const dl_dit_split *sp = &c->sp;
+    const int tp = sp->tp, cp = sp->cp, g = tp > cp ? tp : cp;
+    c->Hl = c->H / tp;
+    c->Dl = c->Hl * c->Dh;
+    c->Fl = c->F / tp;
+    if (c->N < cp) return dl_fail(DL_ERR_INVALID, "context parallelism: %lld image tokens for cp=%d ranks", (long long)c->N, cp);
+    c->cn0 = calloc((size_t)cp, sizeof *c->cn0), c->cnn = calloc((size_t)cp, sizeof *c->cnn);
+    c->ts0 = calloc((size_t)tp, sizeof *c->ts0), c->tsn = calloc((size_t)tp, sizeof *c->tsn);
+    c->cnt = calloc((size_t)g, sizeof(size_t)), c->dsp = calloc((size_t)g, sizeof(size_t));
+    c->cnt2 = calloc((size_t)g, sizeof(size_t)), c->dsp2 = calloc((size_t)g, sizeof(size_t));
+    if (!c->cn0 || !c->cnn || !c->ts0 || !c->tsn || !c->cnt || !c->dsp || !c->cnt2 || !c->dsp2)
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    for (int j = 0; j < cp; j++) shard(c->N, j, cp, &c->cn0[j], &c->cnn[j]);
+    c->n0 = c->cn0[sp->cp_rank];
+    c->Nl = c->cnn[sp->cp_rank];
+    c->Sl = c->T + c->Nl;
+    for (int j = 0; j < tp; j++) shard(c->Sl, j, tp, &c->ts0[j], &c->tsn[j]);
+    if (sp->sp && tp > 1) {
+        c->xa = c->ts0[sp->tp_rank];
+        c->xn = c->tsn[sp->tp_rank];
+    } else {
+        c->xa = 0;
+        c->xn = c->Sl;
+    }
+    return DL_OK;
+}
+
+/* buffers the CP exchange and the partial attention outputs need */
+dl_status dl_dit_alloc(dl_dit *c) {
+    const int cp = c->sp.cp;
+    const size_t es = dl_dtype_size(c->dt);
+    const int64_t T = c->T, N = c->N, Nl = c->Nl, Dl = c->Dl, Hc = c->Hl / cp, Dc = Hc * c->Dh;
+    size_t b1 = 0, b2 = 0, b3 = 0;
+    int nparts = 2;
+    c->part_rows = c->Sl * c->Hl;
+    if (cp > 1 && c->sp.cp_mode == DL_CP_ULYSSES) {
+        b1 = (size_t)(Nl * 3 * Dl) * es;                                             /* send: per destination heads */
+        b2 = (size_t)((T + N) * 3 * Dc) * es;                                        /* all rows, my heads */
+        b3 = (size_t)((T + N) * Dc + Nl * Dl + cp * T * Dc) * es;                    /* outputs, inverse, text gather */
+        c->part_rows = (T + N) * Hc;
+    } else if (cp > 1 && c->sp.cp_mode == DL_CP_GATHER) {
+        b1 = (size_t)(Nl * 2 * Dl) * es;
+        b2 = (size_t)((T + N) * 2 * Dl) * es;
+    } else if (cp > 1) { /* ring: the shard held and the one arriving */
+        int64_t nmax = 0;
+        for (int j = 0; j < cp; j++) nmax = c->cnn[j] > nmax ? c->cnn[j] : nmax;
+        b1 = b2 = (size_t)(nmax * 2 * Dl) * es;
+        nparts = cp + 1;
+    }
+    void **dst[3] = {&c->cbuf, &c->cbuf2, &c->cbuf3};
+    size_t sz[3] = {b1, b2, b3};
+    for (int i = 0; i < 3; i++)
+        if (sz[i] && !(*dst[i] = dl_aligned_alloc(sz[i]))) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    /* parts are needed for split text keys (L < T), gather and ring */
+    c->part = dl_aligned_alloc((size_t)nparts * (size_t)(c->part_rows * (c->Dh + 2)) * 4);
+    if (!c->part) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    if (c->sp.sp && c->sp.tp > 1 && !(c->o_sh = dl_aligned_alloc((size_t)(c->xn * c->D) * 4)))
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    return DL_OK;
+}
+
+/* h[a, b) = LN(x[a, b)) * (1 + scale) + shift, f32 -> dt (local rows held in x) */
+static void ln_rows(dl_dit *c, int64_t a, int64_t b, const float *scale, const float *shift) {
+    if (b <= a || !scale) return;
+    size_t es = dl_dtype_size(c->dt);
+    float *x = c->x + (a - c->xa) * c->D;
+    void *h = (char *)c->h + (size_t)(a * c->D) * es;
+    DL_PAR(dl_layernorm_x_t(c->dt, h, DL_F32, x, b - a, c->D, NULL, NULL, scale, shift, 1e-6f, ith, nth));
+}
+
+/* ln_rows over the rows this rank holds: text rows modulated by (st, ht), image
+ * rows by (si, hi); a NULL scale skips those rows */
+void dl_dit_ln_mod(dl_dit *c, const float *st, const float *ht, const float *si, const float *hi) {
+    const int64_t a = c->xa, b = c->xa + c->xn, T = c->T;
+    ln_rows(c, a, b < T ? b : T, st, ht);
+    ln_rows(c, a > T ? a : T, b, si, hi);
+}
+
+/* x[a, b) += gate * upd[a, b) (upd indexed as x) */
+static void gate_rows(dl_dit *c, int64_t a, int64_t b, const float *upd, const float *gate) {
+    if (b <= a) return;
+    float *x = c->x + (a - c->xa) * c->D;
+    const float *o = upd + (a - c->xa) * c->D;
+    DL_PAR(dl_gated_residual_t(DL_F32, x, o, b - a, c->D, gate, ith, nth));
+}
+
+int dl_dit_sp_on(const dl_dit *c) { return c->sp.sp && c->sp.tp > 1; }
+
+/* the residual update of the rows held: text rows gated by gt, image rows by gi */
+void dl_dit_gate_add(dl_dit *c, const float *gt, const float *gi) {
+    const int64_t a = c->xa, b = c->xa + c->xn, T = c->T;
+    const float *upd = dl_dit_sp_on(c) ? c->o_sh : c->o;
+    gate_rows(c, a, b < T ? b : T, upd, gt);
+    gate_rows(c, a > T ? a : T, b, upd, gi);
+}
+
+/* after row-parallel layers: the partial sums in o become the whole update
+ * (all-reduce; with SP, reduce-scatter to the rows held) */
+dl_status dl_dit_reduce_out(dl_dit *c) {
+    if (c->sp.tp == 1) return DL_OK;
+    if (!dl_dit_sp_on(c)) return dl_comm_allreduce_sum(c->sp.tp_comm, c->o, (size_t)(c->Sl * c->D));
+    for (int j = 0; j < c->sp.tp; j++) c->cnt[j] = (size_t)(c->tsn[j] * c->D);
+    return dl_comm_reduce_scatter_sum(c->sp.tp_comm, c->o, c->o_sh, c->cnt);
+}
+
+/* before column-parallel layers (SP): every rank's normalised rows into h */
+dl_status dl_dit_gather_h(dl_dit *c) {
+    if (!dl_dit_sp_on(c)) return DL_OK;
+    size_t row = (size_t)c->D * dl_dtype_size(c->dt);
+    for (int j = 0; j < c->sp.tp; j++) {
+        c->cnt[j] = (size_t)c->tsn[j] * row;
+        c->dsp[j] = (size_t)c->ts0[j] * row;
+    }
+    return dl_comm_allgatherv(c->sp.tp_comm, (char *)c->h + c->dsp[c->sp.tp_rank], c->h, c->cnt, c->dsp);
+}
+
+/* QK RMSNorm (per stream weights over its rows) and RoPE on q and k of the local rows */
+void dl_dit_qk_norm_rope(dl_dit *c, const float *nq_t, const float *nk_t, const float *nq_i, const float *nk_i) {
+    const int64_t Dl = c->Dl, T = c->T, Nl = c->Nl, Sl = c->Sl, Hl = c->Hl;
+    size_t es = dl_dtype_size(c->dt);
+    char *q = c->qkv, *k = (char *)c->qkv + (size_t)Dl * es;
+    char *qi = q + (size_t)(T * 3 * Dl) * es, *ki = k + (size_t)(T * 3 * Dl) * es;
+    DL_PAR({
+        dl_rmsnorm_heads_t(c->dt, q, T, 3 * Dl, Hl, c->Dh, nq_t, 1e-6f, ith, nth);
+        dl_rmsnorm_heads_t(c->dt, k, T, 3 * Dl, Hl, c->Dh, nk_t, 1e-6f, ith, nth);
+        dl_rmsnorm_heads_t(c->dt, qi, Nl, 3 * Dl, Hl, c->Dh, nq_i, 1e-6f, ith, nth);
+        dl_rmsnorm_heads_t(c->dt, ki, Nl, 3 * Dl, Hl, c->Dh, nk_i, 1e-6f, ith, nth);
+    });
+    DL_PAR({
+        dl_rope_t(DL_ROPE_PAIRS, c->dt, q, Sl, Hl, c->Dh, 3 * Dl, c->rope_cos, c->rope_sin, ith, nth);
+        dl_rope_t(DL_ROPE_PAIRS, c->dt, k, Sl, Hl, c->Dh, 3 * Dl, c->rope_cos, c->rope_sin, ith, nth);
+    });
+}
+
+/* partial result i: o [rows x heads, Dh], m and l [heads, rows] */
+static dl_attn_partial part_at(dl_dit *c, int i, float **o, float **mx, float **l) {
+    float *base = c->part + (size_t)i * (size_t)(c->part_rows * (c->Dh + 2));
+    *o = base;
+    *mx = base + c->part_rows * c->Dh;
+    *l = *mx + c->part_rows;
+    return (dl_attn_partial){*o, *mx, *l};
+}
+
+/* One attention call on the pool: normalised into a->out, or as partial i. */
+static void attn_call(dl_dit *c, dl_attn_args *a, int part, dl_attn_partial *parts) {
+    if (part >= 0) parts[part] = part_at(c, part, &a->o_part, &a->m, &a->l);
+    DL_PAR(dl_attn_t(a, c->scratch, ith, nth));
+}
+
+/* softmax attention of sq query rows over the keys in (k, v): T text rows (valid
+ * [0, L)) then nk image rows. One call when every text key is valid; otherwise
+ * the text keys and the image keys are two partials, merged (padding is never
+ * attended, whatever it holds). */
+static void joint_attn(dl_dit *c, int64_t heads, const void *q, int64_t qs, int64_t sq, const void *k, const void *v,
+                       int64_t kvs, int64_t nk, void *out, int64_t os) {
+    const size_t es = dl_dtype_size(c->dt);
+    dl_attn_args a = {.dt = c->dt, .sq = sq, .sk = c->T + nk, .heads = heads, .head_dim = c->Dh, .q = q, .k = k, .v = v,
+                      .q_stride = qs, .k_stride = kvs, .v_stride = kvs, .out = out, .out_stride = os, .kv_begin = 0,
+                      .kv_end = c->T + nk, .scale = 1.f / sqrtf((float)c->Dh)};
+    if (c->L == c->T) {
+        attn_call(c, &a, -1, NULL);
+        return;
+    }
+    dl_attn_partial parts[2];
+    a.kv_end = c->L;
+    attn_call(c, &a, 0, parts);
+    a.k = (const char *)k + (size_t)(c->T * kvs) * es;
+    a.v = (const char *)v + (size_t)(c->T * kvs) * es;
+    a.sk = a.kv_end = nk;
+    attn_call(c, &a, 1, parts);
+    DL_PAR(dl_attn_merge_t(parts, 2, sq, heads, c->Dh, c->dt, out, os, NULL, NULL, NULL, ith, nth));
+}
+
+/* copy `rows` rows of `cols` elements (dtype size es) between strided buffers */
+static void copy_rows(void *dst, int64_t dstride, const void *src, int64_t sstride, int64_t rows, int64_t cols, size_t es) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        memcpy((char *)dst + (size_t)(r * dstride) * es, (const char *)src + (size_t)(r * sstride) * es, (size_t)cols * es);
+}
+
+/* gather: all-gather every rank's image K and V; local queries attend all keys */
+static dl_status attn_gather(dl_dit *c, int64_t os) {
+    const size_t es = dl_dtype_size(c->dt);
+    const int64_t T = c->T, Dl = c->Dl, Nl = c->Nl, q3 = 3 * Dl;
+    char *qkv = c->qkv, *kv = c->cbuf2;
+    copy_rows(c->cbuf, 2 * Dl, qkv + (size_t)(T * q3 + Dl) * es, q3, Nl, 2 * Dl, es); /* my image K|V */
+    copy_rows(kv, 2 * Dl, qkv + (size_t)Dl * es, q3, T, 2 * Dl, es);                 /* text K|V */
+    const size_t row = (size_t)(2 * Dl) * es;
+    for (int j = 0; j < c->sp.cp; j++) {
+        c->cnt[j] = (size_t)c->cnn[j] * row;
+        c->dsp[j] = (size_t)(T + c->cn0[j]) * row;
+    }
+    dl_status s = dl_comm_allgatherv(c->sp.cp_comm, c->cbuf, kv, c->cnt, c->dsp);
+    if (s) return s;
+    joint_attn(c, c->Hl, qkv, q3, c->Sl, kv, kv + (size_t)Dl * es, 2 * Dl, c->N, c->att, os);
+    return DL_OK;
+}
+
+/* ring: queries stay; the text keys are one partial [0, L); the image K/V shards
+ * travel round the ring, one partial each; all merged by row max and sum of exps */
+static dl_status attn_ring(dl_dit *c, int64_t os) {
+    const size_t es = dl_dtype_size(c->dt);
+    const int64_t T = c->T, Dl = c->Dl, q3 = 3 * Dl, Sl = c->Sl;
+    const int cp = c->sp.cp, r = c->sp.cp_rank;
+    char *qkv = c->qkv, *cur = c->cbuf, *nxt = c->cbuf2;
+    dl_attn_partial parts[65];
+    if (cp > 64) return dl_fail(DL_ERR_UNSUPPORTED, "ring attention over more than 64 ranks");
+    dl_attn_args a = {.dt = c->dt, .sq = Sl, .sk = T, .heads = c->Hl, .head_dim = c->Dh, .q = qkv,
+                      .k = qkv + (size_t)Dl * es, .v = qkv + (size_t)(2 * Dl) * es, .q_stride = q3, .k_stride = q3,
+                      .v_stride = q3, .kv_begin = 0, .kv_end = c->L, .scale = 1.f / sqrtf((float)c->Dh)};
+    attn_call(c, &a, 0, parts);
+    copy_rows(cur, 2 * Dl, qkv + (size_t)(T * q3 + Dl) * es, q3, c->Nl, 2 * Dl, es);
+    for (int step = 0; step < cp; step++) {
+        int src = ((r - step) % cp + cp) % cp; /* whose shard is held now */
+        if (step + 1 < cp) { /* pass it on; the next one comes from the left */
+            int nsrc = ((src - 1) % cp + cp) % cp;
+            dl_status s = dl_comm_sendrecv(c->sp.cp_comm, cur, (size_t)(c->cnn[src] * 2 * Dl) * es, (r + 1) % cp, nxt,
+                                           (size_t)(c->cnn[nsrc] * 2 * Dl) * es, (r - 1 + cp) % cp);
+            if (s) return s;
+        }
+        a.k = cur;
+        a.v = cur + (size_t)Dl * es;
+        a.k_stride = a.v_stride = 2 * Dl;
+        a.sk = a.kv_end = c->cnn[src];
+        attn_call(c, &a, step + 1, parts);
+        char *t = cur;
+        cur = nxt, nxt = t;
+    }
+    DL_PAR(dl_attn_merge_t(parts, cp + 1, Sl, c->Hl, c->Dh, c->dt, c->att, os, NULL, NULL, NULL, ith, nth));
+    return DL_OK;
+}
+
+/* Ulysses: all-to-all trades sequence shards for head shards (every rank: all image
+ * rows of Hc = Hl / cp heads; its text head slice taken locally, so each text key
+ * enters the softmax once); the inverse all-to-all and an all-gather of the text
+ * rows restore the [local rows, Dl] layout */
+static dl_status attn_ulysses(dl_dit *c, int64_t os) {
+    const size_t es = dl_dtype_size(c->dt);
+    const int cp = c->sp.cp, r = c->sp.cp_rank;
+    const int64_t T = c->T, N = c->N, Nl = c->Nl, Dl = c->Dl, q3 = 3 * Dl, Hc = c->Hl / cp, Dc = Hc * c->Dh;
+    char *qkv = c->qkv, *snd = c->cbuf, *U = c->cbuf2, *Uo = c->cbuf3;
+    char *R = Uo + (size_t)((T + N) * Dc) * es, *TX = R + (size_t)(Nl * Dl) * es;
+    const char *img = qkv + (size_t)(T * q3) * es;
+    for (int j = 0; j < cp; j++) /* destination j: q, k, v of its heads, [Nl, 3Dc] */
+        for (int t = 0; t < 3; t++)
+            copy_rows(snd + (size_t)(j * Nl * 3 * Dc + t * Dc) * es, 3 * Dc, img + (size_t)(t * Dl + j * Dc) * es, q3, Nl,
+                      Dc, es);
+    for (int j = 0; j < cp; j++) {
+        c->cnt[j] = (size_t)(Nl * 3 * Dc) * es;
+        c->dsp[j] = (size_t)(j * Nl * 3 * Dc) * es;
+        c->cnt2[j] = (size_t)(c->cnn[j] * 3 * Dc) * es;
+        c->dsp2[j] = (size_t)((T + c->cn0[j]) * 3 * Dc) * es;
+    }
+    dl_status s = dl_comm_alltoallv(c->sp.cp_comm, snd, c->cnt, c->dsp, U, c->cnt2, c->dsp2);
+    if (s) return s;
+    for (int t = 0; t < 3; t++) /* my text head slice */
+        copy_rows(U + (size_t)(t * Dc) * es, 3 * Dc, qkv + (size_t)(t * Dl + r * Dc) * es, q3, T, Dc, es);
+    joint_attn(c, Hc, U, 3 * Dc, T + N, U + (size_t)Dc * es, U + (size_t)(2 * Dc) * es, 3 * Dc, N, Uo, Dc);
+    /* inverse: my heads of rank j's rows back to j */
+    for (int j = 0; j < cp; j++) {
+        c->cnt[j] = (size_t)(c->cnn[j] * Dc) * es;
+        c->dsp[j] = (size_t)((T + c->cn0[j]) * Dc) * es;
+        c->cnt2[j] = (size_t)(Nl * Dc) * es;
+        c->dsp2[j] = (size_t)(j * Nl * Dc) * es;
+    }
+    if ((s = dl_comm_alltoallv(c->sp.cp_comm, Uo, c->cnt, c->dsp, R, c->cnt2, c->dsp2))) return s;
+    if ((s = dl_comm_allgather(c->sp.cp_comm, Uo, (size_t)(T * Dc) * es, TX))) return s;
+    for (int j = 0; j < cp; j++) {
+        copy_rows((char *)c->att + (size_t)(T * os + j * Dc) * es, os, R + (size_t)(j * Nl * Dc) * es, Dc, Nl, Dc, es);
+        copy_rows((char *)c->att + (size_t)(j * Dc) * es, os, TX + (size_t)(j * T * Dc) * es, Dc, T, Dc, es);
+    }
+    return DL_OK;
+}
+
+/* joint attention of the local rows into att (row stride os), by the split's mode */
+dl_status dl_dit_attention(dl_dit *c, int64_t os) {
+    if (c->sp.cp > 1 && c->sp.cp_mode == DL_CP_ULYSSES) return attn_ulysses(c, os);
+    if (c->sp.cp > 1 && c->sp.cp_mode == DL_CP_RING) return attn_ring(c, os);
+    if (c->sp.cp > 1) return attn_gather(c, os);
+    const size_t es = dl_dtype_size(c->dt);
+    const int64_t Dl = c->Dl;
+    char *q = c->qkv;
+    joint_attn(c, c->Hl, q, 3 * Dl, c->Sl, q + (size_t)Dl * es, q + (size_t)(2 * Dl) * es, 3 * Dl, c->Nl, c->att, os);
+    return DL_OK;
+}
+
+void dl_dit_free(dl_dit *c) {
+    free(c->rope_cos), free(c->rope_sin);
+    free(c->cn0), free(c->cnn), free(c->ts0), free(c->tsn), free(c->cnt), free(c->dsp), free(c->cnt2), free(c->dsp2);
+    void *bufs[] = {c->o_sh, c->cbuf, c->cbuf2, c->cbuf3, c->part};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dl_aligned_free(bufs[i]);
+}
+
+dl_status dl_dit_gather_image_rows(dl_dit *c, float *out, int64_t cols) {
+    if (c->sp.cp == 1) return DL_OK;
+    for (int j = 0; j < c->sp.cp; j++) {
+        c->cnt[j] = (size_t)(c->cnn[j] * cols) * 4;
+        c->dsp[j] = (size_t)(c->cn0[j] * cols) * 4;
+    }
+    return dl_comm_allgatherv(c->sp.cp_comm, out + c->n0 * cols, out, c->cnt, c->dsp);
+}

@@ -94,6 +94,64 @@ dl_status dl_param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t
 /* f32 -> dt conversion of n elements on the pool */
 #define to_dt(dt, dst, src, n) DL_PAR(dl_convert_t((dt), (dst), DL_F32, (src), (n), ith, nth))
 
+/* ---- the DiT block library (dit.c) -----------------------------------------------
+ * The joint stream of a diffusion transformer on this rank: T text rows then N image
+ * (latent) rows, one [S, ...] view for joint attention, possibly split (Difflet §4).
+ * A rank holds the T text rows and its Nl image rows (the cp shard [n0, n0 + Nl)),
+ * its "local rows" [0, Sl); with TP it has Hl = H / tp heads (Dl = Hl * Dh columns
+ * of q, k, v and attention) and Fl = F / tp MLP columns; with SP its residual
+ * stream x holds only its token shard [xa, xa + xn) of the local rows. The model
+ * sets the sizes, calls dl_dit_plan, plans the activations (x, o, h, qkv, att,
+ * scratch) with its own, sets the RoPE tables, then calls dl_dit_alloc. */
+typedef struct {
+    dl_dit_split sp;
+    dl_dtype dt;
+    int64_t D, H, Dh, F;            /* width, heads, head dim, MLP width */
+    int64_t T, N, S, L;             /* text rows, image rows, T + N, valid text keys [0, L) */
+    int64_t Hl, Dl, Fl;             /* this rank's heads, attention and MLP columns */
+    int64_t Nl, n0, Sl;             /* image rows [n0, n0 + Nl) of N; local rows T + Nl */
+    int64_t xa, xn;                 /* residual rows held (SP shard of the local rows) */
+    int64_t *cn0, *cnn;             /* [cp]: every cp rank's image row offset and count */
+    int64_t *ts0, *tsn;             /* [tp]: every tp rank's SP shard */
+    size_t *cnt, *dsp, *cnt2, *dsp2; /* collective counts scratch ([max(tp, cp)] each) */
+    float *o_sh;                    /* [xn, D] f32: reduce-scattered residual update (SP) */
+    void *cbuf, *cbuf2, *cbuf3;     /* CP exchange buffers (mode dependent) */
+    float *part;                    /* partial attention outputs: o, m, l per part */
+    int64_t part_rows;              /* rows x heads of one part */
+    float *rope_cos, *rope_sin;     /* [Sl, Dh/2] of the local rows (malloc'd; freed here) */
+    /* activations, owned by the model's arena */
+    float *x, *o;                   /* [xn, D] residual, [Sl, D] f32 updates */
+    void *h;                        /* [Sl, D] dt: normalised + modulated rows */
+    void *qkv;                      /* [Sl, 3 Dl] dt: fused q | k | v */
+    void *att;                      /* [Sl, >= Dl] dt: attention output (row stride given per call) */
+    void *scratch;                  /* the fused attention's per-thread scratch */
+} dl_dit;
+
+/* Row layout of the split (sizes, shards) and its counts scratch. */
+dl_status dl_dit_plan(dl_dit *c);
+/* The CP exchange buffers and partial-attention outputs (after dl_dit_plan). */
+dl_status dl_dit_alloc(dl_dit *c);
+void dl_dit_free(dl_dit *c); /* what plan and alloc made, and the RoPE tables */
+int dl_dit_sp_on(const dl_dit *c);
+/* adaLN: h = LN(x) * (1 + scale) + shift over the rows held, text rows by (st, ht),
+ * image rows by (si, hi); a NULL scale skips those rows */
+void dl_dit_ln_mod(dl_dit *c, const float *st, const float *ht, const float *si, const float *hi);
+/* gated residual: x += gate * update, text rows gated by gt, image rows by gi */
+void dl_dit_gate_add(dl_dit *c, const float *gt, const float *gi);
+/* after row-parallel layers: partial sums in o become the update (all-reduce; SP:
+ * reduce-scatter to the rows held) */
+dl_status dl_dit_reduce_out(dl_dit *c);
+/* before column-parallel layers (SP): every rank's normalised rows into h */
+dl_status dl_dit_gather_h(dl_dit *c);
+/* per-head RMSNorm of q and k (text and image weights) and RoPE (pairs) */
+void dl_dit_qk_norm_rope(dl_dit *c, const float *nq_t, const float *nk_t, const float *nq_i, const float *nk_i);
+/* joint attention of the local rows into att (row stride os), by the split's mode:
+ * one rank, Ulysses, ring or gather; padded text keys [L, T) never attended */
+dl_status dl_dit_attention(dl_dit *c, int64_t os);
+/* every cp rank's image rows of a [N, cols] f32 output (each computed [Nl, cols] at
+ * its n0): all-gathered in place */
+dl_status dl_dit_gather_image_rows(dl_dit *c, float *out, int64_t cols);
+
 /* "<prefix><name>" into buf (names with an optional model prefix). */
 const char *dl_pname(char *buf, size_t n, const char *prefix, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
