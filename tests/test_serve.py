@@ -365,6 +365,63 @@ if shutil.which("mpirun"):
     s.stop()
     check(not session(new, 5), f"stopping the server leaves no rank behind: {session(new)}")
 
+# ---- hardening (issue 23): strict bodies, deadlines without a model process, cancels --
+s = Server(os.path.join(tmp, "h1"))
+s.wait_ready()
+st, b, _ = s.req("POST", "/v1/images/generations", raw=b'{"prompt": "x"} trailing garbage')
+check(st == 400, f"trailing garbage after the JSON body is refused: {st} {b[:120]}")
+st, b, _ = s.req("POST", "/v1/images/generations", raw=b'{"prompt": "a\xff\xfe"}')
+e = json.loads(b).get("error", {}) if b else {}
+check(st == 400 and e.get("param") == "prompt" and "UTF-8" in e.get("message", ""), f"invalid UTF-8 prompt: {st} {b[:160]}")
+for body, param in (({"prompt": "x", "model": 123}, "model"), ({"prompt": "x", "user": {"a": 1}}, "user"),
+                    ({"prompt": "x", "size": "32x48x48"}, "size"), ({"prompt": "x", "size": " +32x048junk"}, "size"),
+                    ({"prompt": "x", "seed": 2 ** 53}, "seed")):
+    st, b, _ = s.req("POST", "/v1/images/generations", body)
+    e = json.loads(b).get("error", {}) if b else {}
+    check(st == 400 and e.get("param") == param, f"400 naming `{param}` for {body}: {st} {b[:160]}")
+s.stop()
+
+# with no model process able to start, a request ends at its deadline (504), not never
+cache = os.environ["DIFFLET_CACHE"]
+os.environ["DIFFLET_CACHE"] = os.path.join(tmp, "empty-cache")  # nothing compiled there, and no_compile: it cannot load
+s = Server(os.path.join(tmp, "h2"), request_timeout_s=3, no_compile=1)
+os.environ["DIFFLET_CACHE"] = cache
+t0 = time.time()
+st, j = s.json("POST", "/v1/images/generations", {"prompt": "x", "steps": 2}, timeout=30)
+dt = time.time() - t0
+check(st == 504 and dt < 10, f"504 within the deadline without a model process: {st} after {dt:.1f} s {j}")
+st, j = s.json("POST", "/v1/jobs", {"prompt": "x", "steps": 2})
+e = s.wait_job(j["id"], timeout=15) if st == 202 else None
+check(e and e["status"] == "failed" and "timed out" in (e.get("error") or ""), f"a queued job fails at its deadline: {e}")
+s.stop()
+
+# two model processes, two back-to-back cancels of running jobs: both end cancelled
+s = Server(os.path.join(tmp, "h3"), replicas=2)
+s.wait_ready()
+t0 = time.time()
+while time.time() - t0 < 60 and sum(p > 0 for p in s.json("GET", "/ready")[1]["model_pids"]) < 2:
+    time.sleep(0.05)
+ids = [s.json("POST", "/v1/jobs", {"prompt": f"slow {i}", "steps": 3000, "seed": i})[1]["id"] for i in range(2)]
+t0 = time.time()
+while time.time() - t0 < 30 and not all(s.json("GET", f"/v1/jobs/{i}")[1].get("status") == "in_progress" for i in ids):
+    time.sleep(0.02)
+for i in ids:
+    s.json("POST", f"/v1/jobs/{i}/cancel")
+ends = [s.wait_job(i, timeout=60) for i in ids]
+check(all(e and e["status"] == "cancelled" for e in ends), f"both back-to-back cancels hold: {[e and e['status'] for e in ends]}")
+# a running job's cancel survives a crash of the API process
+st, j = s.json("POST", "/v1/jobs", {"prompt": "slow", "steps": 3000, "seed": 9})
+t0 = time.time()
+while time.time() - t0 < 30 and s.json("GET", f"/v1/jobs/{j['id']}")[1].get("status") != "in_progress":
+    time.sleep(0.02)
+s.json("POST", f"/v1/jobs/{j['id']}/cancel")
+s.stop(signal.SIGKILL)
+s = Server(os.path.join(tmp, "h3"), replicas=2)
+s.wait_ready()
+e = s.wait_job(j["id"], timeout=60)
+check(e and e["status"] == "cancelled", f"the cancel of a running job is kept across an API crash: {e}")
+s.stop()
+
 # ---- API key --------------------------------------------------------------------------
 s = Server(os.path.join(tmp, "r4"), api_key="sekret")
 s.wait_ready()

@@ -70,6 +70,7 @@ dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
     }
     /* stores made before model_s existed: add it (an error means it is there) */
     sqlite3_exec(js->db, "ALTER TABLE jobs ADD COLUMN model_s REAL DEFAULT 0;", NULL, NULL, NULL);
+    sqlite3_exec(js->db, "ALTER TABLE jobs ADD COLUMN cancel_requested INTEGER DEFAULT 0;", NULL, NULL, NULL);
     *out = js;
     return DL_OK;
 }
@@ -82,12 +83,40 @@ void dl_jobs_close(dl_jobstore *js) {
 
 int dl_jobs_recover(dl_jobstore *js, double ttl_s) {
     char sql[256];
+    /* a running job whose cancel was accepted before the crash stays cancelled */
+    snprintf(sql, sizeof sql, "UPDATE jobs SET status='cancelled', error='cancelled by the client', finished=%.3f "
+                              "WHERE status='in_progress' AND cancel_requested=1;", wall());
+    exec(js, sql);
     exec(js, "UPDATE jobs SET status='queued', started=NULL, step=0 WHERE status='in_progress';");
     int n = sqlite3_changes(js->db);
     snprintf(sql, sizeof sql, "DELETE FROM jobs WHERE status IN ('completed','failed','cancelled') AND finished < %.3f;",
              wall() - ttl_s);
     exec(js, sql);
     return n;
+}
+
+dl_status dl_jobs_request_cancel(dl_jobstore *js, const char *id) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET cancel_requested=1 WHERE id=?;", -1, &st, NULL) != SQLITE_OK)
+        return dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+}
+
+int dl_jobs_expire(dl_jobstore *js, double now) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(js->db,
+                           "UPDATE jobs SET status='failed', error='timed out in the queue: no model process took it "
+                           "before its deadline', finished=? WHERE status='queued' AND deadline < ?;",
+                           -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_double(st, 1, now);
+    sqlite3_bind_double(st, 2, now);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? sqlite3_changes(js->db) : 0;
 }
 
 dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *req, double deadline) {

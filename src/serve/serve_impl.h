@@ -35,6 +35,10 @@ dl_status dl_jobs_progress(dl_jobstore *js, const char *id, int step, int steps,
 dl_status dl_jobs_model_seconds(dl_jobstore *js, const char *id, double secs);
 /* The job as JSON (id, status, progress...), NULL when unknown. */
 cJSON *dl_jobs_get(dl_jobstore *js, const char *id);
+/* A running job's cancel, kept across a crash of the API process (recover ends it). */
+dl_status dl_jobs_request_cancel(dl_jobstore *js, const char *id);
+/* Queued jobs past their deadline fail (no model process took them); how many. */
+int dl_jobs_expire(dl_jobstore *js, double now);
 /* Queue position of a queued job (1 = next), 0 otherwise. */
 int dl_jobs_position(dl_jobstore *js, const char *id);
 

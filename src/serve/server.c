@@ -47,6 +47,7 @@ typedef struct {
     double spawn_time;
     char inflight[40];
     char out[1200]; /* where the in-flight job's result goes */
+    int cancel_wanted;  /* a client cancelled the in-flight job */
     double deadline, cancel_time, next_spawn, backoff;
     double progress_written; /* per-step progress reaches SQLite at most every 0.25 s */
 } worker;
@@ -60,7 +61,7 @@ typedef struct {
     int wake[2];       /* a byte here wakes the supervisor: a job was queued */
     int stopping, nworkers;
     worker w[MAX_WORKERS];
-    char cancel_req[40];
+    double last_expire; /* the supervisor's last sweep of expired queued jobs */
     /* metrics */
     long requests[600];
     long dur_bucket[NBUCKETS + 1], dur_count, wait_count, steps_full, steps_cached, restarts;
@@ -296,6 +297,7 @@ static void dispatch(void) {
         snprintf(w->inflight, sizeof w->inflight, "%s", id);
         w->deadline = deadline;
         w->cancel_sent = 0;
+        w->cancel_wanted = 0;
         cJSON *j = dl_jobs_get(A.js, id);
         double created = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "created")) : wall();
         cJSON_Delete(j);
@@ -361,7 +363,7 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
             w->backoff = was_ready ? 0.5 : fmin(w->backoff * 2, 30);
         }
     }
-    if (w->inflight[0] && !w->cancel_sent && (now > w->deadline || !strcmp(A.cancel_req, w->inflight))) {
+    if (w->inflight[0] && !w->cancel_sent && (now > w->deadline || w->cancel_wanted)) {
         /* deadline (or a cancel request): the client hears now; the process stops at a step boundary */
         int timed_out = now > w->deadline;
         cJSON *c = cJSON_CreateObject();
@@ -403,6 +405,11 @@ static void *supervisor(void *arg) {
         pthread_mutex_lock(&A.mu);
         for (int i = 0; i < A.nworkers; i++) tend(&A.w[i], i, pr > 0 ? &pf[i] : NULL);
         dispatch();
+        double now = wall();
+        if (now - A.last_expire >= 0.25) { /* queued jobs no model process takes in time end at their deadline */
+            A.last_expire = now;
+            if (dl_jobs_expire(A.js, now) > 0) pthread_cond_broadcast(&A.cv);
+        }
     }
     for (int i = 0; i < A.nworkers; i++) reap_worker(&A.w[i], 1);
     pthread_mutex_unlock(&A.mu);
@@ -469,9 +476,15 @@ static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const c
 /* Validate a generation request; on success *norm is the normalised job request
  * (the typed request as JSON: what the job store keeps and the model process gets). */
 static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64, char *err, size_t en, char *param, size_t pn) {
-    cJSON *j = cJSON_ParseWithLength(body, len);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     *norm = NULL;
     param[0] = 0;
+    while (j && end && end < body + len && strchr(" \t\r\n", *end)) end++;
+    if (j && end && end < body + len) { /* one JSON value and nothing after it */
+        cJSON_Delete(j);
+        j = NULL;
+    }
 #define FAIL(p, ...)                               \
     do {                                           \
         snprintf(param, pn, "%s", p);              \
@@ -916,7 +929,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                     dl_jobs_set(A.js, id, "cancelled", "cancelled by the client", NULL);
                     if (dl_jobs_commit(A.js) != DL_OK) dl_jobs_rollback(A.js);
                 }
-            } else if (!strcmp(st, "in_progress")) snprintf(A.cancel_req, sizeof A.cancel_req, "%s", id);
+            } else if (!strcmp(st, "in_progress")) { /* every model process has its own slot; durable across a crash */
+                for (int i = 0; i < A.nworkers; i++)
+                    if (!strcmp(A.w[i].inflight, id)) A.w[i].cancel_wanted = 1;
+                if (dl_jobs_begin(A.js, 1) == DL_OK) {
+                    dl_jobs_request_cancel(A.js, id);
+                    if (dl_jobs_commit(A.js) != DL_OK) dl_jobs_rollback(A.js);
+                }
+            }
             pthread_cond_broadcast(&A.cv);
             pthread_mutex_unlock(&A.mu);
             cJSON_Delete(j);
