@@ -427,7 +427,40 @@ s = Server(os.path.join(tmp, "r4"), api_key="sekret")
 s.wait_ready()
 check(s.req("GET", "/health", headers={"Authorization": "none"})[0] == 200, "health needs no key")
 check(s.req("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] == 401, "401 with a wrong key")
+check(s.req("GET", "/v1/models", headers={"Authorization": "Bearer sekre"})[0] == 401, "401 with a prefix of the key")
 check(s.req("GET", "/v1/models")[0] == 200, "200 with the key")
+check(s.req("GET", "/v1/models", headers={"Authorization": "bearer sekret"})[0] == 200, "the scheme in any case")
+check(s.req("PUT", "/v1/models")[0] == 405, "405 for a method the API does not have")
+import socket
+with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sk:
+    sk.sendall(b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+    resp = sk.recv(4096)
+check(resp.startswith(b"HTTP/1.1 400"), f"HTTP/1.1 without Host: {resp[:40]}")
+mode = os.stat(os.path.join(tmp, "r4", "jobs.sqlite")).st_mode & 0o777
+check(mode == 0o600, f"the job store is private to the server's user ({oct(mode)})")
+s.stop()
+os.environ["DIFFLET_API_KEY"] = "from-env"
+s = Server(os.path.join(tmp, "r4e"))
+s.key = "from-env"
+s.wait_ready()
+check(s.req("GET", "/v1/models", headers={"Authorization": "Bearer sekret"})[0] == 401 and s.req("GET", "/v1/models")[0] == 200,
+      "the key from DIFFLET_API_KEY (never on the command line)")
+s.stop()
+del os.environ["DIFFLET_API_KEY"]
+
+# a corrupt program cache: the model process rebuilds the program instead of failing forever
+for root, dirs, files in os.walk(os.path.join(os.environ["DIFFLET_CACHE"], "programs")):
+    if "weights.bin" in files:
+        f = os.path.join(root, "weights.bin")
+        with open(f, "r+b") as fh:
+            fh.seek(os.path.getsize(f) // 2)
+            b = fh.read(1)
+            fh.seek(os.path.getsize(f) // 2)
+            fh.write(bytes([b[0] ^ 0xff]))
+s = Server(os.path.join(tmp, "r7"))
+r = s.wait_ready(timeout=120)
+st, png = image(s, {"prompt": "a red circle", "steps": 4, "seed": 5})
+check(r and r["ready"] and st == 200 and png == before_crash, f"corrupt programs are rebuilt: ready {r}, {st}, same bytes {png == before_crash}")
 s.stop()
 
 subprocess.run(["rm", "-rf", tmp])

@@ -33,6 +33,17 @@ int cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--port")) p.port = atoi(v);
         else if (!strcmp(a, "--host")) snprintf(p.host, sizeof p.host, "%s", v);
         else if (!strcmp(a, "--api-key")) snprintf(p.api_key, sizeof p.api_key, "%s", v);
+        else if (!strcmp(a, "--api-key-file")) { /* kept out of `ps` */
+            char *k;
+            size_t n;
+            if (dl_file_read(v, sizeof p.api_key - 1, &k, &n) != DL_OK) {
+                fprintf(stderr, "difflet: serve: --api-key-file %s: %s\n", v, dl_last_error());
+                return 2;
+            }
+            while (n && (k[n - 1] == '\n' || k[n - 1] == '\r' || k[n - 1] == ' ')) k[--n] = 0;
+            snprintf(p.api_key, sizeof p.api_key, "%s", k);
+            free(k);
+        }
         else if (!strcmp(a, "--model")) snprintf(p.model, sizeof p.model, "%s", v);
         else if (!strcmp(a, "--results")) {
             snprintf(p.results, sizeof p.results, "%s", v);
@@ -42,6 +53,8 @@ int cli_serve(int argc, char **argv) {
             return 2;
         }
     }
+    const char *env_key = getenv("DIFFLET_API_KEY"); /* the key without a command line anyone can read */
+    if (env_key && *env_key && !p.api_key[0]) snprintf(p.api_key, sizeof p.api_key, "%s", env_key);
     if (p.port < 0 || p.port > 65535) {
         fprintf(stderr, "difflet: serve: --port must be in 0..65535\n");
         return 2;

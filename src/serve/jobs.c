@@ -3,6 +3,9 @@
  * calls leaves a consistent row. The API process serialises calls with its lock. */
 #include <sqlite3.h>
 #include <stdio.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -52,6 +55,13 @@ dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
     *out = NULL;
     dl_jobstore *js = calloc(1, sizeof *js);
     if (!js) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    /* prompts are users' data: the store (and its WAL files, which SQLite creates
+       with the database's mode) is readable by the server's user only */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        if (fchmod(fd, 0600) != 0) DL_WARN("job store %s: cannot make it private", path);
+        close(fd);
+    }
     if (sqlite3_open_v2(path, &js->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
         dl_status s = dl_fail(DL_ERR_IO, "job store %s: %s", path, js->db ? sqlite3_errmsg(js->db) : "cannot open");
         sqlite3_close(js->db);

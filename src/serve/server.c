@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -789,17 +790,22 @@ static enum MHD_Result events(struct MHD_Connection *c, const char *id) {
     return ret;
 }
 
+/* "Bearer KEY" (the scheme in any case, RFC 7235), the key compared in constant time */
 static int authorized(struct MHD_Connection *c) {
     if (!A.pr.api_key[0]) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    char want[300];
-    snprintf(want, sizeof want, "Bearer %s", A.pr.api_key);
-    return h && !strcmp(h, want);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    const char *got = h + 7;
+    while (*got == ' ') got++;
+    size_t n = strlen(A.pr.api_key), m = strlen(got);
+    unsigned diff = (unsigned)(n ^ m);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)A.pr.api_key[i] ^ (unsigned char)(i < m ? got[i] : 0);
+    return diff == 0;
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
                                const char *upload, size_t *upload_size, void **con_cls) {
-    (void)cls, (void)version;
+    (void)cls;
     conn *cn = *con_cls;
     if (!cn) { /* first call: headers only */
         cn = calloc(1, sizeof *cn);
@@ -823,6 +829,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     enum MHD_Result r;
+    if (!strcmp(version, MHD_HTTP_VERSION_1_1) && !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"))
+        return error_reply(c, 400, "invalid_request_error", NULL, "HTTP/1.1 requests need a Host header");
+    if (!get && !post)
+        return error_reply(c, 405, "invalid_request_error", NULL, "method %s is not allowed (GET or POST)", method);
     if (!strcmp(url, "/health")) return json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
     if (!authorized(c)) return error_reply(c, 401, "authentication_error", NULL, "a valid `Authorization: Bearer` key is required");
     if (cn->too_big) return error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %d bytes", MAX_BODY);

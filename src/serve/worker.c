@@ -180,7 +180,9 @@ int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr)
     }
     for (int i = 0; i < pr->nsizes; i++) {
         dl_gen_shape shape = {.width = pr->sizes[i][0], .height = pr->sizes[i][1], .frames = 1, .dt = dt,
-                              .cache = pr->no_compile ? DL_CACHE_NO_COMPILE : DL_CACHE_USE, .par = pl};
+                              .par = pl,
+                              /* a corrupt or mismatched program is rebuilt, not a restart loop */
+                              .cache = pr->no_compile ? DL_CACHE_NO_COMPILE : DL_CACHE_RECOMPILE_ON_MISMATCH};
         dl_status s = dl_pipeline_load(&pipes[i], pr->model, &shape);
         if (s == DL_OK && i == 0 && host && (s = dispatch(pl, 0)) == DL_OK)
             s = test_generation(pipes[i], pr, pr->sizes[i][0], pr->sizes[i][1]);
