@@ -11,6 +11,7 @@
 
 #include "difflet/pipeline.h"
 #include "test_util.h"
+#include "difflet/flux.h"
 
 static dl_checkpoint *g_vec;
 

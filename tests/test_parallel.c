@@ -14,6 +14,7 @@
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
 #include "test_util.h"
+#include "difflet/flux.h"
 
 static int g_rank;
 

@@ -15,6 +15,7 @@
 #include "difflet/program.h"
 #include "models/models_impl.h"
 #include "test_util.h"
+#include "difflet/flux.h"
 
 #define MODEL DATA_DIR "/flux/dev"
 

@@ -7,6 +7,7 @@
 
 #include "difflet/pipeline.h"
 #include "test_util.h"
+#include "difflet/flux.h"
 
 /* run `steps` decisions; full steps see outputs out_k = (1 + step) * scale(step) */
 static int simulate(const dl_stepcache_config *c, int steps, const double *scores, const float *outs, int *pattern) {

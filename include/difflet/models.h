@@ -50,30 +50,7 @@ int dl_t5_encoder_layers(const dl_t5_encoder *m);
 dl_status dl_t5_encoder_run(dl_t5_encoder *m, const int32_t *ids, float *hidden, float *all_hidden);
 void dl_t5_encoder_free(dl_t5_encoder *m);
 
-/* ---- FluxTransformer2DModel (diffusers) ------------------------------------------
- * Built for a packed latent grid of grid_h x grid_w tokens and txt_len text tokens
- * (patch_size 1; RoPE ids as FluxPipeline makes them: text zeros, image (0, row,
- * col)). Double-stream and single-stream blocks, guidance embedding when the config
- * has guidance_embeds. */
-typedef struct dl_flux dl_flux;
-dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, int64_t grid_h, int64_t grid_w,
-                       int64_t txt_len, dl_dtype dt, dl_wsrc *src);
-int64_t dl_flux_in_channels(const dl_flux *m);
-int64_t dl_flux_out_channels(const dl_flux *m);
-int64_t dl_flux_width(const dl_flux *m);
-int dl_flux_has_guidance(const dl_flux *m);
-/* Number of double blocks; *n_single gets the single ones. */
-int dl_flux_blocks(const dl_flux *m, int *n_single);
-/* One denoiser evaluation. latents: [N, in_channels] packed; txt: [txt_len,
- * joint_attention_dim]; pooled: [pooled_projection_dim]; timestep as FluxPipeline
- * passes it (sigma, i.e. t / 1000); guidance ignored without a guidance embedding.
- * out: [N, out_channels]. block_out (may be NULL): after each block, the joint
- * stream [txt_len + N, width] (text rows first). */
-dl_status dl_flux_run(dl_flux *m, const float *latents, const float *txt, const float *pooled, float timestep,
-                      float guidance, float *out, float *block_out);
-void dl_flux_free(dl_flux *m);
-
-/* Parallel execution of one denoiser evaluation (Difflet §4; comm.h). TP: Megatron
+/* ---- DiT splits: parallel execution of one denoiser evaluation (Difflet §4; comm.h). TP: Megatron
  * splits over the tp group (attention heads, MLP columns; row-parallel output
  * projections all-reduced). SP: on the TP group, norms, modulation and residuals
  * run on a token shard (all-gather before column-parallel layers, reduce-scatter
@@ -90,28 +67,8 @@ typedef struct {
     dl_comm *tp_comm, *cp_comm; /* at run time; NULL when the degree is 1 (compiling needs none) */
 } dl_dit_split;
 const char *dl_cp_mode_name(dl_cp_mode m);
-/* As dl_flux_load, building this rank's part (its weight slices, its rows). */
-dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *component, int64_t grid_h, int64_t grid_w,
-                             int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split);
 /* Why a split is infeasible for a model with `heads` heads (NULL when feasible). */
 const char *dl_dit_split_check(const dl_dit_split *split, int64_t heads, char *buf, size_t n);
-int64_t dl_flux_heads(const dl_flux *m);
-/* joint_attention_dim (T5 width) and pooled_projection_dim (CLIP width) */
-void dl_flux_text_dims(const dl_flux *m, int64_t *joint, int64_t *pooled);
-/* Valid text tokens [0, valid) of txt_len (the rest is padding and is never
- * attended); txt_len by default. Every rank of a split model must set the same. */
-dl_status dl_flux_set_text_valid(dl_flux *m, int64_t valid);
-/* The step-caching probe, fused into the denoiser: the first block's modulated
- * image input (x_embedder, then LN * (1 + scale) + shift of block 0) for these
- * inputs, compared with the last call of the same slot (0 or 1, one per CFG
- * branch): *score = relative L1 change (0 on a slot's first call). On a split
- * model it is collective over the cp group (sums reduced in rank order, so every
- * rank gets the same score bit for bit). */
-dl_status dl_flux_probe(dl_flux *m, int slot, const float *latents, const float *pooled, float timestep,
-                        float guidance, double *score);
-void dl_flux_probe_reset(dl_flux *m);
-/* Memory the probe holds (its feature buffers), once used. */
-size_t dl_flux_probe_bytes(const dl_flux *m);
 
 /* ---- AutoencoderKL decoder (diffusers) -----------------------------------------
  * post_quant_conv (when configured), conv_in, mid block (resnet, single-head

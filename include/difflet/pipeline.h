@@ -24,7 +24,7 @@ typedef struct {
  * exponential or beta sigmas, shift_terminal, stochastic sampling, inverted sigmas)
  * are refused by name. */
 dl_status dl_flowmatch_load(dl_model_dir *dir, dl_flowmatch *fm);
-/* FluxPipeline's calculate_shift: mu from the packed image token count. */
+/* The pipelines' calculate_shift (FluxPipeline and others): mu from the packed image token count. */
 double dl_flowmatch_mu(const dl_flowmatch *fm, int64_t image_seq_len);
 /* FluxPipeline's schedule: sigmas = linspace(1, 1/steps, steps), shifted (dynamic
  * with mu, else static `shift`), in f32 as diffusers computes them; sigmas[steps] =
@@ -107,72 +107,6 @@ typedef struct {
 /* This rank's place in the layout (collective over world: splits communicators). */
 dl_status dl_par_place_new(dl_comm *world, const dl_par_config *c, dl_par_place *out);
 void dl_par_place_free(dl_par_place *p);
-
-/* ---- FluxPipeline ------------------------------------------------------------------ */
-typedef struct dl_flux_pipeline dl_flux_pipeline;
-
-typedef struct {
-    int width, height;    /* pixels; multiples of 2 * the VAE's scale (16 for FLUX) */
-    int max_sequence_length; /* T5 tokens; 0: tokenizer_2's model_max_length if below 512, else 512 */
-    dl_dtype dt;
-    int cache;               /* dl_cache_mode (program.h): 0 = load or compile and cache */
-    /* Parallel execution (NULL: one rank). Every rank of a replica loads the pipeline
-     * with its place: the replica's first rank (the host) loads the tokenizers, text
-     * encoders and VAE and runs the host flow; every rank loads its part of the
-     * transformer (its own program: the split is in the key) and, if not the host,
-     * serves the host's steps in dl_flux_pipeline_worker. */
-    const dl_par_place *par;
-} dl_flux_shape;
-
-/* Load every component of a diffusers FluxPipeline folder for this shape. */
-dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, const dl_flux_shape *shape);
-/* The host's free also releases the replica's workers. */
-void dl_flux_pipeline_free(dl_flux_pipeline *p);
-/* 1 on the rank that runs the host flow (always, without parallel execution). */
-int dl_flux_pipeline_is_host(const dl_flux_pipeline *p);
-/* A non-host rank: execute the host's denoiser steps until it stops (its free). */
-dl_status dl_flux_pipeline_worker(dl_flux_pipeline *p);
-/* The same for one request: returns when the host ends it (or, *stopped set, when
- * the host frees the pipeline). */
-dl_status dl_flux_pipeline_worker_one(dl_flux_pipeline *p, int *stopped);
-/* Packed latent token count and channels (the shape of an initial latent). */
-void dl_flux_pipeline_latent_shape(const dl_flux_pipeline *p, int64_t *tokens, int64_t *channels);
-int dl_flux_pipeline_has_guidance(const dl_flux_pipeline *p);
-int dl_flux_pipeline_max_sequence_length(const dl_flux_pipeline *p);
-/* The program id of component 0..3 (CLIP, T5, VAE, transformer). */
-const char *dl_flux_pipeline_program_id(const dl_flux_pipeline *p, int component);
-/* The size a model was made for: its VAE's sample_size (1024 for FLUX.1). */
-int dl_flux_default_size(const char *model_dir);
-
-typedef struct {
-    const char *prompt;          /* used for both text encoders, as FluxPipeline's prompt_2 = prompt */
-    const char *negative_prompt; /* with true_cfg > 1: true classifier-free guidance */
-    int steps;
-    float guidance;              /* distilled guidance (models with guidance_embeds) */
-    float true_cfg;              /* > 1 with a negative prompt: two passes per step */
-    uint64_t seed;
-    const float *init_latents;   /* packed [tokens, channels] or NULL (then dl_randn(seed)) */
-    const dl_stepcache_config *cache; /* NULL or mode off: every step runs the denoiser */
-    volatile int *cancel;        /* checked before every step: nonzero stops with DL_ERR_CANCELLED */
-    /* called after each step (may be NULL) */
-    void (*on_step)(void *ctx, int step, int steps, double elapsed);
-    void *ctx;
-    /* calibration (may be NULL): per step and branch, the probe score and the
-     * relative L1 change of the denoiser output (full steps only) */
-    void (*on_probe)(void *ctx, int step, int branch, double probe, double change);
-} dl_flux_request;
-
-typedef struct {
-    double encode_s, denoise_s, decode_s, probe_s, cached_s; /* cached_s: time in estimated steps */
-    int transformer_calls, cached_steps;
-    int ranks;          /* ranks of the replica that checked they ran exactly the decided steps */
-    double comm_s;      /* host: seconds in communication (parallel execution) */
-} dl_flux_timing;
-
-/* Generate one image: rgb is height*width*3 bytes (row-major, RGB); image (may be
- * NULL) the same as floats in [0, 1] before rounding. */
-dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t *rgb, float *image,
-                           dl_flux_timing *timing);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@
 #include "cli/cli.h"
 #include "difflet/check.h"
 #include "difflet/models.h"
+#include "difflet/flux.h"
 
 #ifndef DIFFLET_SOURCE_DIR
 #define DIFFLET_SOURCE_DIR "."

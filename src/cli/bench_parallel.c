@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "difflet/comm.h"
 #include "difflet/pipeline.h"
+#include "difflet/flux.h"
 
 /* the child: this rank's part of one layout, timed; rank 0 writes the result */
 int cli_bench_parallel_rank(int argc, char **argv) {

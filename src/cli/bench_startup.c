@@ -17,6 +17,7 @@
 #include "cli/cli.h"
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
+#include "difflet/flux.h"
 
 #ifndef DIFFLET_SOURCE_DIR
 #define DIFFLET_SOURCE_DIR "."

@@ -186,11 +186,9 @@ int cli_generate(int argc, char **argv) {
             return 2;
         }
     }
+    dl_request_free(&rq); /* the prompts again per generation: nothing held across the exits below */
     char model_buf[4096];
-    if (!cli_model("generate", model, model_buf, sizeof model_buf)) {
-        dl_request_free(&rq);
-        return 1;
-    }
+    if (!cli_model("generate", model, model_buf, sizeof model_buf)) return 1;
     model = model_buf;
     dl_par_config pc;
     if (dl_par_parse(par_spec, &pc) != DL_OK) {

@@ -27,6 +27,7 @@
 
 #include "difflet/comm.h"
 #include "models/models_impl.h"
+#include "difflet/flux.h"
 
 typedef struct {
     lin mod_img, mod_txt;          /* norm1 / norm1_context: D -> 6D */

@@ -1,4 +1,5 @@
-/* FlowMatchEulerDiscreteScheduler's schedule as FluxPipeline drives it, and the
+/* FlowMatchEulerDiscreteScheduler's schedule as diffusers' flow-matching pipelines
+ * (FluxPipeline first) drive it, and the
  * latent noise generator. The arithmetic follows diffusers' float32 numpy/torch
  * path (sigmas in f32, exp(mu) rounded to f32 before the shift). */
 #include <cjson/cJSON.h>

@@ -22,6 +22,7 @@
 #include "difflet/program.h"
 #include "difflet/registry.h"
 #include "difflet/text.h"
+#include "difflet/flux.h"
 
 struct dl_flux_pipeline {
     dl_flux_shape shape;
