@@ -56,6 +56,8 @@ expect 2 "makes images: --frames must be 1" "${gen[@]}" --frames 9 -o "$tmpd/m.p
 expect 2 "must be an integer in 0..100" "${gen[@]}" --output-compression 101
 expect 1 "makes no sound" "${gen[@]}" --save-audio "$tmpd/a.wav" -o "$tmpd/m.png"
 expect 0 "" "${gen[@]}" --save-frames "$tmpd/frames" -o "$tmpd/m2.png"
+mode=$(umask 022; "$bin" "${gen[@]}" -o "$tmpd/mode.png" >/dev/null 2>&1; stat -c %a "$tmpd/mode.png")
+if [ "$mode" = 644 ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: a picture written under umask 022 has mode $mode, not 644"; fi
 if cmp -s "$tmpd/frames/frame_0000.png" "$tmpd/m2.png"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: --save-frames frame_0000.png is not the picture"; fi
 # a Hub repository id, resolved offline in a Hugging Face cache laid out as the hub
 # library lays it out (refs/main -> commit, snapshots/<commit>/ linking to blobs/)

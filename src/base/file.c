@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -73,6 +74,14 @@ static int write_all(int fd, const void *data, size_t len) {
     return 0;
 }
 
+/* the process umask, read once (umask() can only be read by setting it) */
+static mode_t g_umask;
+static pthread_once_t g_umask_once = PTHREAD_ONCE_INIT;
+static void read_umask(void) {
+    g_umask = umask(022);
+    umask(g_umask);
+}
+
 dl_status dl_atomic_open(dl_atomic_file *f, const char *path) {
     size_t plen = strlen(path);
     f->fd = -1;
@@ -91,6 +100,9 @@ dl_status dl_atomic_open(dl_atomic_file *f, const char *path) {
         f->path = f->tmp = NULL;
         return s;
     }
+    /* mkstemp makes 0600: the finished file gets the mode open(2) would give it */
+    pthread_once(&g_umask_once, read_umask);
+    if (fchmod(f->fd, 0666 & ~g_umask) != 0) DL_DEBUG("cannot set the mode of %s: %s", f->tmp, strerror(errno));
     return DL_OK;
 }
 
