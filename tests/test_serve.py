@@ -51,6 +51,8 @@ class Server:
                                   env=env, text=True)
         line = self.p.stdout.readline()
         self.port = int(line.split("127.0.0.1:")[1].split()[0])
+        if prof.get("health_port", -1) >= 0:
+            self.health_port = int(self.p.stdout.readline().split("127.0.0.1:")[1].split("/")[0])
         self.key = prof.get("api_key")
 
     def req(self, method, path, body=None, raw=None, headers=None, timeout=60):
@@ -379,6 +381,33 @@ for body, param in (({"prompt": "x", "model": 123}, "model"), ({"prompt": "x", "
     st, b, _ = s.req("POST", "/v1/images/generations", body)
     e = json.loads(b).get("error", {}) if b else {}
     check(st == 400 and e.get("param") == param, f"400 naming `{param}` for {body}: {st} {b[:160]}")
+s.stop()
+
+# one client holding idle connections denies nobody: per-IP limit, idle timeout, a health listener
+s = Server(os.path.join(tmp, "h4"), health_port=0, idle_timeout_s=2, max_connections_per_ip=16)
+s.wait_ready()
+import socket
+idle = []
+for _ in range(256):
+    try:
+        idle.append(socket.create_connection(("127.0.0.1", s.port), timeout=5))
+    except OSError:
+        break
+t0 = time.time()
+with urllib.request.urlopen(f"http://127.0.0.1:{s.health_port}/health", timeout=5) as r:
+    ok = r.status == 200
+check(ok and time.time() - t0 < 2, f"the health listener answers while {len(idle)} idle connections are open")
+time.sleep(3.5)  # past the idle timeout: the server has closed them
+closed = 0
+for sk in idle:
+    try:
+        sk.settimeout(0.5)
+        closed += sk.recv(1) == b""
+    except OSError:
+        closed += 1
+    sk.close()
+check(closed == len(idle), f"idle connections are closed after idle_timeout_s ({closed} of {len(idle)})")
+check(s.req("GET", "/health", timeout=5)[0] == 200, "the API answers again")
 s.stop()
 
 # with no model process able to start, a request ends at its deadline (504), not never

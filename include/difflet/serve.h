@@ -20,6 +20,10 @@ typedef struct {
     int replicas;           /* data parallel: model processes, each on its own cores */
     int sizes[8][2];        /* width, height */
     double timeout_s, grace_s, result_ttl_s;
+    double idle_timeout_s;      /* a connection idle this long (headers included) is closed */
+    int max_connections, max_connections_per_ip;
+    int health_port;            /* >= 0: /health and /ready also on their own listener (0: any
+                                   free port), reachable when the API's connections are full */
     char dtype[8], cache[256]; /* default step-caching mode */
     char parallel[128];     /* each replica's layout (tp, sp, cp; "" = one rank): its model
                                process is an mpirun job whose first rank talks to the server */

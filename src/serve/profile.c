@@ -29,6 +29,10 @@ static void defaults(dl_deployment *p) {
     p->timeout_s = 300;
     p->grace_s = 5;
     p->result_ttl_s = 86400;
+    p->idle_timeout_s = 15;
+    p->max_connections = 512;
+    p->max_connections_per_ip = 64;
+    p->health_port = -1;
 }
 
 static int str_field(const cJSON *j, const char *k, char *dst, size_t n) {
@@ -50,6 +54,7 @@ static int num_field(const cJSON *j, const char *k, double *dst) {
 dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
     double reps = p->replicas;
     double port = p->port, qc = p->queue_capacity, ms = p->max_steps, mp = p->max_prompt_bytes, nc = p->no_compile;
+    double mc = p->max_connections, mci = p->max_connections_per_ip, hp = p->health_port;
     if (!str_field(j, "model", p->model, sizeof p->model) || !str_field(j, "results_dir", p->results, sizeof p->results) ||
         !str_field(j, "db", p->db, sizeof p->db) || !str_field(j, "host", p->host, sizeof p->host) ||
         !str_field(j, "api_key", p->api_key, sizeof p->api_key) || !str_field(j, "dtype", p->dtype, sizeof p->dtype) ||
@@ -58,7 +63,9 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
         !num_field(j, "queue_capacity", &qc) || !num_field(j, "max_steps", &ms) || !num_field(j, "max_prompt_bytes", &mp) ||
         !num_field(j, "request_timeout_s", &p->timeout_s) || !num_field(j, "cancel_grace_s", &p->grace_s) ||
         !num_field(j, "result_ttl_s", &p->result_ttl_s) || !num_field(j, "no_compile", &nc) ||
-        !num_field(j, "replicas", &reps))
+        !num_field(j, "replicas", &reps) || !num_field(j, "idle_timeout_s", &p->idle_timeout_s) ||
+        !num_field(j, "max_connections", &mc) || !num_field(j, "max_connections_per_ip", &mci) ||
+        !num_field(j, "health_port", &hp))
         return dl_fail(DL_ERR_FORMAT, "serving profile: a field has the wrong type");
     char resolved[sizeof p->model];
     dl_status rs = dl_model_resolve(p->model, resolved, sizeof resolved);
@@ -78,6 +85,12 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
     }
     p->port = (int)port, p->queue_capacity = (int)qc, p->max_steps = (int)ms, p->max_prompt_bytes = (int)mp;
     p->no_compile = (int)nc;
+    p->max_connections = (int)mc, p->max_connections_per_ip = (int)mci, p->health_port = (int)hp;
+    if (!(p->idle_timeout_s >= 1 && p->idle_timeout_s <= 3600) || p->max_connections < 4 || p->max_connections > 65536 ||
+        p->max_connections_per_ip < 1 || p->max_connections_per_ip > p->max_connections || p->health_port < -1 ||
+        p->health_port > 65535)
+        return dl_fail(DL_ERR_FORMAT, "serving deployment: idle_timeout_s (1..3600), max_connections (4..65536), "
+                                      "max_connections_per_ip (1..max_connections) or health_port (-1..65535) out of range");
     p->replicas = (int)reps;
     if (p->replicas < 1 || p->replicas > 8) return dl_fail(DL_ERR_FORMAT, "serving profile: replicas must be 1..8");
     dl_par_config pc;
@@ -123,6 +136,10 @@ cJSON *dl_deployment_to_json(const dl_deployment *p) {
     cJSON_AddNumberToObject(j, "result_ttl_s", p->result_ttl_s);
     cJSON_AddNumberToObject(j, "no_compile", p->no_compile);
     cJSON_AddNumberToObject(j, "replicas", p->replicas);
+    cJSON_AddNumberToObject(j, "idle_timeout_s", p->idle_timeout_s);
+    cJSON_AddNumberToObject(j, "max_connections", p->max_connections);
+    cJSON_AddNumberToObject(j, "max_connections_per_ip", p->max_connections_per_ip);
+    cJSON_AddNumberToObject(j, "health_port", p->health_port);
     for (int i = 0; i < p->nsizes; i++) {
         char s[32];
         snprintf(s, sizeof s, "%dx%d", p->sizes[i][0], p->sizes[i][1]);

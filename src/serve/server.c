@@ -790,6 +790,30 @@ static enum MHD_Result events(struct MHD_Connection *c, const char *id) {
     return ret;
 }
 
+/* 200 when a model process is ready, else 503 with the reason */
+static enum MHD_Result ready_reply(struct MHD_Connection *c) {
+    cJSON *j = cJSON_CreateObject(), *pids = cJSON_CreateArray();
+    pthread_mutex_lock(&A.mu);
+    int ready = any_ready(), pid = (int)A.w[0].pid;
+    for (int i = 0; i < A.nworkers; i++) cJSON_AddItemToArray(pids, cJSON_CreateNumber(A.w[i].ready ? (double)A.w[i].pid : -1));
+    pthread_mutex_unlock(&A.mu);
+    cJSON_AddBoolToObject(j, "ready", ready);
+    cJSON_AddNumberToObject(j, "model_pid", pid);
+    cJSON_AddItemToObject(j, "model_pids", pids);
+    if (!ready) cJSON_AddStringToObject(j, "reason", A.last_error[0] ? A.last_error : "the model process is starting or recovering");
+    return json_reply(c, ready ? 200 : 503, j);
+}
+
+/* The health listener: /health and /ready only, on its own port and connections. */
+static enum MHD_Result health_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                      const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)cls, (void)version, (void)upload, (void)upload_size, (void)con_cls;
+    if (strcmp(method, "GET")) return error_reply(c, 405, "invalid_request_error", NULL, "only GET /health and GET /ready here");
+    if (!strcmp(url, "/health")) return json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
+    if (!strcmp(url, "/ready")) return ready_reply(c);
+    return error_reply(c, 404, "not_found_error", NULL, "this listener serves /health and /ready only");
+}
+
 /* "Bearer KEY" (the scheme in any case, RFC 7235), the key compared in constant time */
 static int authorized(struct MHD_Connection *c) {
     if (!A.pr.api_key[0]) return 1;
@@ -837,18 +861,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!authorized(c)) return error_reply(c, 401, "authentication_error", NULL, "a valid `Authorization: Bearer` key is required");
     if (cn->too_big) return error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %d bytes", MAX_BODY);
     if (get && !strcmp(url, "/")) return respond(c, 200, "text/html; charset=utf-8", PAGE, strlen(PAGE), NULL, NULL);
-    if (get && !strcmp(url, "/ready")) {
-        cJSON *j = cJSON_CreateObject(), *pids = cJSON_CreateArray();
-        pthread_mutex_lock(&A.mu);
-        int ready = any_ready(), pid = (int)A.w[0].pid;
-        for (int i = 0; i < A.nworkers; i++) cJSON_AddItemToArray(pids, cJSON_CreateNumber(A.w[i].ready ? (double)A.w[i].pid : -1));
-        pthread_mutex_unlock(&A.mu);
-        cJSON_AddBoolToObject(j, "ready", ready);
-        cJSON_AddNumberToObject(j, "model_pid", pid);
-        cJSON_AddItemToObject(j, "model_pids", pids);
-        if (!ready) cJSON_AddStringToObject(j, "reason", A.last_error[0] ? A.last_error : "the model process is starting or recovering");
-        return json_reply(c, ready ? 200 : 503, j);
-    }
+    if (get && !strcmp(url, "/ready")) return ready_reply(c);
     if (get && !strcmp(url, "/metrics")) return metrics(c);
     if (get && !strcmp(url, "/v1/models")) {
         cJSON *j = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(j, "data"), *m = cJSON_CreateObject();
@@ -1006,17 +1019,39 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
         fprintf(stderr, "difflet: serve: host %s is not an IPv4 address\n", pr->host);
         return 1;
     }
+    /* idle connections (no request yet, or between requests) close after idle_timeout_s;
+       one client address holds at most max_connections_per_ip of max_connections */
     struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG,
                                             (uint16_t)pr->port, NULL, NULL, handler, NULL, MHD_OPTION_SOCK_ADDR, &addr,
                                             MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-                                            (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_END);
+                                            (unsigned)pr->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                                            (unsigned)pr->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                            (unsigned)pr->max_connections_per_ip, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "difflet: serve: cannot listen on %s:%d\n", pr->host, pr->port);
         dl_jobs_close(A.js);
         return 1;
     }
+    struct MHD_Daemon *hd = NULL;
+    if (pr->health_port >= 0) {
+        struct sockaddr_in ha = addr;
+        ha.sin_port = htons((uint16_t)pr->health_port);
+        hd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)pr->health_port, NULL, NULL,
+                              health_handler, NULL, MHD_OPTION_SOCK_ADDR, &ha, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)5,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
+        if (!hd) {
+            fprintf(stderr, "difflet: serve: cannot listen for health checks on %s:%d\n", pr->host, pr->health_port);
+            MHD_stop_daemon(d);
+            dl_jobs_close(A.js);
+            return 1;
+        }
+    }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     printf("difflet serve: listening on http://%s:%u (model %s)\n", pr->host, info ? info->port : (unsigned)pr->port, pr->model);
+    if (hd) {
+        const union MHD_DaemonInfo *hi = MHD_get_daemon_info(hd, MHD_DAEMON_INFO_BIND_PORT);
+        printf("difflet serve: health checks on http://%s:%u/health\n", pr->host, hi ? hi->port : (unsigned)pr->health_port);
+    }
     fflush(stdout);
     pthread_t sup;
     pthread_create(&sup, NULL, supervisor, NULL);
@@ -1024,6 +1059,7 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
     signal(SIGTERM, on_signal);
     while (!g_stop) usleep(100000);
     DL_INFO("serve: stopping");
+    if (hd) MHD_stop_daemon(hd);
     MHD_stop_daemon(d);
     pthread_mutex_lock(&A.mu);
     A.stopping = 1;
