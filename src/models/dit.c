@@ -345,3 +345,26 @@ dl_status dl_dit_gather_image_rows(dl_dit *c, float *out, int64_t cols) {
     }
     return dl_comm_allgatherv(c->sp.cp_comm, out + c->n0 * cols, out, c->cnt, c->dsp);
 }
+
+void dl_dit_cross_attention(dl_dit *c, const void *q, int64_t qs, const void *k, const void *v, int64_t kvs, void *out,
+                            int64_t os) {
+    dl_attn_args a = {.dt = c->dt, .sq = c->Nl, .sk = c->T, .heads = c->Hl, .head_dim = c->Dh, .q = q, .k = k, .v = v,
+                      .q_stride = qs, .k_stride = kvs, .v_stride = kvs, .out = out, .out_stride = os, .kv_begin = 0,
+                      .kv_end = c->L, .scale = 1.f / sqrtf((float)c->Dh)};
+    attn_call(c, &a, -1, NULL);
+}
+
+void dl_dit_swiglu(dl_dit *c, void *y, int64_t ldy, const void *ab, int64_t rows, int64_t f) {
+    const size_t es = dl_dtype_size(c->dt);
+    const dl_dtype dt = c->dt;
+    DL_PAR({
+        int64_t r0, r1;
+        dl_split(rows, ith, nth, &r0, &r1);
+        for (int64_t r = r0; r < r1; r++) {
+            const char *a = (const char *)ab + (size_t)(r * 2 * f) * es;
+            char *yr = (char *)y + (size_t)(r * ldy) * es;
+            dl_activation_t(DL_ACT_SILU, dt, yr, a, f, 0, 1);
+            dl_mul_t(dt, yr, yr, a + (size_t)f * es, f, 0, 1);
+        }
+    });
+}

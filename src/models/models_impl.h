@@ -148,6 +148,16 @@ void dl_dit_qk_norm_rope(dl_dit *c, const float *nq_t, const float *nk_t, const 
 /* joint attention of the local rows into att (row stride os), by the split's mode:
  * one rank, Ulysses, ring or gather; padded text keys [L, T) never attended */
 dl_status dl_dit_attention(dl_dit *c, int64_t os);
+/* cross-attention (Wan, OpenSora): the local image rows' queries (Nl rows, this
+ * rank's Hl heads, row stride qs) over the text keys and values (T rows, valid
+ * [0, L), row stride kvs) into out (row stride os). Text is on every cp rank, so
+ * no rank talks to another; TP keeps whole heads. */
+void dl_dit_cross_attention(dl_dit *c, const void *q, int64_t qs, const void *k, const void *v, int64_t kvs, void *out,
+                            int64_t os);
+/* SwiGLU: y[r, 0:f) = silu(ab[r, 0:f)) * ab[r, f:2f) for `rows` rows of ab (row
+ * stride 2f) into y (row stride ldy), in the stream's dtype (each product rounded
+ * as torch rounds it). */
+void dl_dit_swiglu(dl_dit *c, void *y, int64_t ldy, const void *ab, int64_t rows, int64_t f);
 /* every cp rank's image rows of a [N, cols] f32 output (each computed [Nl, cols] at
  * its n0): all-gathered in place */
 dl_status dl_dit_gather_image_rows(dl_dit *c, float *out, int64_t cols);
