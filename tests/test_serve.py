@@ -451,6 +451,16 @@ e = s.wait_job(j["id"], timeout=60)
 check(e and e["status"] == "cancelled", f"the cancel of a running job is kept across an API crash: {e}")
 s.stop()
 
+# one server per job store: a second one on the same store is refused (jobs would run twice)
+s = Server(os.path.join(tmp, "h5"))
+s.wait_ready()
+p2 = subprocess.run([BIN, "serve", "--deployment", s.path], capture_output=True, text=True, timeout=60)
+check(p2.returncode != 0 and "in use by another difflet serve" in p2.stderr, f"a second server on the store is refused: {p2.returncode} {p2.stderr[-200:]}")
+s.stop(signal.SIGKILL)
+s = Server(os.path.join(tmp, "h5"))  # a killed server's store is free at once
+check(s.wait_ready() is not None, "the store is free again after the first server died")
+s.stop()
+
 # ---- API key --------------------------------------------------------------------------
 s = Server(os.path.join(tmp, "r4"), api_key="sekret")
 s.wait_ready()

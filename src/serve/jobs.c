@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <errno.h>
+#include <sys/file.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +16,7 @@
 
 struct dl_jobstore {
     sqlite3 *db;
+    int lock_fd; /* flock on <db>.lock: one server per store */
 };
 
 static double wall(void) {
@@ -55,6 +58,30 @@ dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
     *out = NULL;
     dl_jobstore *js = calloc(1, sizeof *js);
     if (!js) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    /* one server per store: two would run every job twice. The lock goes with the
+       process (a killed server's store is free again at once); model processes do not
+       inherit it (O_CLOEXEC). */
+    char lpath[4200];
+    snprintf(lpath, sizeof lpath, "%s.lock", path);
+    js->lock_fd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (js->lock_fd < 0) {
+        dl_status s = dl_fail(DL_ERR_IO, "job store lock %s: %s", lpath, strerror(errno));
+        free(js);
+        return s;
+    }
+    if (flock(js->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        char other[32] = "";
+        ssize_t n = pread(js->lock_fd, other, sizeof other - 1, 0);
+        other[n > 0 ? n : 0] = 0;
+        close(js->lock_fd);
+        free(js);
+        return dl_fail(DL_ERR_IO, "job store %s is in use by another difflet serve (pid %s); one server per store", path,
+                       other[0] ? other : "?");
+    }
+    char pid[32];
+    int pl = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(js->lock_fd, 0) != 0 || pwrite(js->lock_fd, pid, (size_t)pl, 0) != pl)
+        DL_WARN("job store lock %s: cannot record the pid", lpath);
     /* prompts are users' data: the store (and its WAL files, which SQLite creates
        with the database's mode) is readable by the server's user only */
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -64,8 +91,7 @@ dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
     }
     if (sqlite3_open_v2(path, &js->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
         dl_status s = dl_fail(DL_ERR_IO, "job store %s: %s", path, js->db ? sqlite3_errmsg(js->db) : "cannot open");
-        sqlite3_close(js->db);
-        free(js);
+        dl_jobs_close(js);
         return s;
     }
     sqlite3_busy_timeout(js->db, 5000);
@@ -87,6 +113,7 @@ dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
 
 void dl_jobs_close(dl_jobstore *js) {
     if (!js) return;
+    if (js->lock_fd > 0) close(js->lock_fd);
     sqlite3_close(js->db);
     free(js);
 }

@@ -629,11 +629,39 @@ static const char *PAGE =
     "if(s.status=='failed'||s.status=='cancelled'){$('q_status').textContent=s.status+': '+(s.error||'');ev.close()}};"
     "for(const k of ['progress','completed','failed','cancelled'])ev.addEventListener(k,show)}</script></body></html>";
 
+/* printf into a growing buffer (NULL buffer after an allocation failure) */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} textbuf;
+
+static void tb_printf(textbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tb_printf(textbuf *b, const char *fmt, ...) {
+    for (int pass = 0; b->p && pass < 2; pass++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        if (k < 0) return;
+        if ((size_t)k < b->cap - b->n) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)k + 1) * 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            free(b->p);
+            b->p = NULL;
+            return;
+        }
+        b->p = q, b->cap = cap;
+    }
+}
+
 static enum MHD_Result metrics(struct MHD_Connection *c) {
-    char *buf = malloc(16384);
-    size_t o = 0, cap = 16384;
+    textbuf tb = {malloc(16384), 0, 16384};
     pthread_mutex_lock(&A.mu);
-#define P(...) o += (size_t)snprintf(buf + o, cap - o, __VA_ARGS__)
+#define P(...) tb_printf(&tb, __VA_ARGS__)
     P("# TYPE difflet_requests_total counter\n");
     for (int s = 100; s < 600; s++)
         if (A.requests[s]) P("difflet_requests_total{status=\"%d\"} %ld\n", s, A.requests[s]);
@@ -655,8 +683,9 @@ static enum MHD_Result metrics(struct MHD_Connection *c) {
     P("# TYPE difflet_ready gauge\ndifflet_ready %d\n", any_ready());
 #undef P
     pthread_mutex_unlock(&A.mu);
-    enum MHD_Result r = respond(c, 200, "text/plain; version=0.0.4", buf, o, NULL, NULL);
-    free(buf);
+    if (!tb.p) return error_reply(c, 500, "server_error", NULL, "out of memory");
+    enum MHD_Result r = respond(c, 200, "text/plain; version=0.0.4", tb.p, tb.n, NULL, NULL);
+    free(tb.p);
     return r;
 }
 
