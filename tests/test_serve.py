@@ -192,6 +192,13 @@ check(st == 202 and ((j["status"] == "queued" and j["queue_position"] >= 1) or j
 sse_lines = urllib.request.urlopen(f"http://127.0.0.1:{s.port}/v1/jobs/{j['id']}/events", timeout=60).read().decode()
 events = [json.loads(l[6:]) for l in sse_lines.splitlines() if l.startswith("data: ")]
 check(events and events[-1]["status"] == "completed" and "event: completed" in sse_lines, f"server-sent events end with completed: {sse_lines[-200:]}")
+# an event per step, pushed as the model process reports it (not sampled from the store)
+st, j60 = s.json("POST", "/v1/jobs", {"prompt": "steps", "steps": 60, "seed": 4})
+lines60 = urllib.request.urlopen(f"http://127.0.0.1:{s.port}/v1/jobs/{j60['id']}/events", timeout=60).read().decode()
+steps60 = sorted({e["steps_done"] for e in (json.loads(l[6:]) for l in lines60.splitlines() if l.startswith("data: "))
+                  if e.get("status") == "in_progress"})
+check(len(steps60) >= 55 and steps60[-1] >= 59,
+      f"progress events for (nearly) every one of 60 steps: {len(steps60)} distinct, last {steps60[-1:]}")
 done = s.wait_job(j["id"])
 check(done and done["status"] == "completed" and done["steps_done"] == 5 and done["progress"] == 100, "job completes")
 long_ids = []

@@ -49,6 +49,7 @@ typedef struct {
     char inflight[40];
     char out[1200]; /* where the in-flight job's result goes */
     int cancel_wanted;  /* a client cancelled the in-flight job */
+    int live_step, live_steps; /* the in-flight job's progress as the model process reports it (every step) */
     double deadline, cancel_time, next_spawn, backoff;
     double progress_written; /* per-step progress reaches SQLite at most every 0.25 s */
 } worker;
@@ -242,6 +243,10 @@ static void handle_msg(worker *w, cJSON *m) {
         DL_ERROR("serve: the model process failed to start: %s", A.last_error);
     } else if (id && !strcmp(id, w->inflight)) {
         if (!strcmp(type, "progress")) {
+            /* every step to the event streams (memory), at most every 0.25 s to the store */
+            w->live_step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step"));
+            w->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps"));
+            pthread_cond_broadcast(&A.cv);
             if (wall() - w->progress_written >= 0.25) { /* each write is a commit: not one per step */
                 dl_jobs_progress(A.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
                               (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps")), 0);
@@ -299,6 +304,9 @@ static void dispatch(void) {
         w->deadline = deadline;
         w->cancel_sent = 0;
         w->cancel_wanted = 0;
+        w->live_step = 0;
+        w->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps"));
+        pthread_cond_broadcast(&A.cv); /* event streams: the job is running */
         cJSON *j = dl_jobs_get(A.js, id);
         double created = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "created")) : wall();
         cJSON_Delete(j);
@@ -769,8 +777,11 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
     return json_reply(c, 200, out);
 }
 
-/* Server-Sent Events: one `data:` line per change of the job's step or status,
- * until it ends. The callback runs on this connection's own thread. */
+/* Server-Sent Events: one `progress` event per denoising step (pushed from what the
+ * model process reports: the stream sleeps on the server's condition variable, it
+ * does not poll the store), one per status change, and the final status as the
+ * last event. A keep-alive repeats the state after 3 s without news. The callback
+ * runs on this connection's own thread. */
 typedef struct {
     char id[24];
     int last_step;
@@ -779,18 +790,40 @@ typedef struct {
 } sse;
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
     sse *e = cls;
+    (void)pos;
     if (e->done) return MHD_CONTENT_READER_END_OF_STREAM;
-    for (int waited = 0;; waited++) {
-        pthread_mutex_lock(&A.mu);
-        cJSON *j = dl_jobs_get(A.js, e->id);
-        pthread_mutex_unlock(&A.mu);
-        if (!j) return MHD_CONTENT_READER_END_OF_STREAM;
-        const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status"));
-        int step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps_done"));
-        if (step != e->last_step || strcmp(st, e->last_status) || waited > 150) { /* a change, or a keep-alive */
-            e->last_step = step;
+    pthread_mutex_lock(&A.mu);
+    const double since = wall();
+    for (;;) {
+        const int quiet = wall() - since >= 3.0; /* time for a keep-alive */
+        const worker *w = NULL;
+        for (int i = 0; i < A.nworkers && !w; i++)
+            if (!strcmp(A.w[i].inflight, e->id)) w = &A.w[i];
+        if (w && w->live_step > e->last_step && !strcmp(e->last_status, "in_progress")) {
+            /* running: an event for every step done since the last one sent */
+            size_t n = 0;
+            while (e->last_step < w->live_step && n + 256 < max) {
+                int st = ++e->last_step;
+                n += (size_t)snprintf(buf + n, max - n,
+                                      "event: progress\ndata: {\"id\":\"%s\",\"status\":\"in_progress\",\"steps_done\":%d,"
+                                      "\"steps\":%d,\"progress\":%d}\n\n",
+                                      e->id, st, w->live_steps, w->live_steps ? 100 * st / w->live_steps : 0);
+            }
+            pthread_mutex_unlock(&A.mu);
+            return (ssize_t)n;
+        }
+        cJSON *j = NULL;
+        int idle_run = w && !strcmp(e->last_status, "in_progress") && w->live_step == e->last_step && !quiet;
+        if (!idle_run && !(j = dl_jobs_get(A.js, e->id))) { /* running with no news: no store read */
+            pthread_mutex_unlock(&A.mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        const char *st = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : "in_progress";
+        int step = w ? w->live_step : (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps_done"));
+        if (j && (strcmp(st, e->last_status) || step > e->last_step || quiet)) { /* a change, or a keep-alive */
+            pthread_mutex_unlock(&A.mu);
+            e->last_step = step > e->last_step ? step : e->last_step;
             snprintf(e->last_status, sizeof e->last_status, "%s", st);
             e->done = strcmp(st, "queued") && strcmp(st, "in_progress");
             cJSON_DeleteItemFromObject(j, "result");
@@ -802,7 +835,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return n < (int)max ? n : (ssize_t)max;
         }
         cJSON_Delete(j);
-        usleep(20000);
+        struct timespec ts; /* news wakes us (progress, dispatch, completion, cancel); else 1 s */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&A.cv, &A.mu, &ts);
     }
 }
 
