@@ -12,23 +12,31 @@ extern "C" {
 #endif
 
 /* ---- FlowMatchEulerDiscreteScheduler (diffusers) ---------------------------------- */
+typedef enum { DL_SIGMAS_PLAIN = 0, DL_SIGMAS_KARRAS, DL_SIGMAS_EXPONENTIAL, DL_SIGMAS_BETA } dl_sigma_kind;
 typedef struct {
     int64_t num_train_timesteps;
     double shift;
     int use_dynamic_shifting, exponential; /* time_shift_type exponential (1) or linear (0) */
     int64_t base_image_seq_len, max_image_seq_len;
     double base_shift, max_shift;
+    double shift_terminal;   /* 0: off; else the schedule is stretched to end there */
+    dl_sigma_kind kind;      /* use_karras_sigmas / use_exponential_sigmas / use_beta_sigmas */
+    int invert;              /* invert_sigmas (Mochi): sigmas 1 - s, the last one 1 */
 } dl_flowmatch;
 
-/* scheduler/scheduler_config.json; options difflet does not implement (Karras,
- * exponential or beta sigmas, shift_terminal, stochastic sampling, inverted sigmas)
- * are refused by name. */
+/* scheduler/scheduler_config.json; stochastic_sampling (a different step rule) is
+ * refused by name. */
 dl_status dl_flowmatch_load(dl_model_dir *dir, dl_flowmatch *fm);
+/* The same from a config object (`file` names it in messages). */
+dl_status dl_flowmatch_from_json(const struct cJSON *cfg, const char *file, dl_flowmatch *fm);
 /* The pipelines' calculate_shift (FluxPipeline and others): mu from the packed image token count. */
 double dl_flowmatch_mu(const dl_flowmatch *fm, int64_t image_seq_len);
-/* FluxPipeline's schedule: sigmas = linspace(1, 1/steps, steps), shifted (dynamic
- * with mu, else static `shift`), in f32 as diffusers computes them; sigmas[steps] =
- * 0. sigmas: steps + 1 entries. */
+/* set_timesteps(sigmas=linspace(1, 1/steps, steps), mu) as FluxPipeline calls it:
+ * shifted (dynamic with mu, exponential or linear, else static `shift`), stretched
+ * to shift_terminal, converted to Karras / exponential / beta(0.6, 0.6) sigmas,
+ * inverted, in the float32 / float64 arithmetic diffusers uses; sigmas: steps + 1
+ * entries (the last 0, or 1 when inverted). The model's timestep is sigma *
+ * num_train_timesteps. */
 dl_status dl_flowmatch_sigmas(const dl_flowmatch *fm, int steps, double mu, float *sigmas);
 
 /* ---- step caching (stepcache.c) ---------------------------------------------------- */
