@@ -81,6 +81,17 @@ if [ -s "$tmpd/hub2.png" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "
 HF_HUB_CACHE="$hub" expect 1 "not in the local Hugging Face cache (looked for $hub/models--test-org--nothing" generate --model test-org/nothing --prompt x
 HF_HUB_CACHE="$hub" expect 1 "revision \`v9\` is not in the local cache" generate --model test-org/flux-dev@v9 --prompt x
 expect 1 "neither a folder nor a Hub repository id" generate --model 'org/na me' --prompt x
+# tokenize: ids and tokens as transformers gives them (expected values from transformers 5 on
+# difflet-tiny's two tokenizers)
+tiny="$(dirname "$data")/../models/difflet-tiny"
+got=$("$bin" tokenize --model "$tiny" --json "A red circle, top-left!" 2>&1)
+want='{"ids":[0,263,333,320,268,298,1,304,1,1],"tokens":["<|startoftext|>","a</w>","red</w>","circle</w>",",</w>","top</w>","<|endoftext|>","left</w>","<|endoftext|>","<|endoftext|>"]}'
+if [ "$got" = "$want" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: tokenize (CLIP): $got"; fi
+got=$("$bin" tokenize --model "$tiny" --component tokenizer_2 --json "A red circle, top-left!" 2>&1)
+want='{"ids":[3,2,28,24,9,3,11,17,2,49,7,39,16,2,1],"tokens":["▁","<unk>","▁red","▁circle",",","▁","to","p","<unk>","l","e","f","t","<unk>","</s>"]}'
+if [ "$got" = "$want" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: tokenize (T5): $got"; fi
+expect 2 "names a folder of the model" tokenize --model "$tiny" --component ../x "a"
+expect 1 "does not exist" tokenize --model "$tiny" --component nothing "a"
 if "$bin" models | grep -q "^FluxPipeline .*image"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: difflet models does not list FluxPipeline"; fi
 # generate --parallel: refused layouts (before anything is built) and a real
 # self-launched mpirun job

@@ -101,6 +101,8 @@ dl_status dl_strmap_put(dl_strmap *m, const char *key, size_t len, int32_t value
 /* 1 and *value when present, else 0. */
 int dl_strmap_get(const dl_strmap *m, const char *key, size_t len, int32_t *value);
 size_t dl_strmap_count(const dl_strmap *m);
+/* fn(ctx, key, len, value) for every entry, in no particular order. */
+void dl_strmap_foreach(const dl_strmap *m, void (*fn)(void *ctx, const char *key, size_t len, int32_t value), void *ctx);
 
 /* ---- files ------------------------------------------------------------------- */
 

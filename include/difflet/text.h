@@ -40,6 +40,12 @@ int32_t dl_tokenizer_bos_id(const dl_tokenizer *t); /* -1 when none */
 dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t len, int max_len,
                               int pad, int32_t *ids, int *n_valid);
 
+/* The token string of every id (vocabulary and added tokens; NULL where an id has
+ * none), as transformers' convert_ids_to_tokens shows them: *pieces[0..*n) malloc'd,
+ * freed with dl_tokenizer_pieces_free. */
+dl_status dl_tokenizer_pieces(const dl_tokenizer *t, char ***pieces, int32_t *n);
+void dl_tokenizer_pieces_free(char **pieces, int32_t n);
+
 /* 1 when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points past
  * U+10FFFF). */
 int dl_utf8_valid(const char *s, size_t n);

@@ -104,3 +104,8 @@ int dl_strmap_get(const dl_strmap *m, const char *key, size_t len, int32_t *valu
 }
 
 size_t dl_strmap_count(const dl_strmap *m) { return m->count; }
+
+void dl_strmap_foreach(const dl_strmap *m, void (*fn)(void *ctx, const char *key, size_t len, int32_t value), void *ctx) {
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->slots[i].off != SIZE_MAX) fn(ctx, m->pool + m->slots[i].off, m->slots[i].len, m->slots[i].value);
+}

@@ -16,6 +16,7 @@ int bench_opts(int argc, char **argv, const char *name, const char **json_path, 
 struct cJSON;
 void bench_machine_json(struct cJSON *root);
 int cli_inspect(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_bench_flux(int argc, char **argv);
 int cli_compile(int argc, char **argv);

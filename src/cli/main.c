@@ -15,6 +15,8 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  models               the pipeline classes difflet serves and what each makes\n"
+            "  tokenize             --model DIR [--component tokenizer|tokenizer_2] [--json] TEXT:\n"
+            "                       the ids and token strings the model's tokenizer gives TEXT\n"
             "  generate             prompt in, picture out, from a diffusers pipeline folder\n"
             "                       (a class `difflet models` lists):\n"
             "                       --model DIR --prompt TEXT [--negative-prompt TEXT]\n"
@@ -153,6 +155,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "selfcheck")) return cmd_selfcheck();
     if (!strcmp(cmd, "inspect")) return cli_inspect(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "compile")) return cli_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval-tiny")) return cli_eval_tiny(argc - 2, argv + 2);

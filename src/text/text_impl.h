@@ -60,6 +60,7 @@ dl_status dl_unigram_encode_word(const unigram *u, const char *w, size_t n, int3
 /* vocabulary lookups for special tokens */
 dl_strmap *dl_bpe_vocab(const bpe *b);
 int32_t dl_unigram_id(const unigram *u, const char *piece); /* -1 when absent */
+const dl_strmap *dl_unigram_map(const unigram *u);
 
 /* ---- the tokenizer (tokenizer.c runs it, tokenizer_load.c fills it) ---- */
 enum { TOK_MAX_NORMS = 8, TOK_MAX_ADDED = 1024 };

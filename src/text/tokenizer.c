@@ -239,3 +239,42 @@ dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t le
     free(v.ids);
     return DL_OK;
 }
+
+typedef struct {
+    char **p;
+    int32_t n;
+    int oom;
+} piece_ctx;
+
+static void put_piece(void *ctx, const char *key, size_t len, int32_t id) {
+    piece_ctx *c = ctx;
+    if (id < 0 || id >= c->n || c->p[id]) return;
+    if (!(c->p[id] = malloc(len + 1))) {
+        c->oom = 1;
+        return;
+    }
+    memcpy(c->p[id], key, len);
+    c->p[id][len] = 0;
+}
+
+dl_status dl_tokenizer_pieces(const dl_tokenizer *t, char ***pieces, int32_t *n) {
+    int32_t size = t->vocab_size;
+    for (int i = 0; i < t->nadded; i++) size = t->added[i].id + 1 > size ? t->added[i].id + 1 : size;
+    piece_ctx c = {calloc((size_t)size, sizeof(char *)), size, 0};
+    if (!c.p) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < t->nadded; i++) put_piece(&c, t->added[i].s, t->added[i].n, t->added[i].id);
+    const dl_strmap *m = t->kind == DL_TOK_BPE ? dl_bpe_vocab(t->bpe) : dl_unigram_map(t->uni);
+    if (m) dl_strmap_foreach(m, put_piece, &c);
+    if (c.oom) {
+        dl_tokenizer_pieces_free(c.p, c.n);
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    }
+    *pieces = c.p;
+    *n = c.n;
+    return DL_OK;
+}
+
+void dl_tokenizer_pieces_free(char **pieces, int32_t n) {
+    for (int32_t i = 0; pieces && i < n; i++) free(pieces[i]);
+    free(pieces);
+}

@@ -127,3 +127,5 @@ int32_t dl_unigram_id(const unigram *u, const char *piece) {
     int32_t id;
     return dl_strmap_get(u->map, piece, strlen(piece), &id) ? id : -1;
 }
+
+const dl_strmap *dl_unigram_map(const unigram *u) { return u->map; }
