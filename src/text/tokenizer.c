@@ -84,7 +84,10 @@ static dl_status encode_word(const dl_tokenizer *t, const char *w, size_t n, idv
 /* CLIP's pattern, leftmost-first alternation, whitespace dropped; each piece is then
  * mapped byte-wise (byte-level) and encoded. */
 static dl_status clip_words(const dl_tokenizer *t, const char *s, size_t n, idvec *v) {
-    static const char *lits[] = {"<|startoftext|>", "<|endoftext|>", "'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
+    /* the special tokens are matched in the raw text before this (added tokens); the
+       pattern the tokenizers library runs has no alternation for them, so after lower
+       casing "<|ENDOFTEXT|>" splits as "<|", "endoftext", "|>" (transformers 5) */
+    static const char *lits[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
     sbuf w = {0};
     dl_status st = DL_OK;
     size_t i = 0;

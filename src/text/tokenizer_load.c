@@ -562,10 +562,22 @@ dl_status dl_tokenizer_load(dl_tokenizer **out, const char *dir) {
     if (s == DL_OK) s = read_json_file(dir, "special_tokens_map.json", &smap, 0);
     if (s == DL_OK) {
         snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-        char p2[4096], p3[4096];
+        char p2[4200], p3[4200];
         snprintf(p2, sizeof p2, "%s/vocab.json", dir);
         snprintf(p3, sizeof p3, "%s/spiece.model", dir);
-        if (dl_file_exists(path)) s = load_tokenizer_json(t, dir, cfg, smap);
+        if (dl_file_exists(path)) {
+            s = load_tokenizer_json(t, dir, cfg, smap);
+            /* transformers 5 rebuilds a T5 tokenizer's pipeline from the model instead of
+               taking a file's own (older files collapse spaces and split without
+               WhitespaceSplit): the charsmap, WhitespaceSplit + Metaspace(always, split) */
+            const char *cls = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_class"));
+            if (s == DL_OK && t->kind == DL_TOK_UNIGRAM && cls && (!strcmp(cls, "T5Tokenizer") || !strcmp(cls, "T5TokenizerFast"))) {
+                t->nnorm = 0;
+                if (t->cm.nunits) t->norms[t->nnorm++] = NORM_PRECOMPILED;
+                t->ws_split = t->metaspace = t->meta_split = 1;
+                t->meta_prepend = 2;
+            }
+        }
         else if (dl_file_exists(p2)) s = load_clip_files(t, dir, cfg, smap);
         else if (dl_file_exists(p3)) s = load_spiece(t, dir, cfg, smap);
         else s = dl_fail(DL_ERR_IO, "`%s`: no tokenizer.json, vocab.json + merges.txt or spiece.model", dir);

@@ -22,6 +22,7 @@ import shutil
 import sys
 
 import sentencepiece as spm
+from transformers import AutoTokenizer
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import CLIPTokenizer, T5Tokenizer
 from transformers.convert_slow_tokenizer import SentencePieceExtractor
@@ -138,7 +139,8 @@ def main():
             if name not in ("vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer_config.json"):
                 os.remove(os.path.join(OUT, p, name))
     t5_tiny = train_t5_tiny(captions, os.path.join(OUT, "t5_tiny"))
-    t5_legacy = legacy_t5(os.path.join(OUT, "t5_tiny"), os.path.join(OUT, "t5_tiny_legacy"))
+    legacy_t5(os.path.join(OUT, "t5_tiny"), os.path.join(OUT, "t5_tiny_legacy"))
+    t5_legacy_tf = AutoTokenizer.from_pretrained(os.path.join(OUT, "t5_tiny_legacy"))
     sp = spm.SentencePieceProcessor(model_file=os.path.join(OUT, "t5_tiny", "spiece.model"))
 
     rows, sp_diff = [], 0
@@ -151,7 +153,9 @@ def main():
             "clip_tiny": clip_tiny(text, max_length=MAXLEN, truncation=True)["input_ids"],
             "clip_real": clip_real(text, max_length=MAXLEN, truncation=True)["input_ids"],
             "t5_tiny": t5_ids,
-            "t5_tiny_legacy": t5_legacy.encode(text).ids[:MAXLEN - 1] + [1] if len(t5_legacy.encode(text).ids) > MAXLEN else t5_legacy.encode(text).ids,
+            # the older file as transformers 5 reads it: it rebuilds T5's pipeline from the
+            # model (charsmap, WhitespaceSplit + Metaspace) instead of the file's own
+            "t5_tiny_legacy": t5_legacy_tf(text, add_special_tokens=True, max_length=MAXLEN, truncation=True)["input_ids"],
         })
     with open(os.path.join(OUT, "corpus.json"), "w", encoding="utf-8") as f:
         f.write("[\n" + ",\n".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in rows) + "\n]\n")

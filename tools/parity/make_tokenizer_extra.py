@@ -1,0 +1,36 @@
+"""Extra tokenizer vectors for the classes issue 24 names, as transformers 5 reads each
+tokenizer folder of tests/data/tok and difflet-tiny: special tokens typed in other
+cases, control-only and whitespace-only strings, trailing and repeated whitespace,
+zero-width and BOM characters, mixed scripts, NFC/NFD pairs, emoji ZWJ sequences.
+
+    tools/venv/bin/python tools/parity/make_tokenizer_extra.py
+Writes tests/data/tok/extra.json: {"transformers": version, "cases": [{"text": ...,
+"<tokenizer>": [ids...]}, ...]} (no truncation, no padding).
+"""
+import json
+import os
+
+import transformers
+from transformers import AutoTokenizer
+
+DIRS = {"clip_tiny": "tests/data/tok/clip_tiny", "clip_real": "tests/data/tok/clip_real", "t5_tiny": "tests/data/tok/t5_tiny",
+        "t5_tiny_legacy": "tests/data/tok/t5_tiny_legacy", "tiny_clip": "models/difflet-tiny/tokenizer",
+        "tiny_t5": "models/difflet-tiny/tokenizer_2"}
+TEXTS = ["<|ENDOFTEXT|> cat", "<|EndOfText|>", "<|STARTOFTEXT|>x", "a <|startoftext|> b", "x<|endoftext|>y", "<|endoftext|>",
+         "</s> a", "<unk>", "<pad>x", "\x01\x02", "\x07", " \x01 ", "\t\n", "   ", "trail ", "trail  \t", "  lead",
+         "a  b   c", "\u200b", "\ufeffa", "\u00e9", "e\u0301", "Caf\u00e9 cafe\u0301", "\U0001F469\u200D\U0001F4BB",
+         "\U0001F468\u200D\U0001F469\u200D\U0001F467", "Ελληνικά и русский 中文 日本語 한국어", "I'M HERE, you'RE not",
+         "x\u00a0y", "tab\tsep", "\u3000full\u3000width", "ｆｕｌｌ", "1,234.5e-6", "a\r\nb"]
+
+
+def main():
+    toks = {k: AutoTokenizer.from_pretrained(d) for k, d in DIRS.items()}
+    cases = [dict({"text": t}, **{k: tok(t)["input_ids"] for k, tok in toks.items()}) for t in TEXTS]
+    out = os.path.join("tests", "data", "tok", "extra.json")
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump({"transformers": transformers.__version__, "cases": cases}, f, ensure_ascii=False)
+    print(f"wrote {out}: {len(cases)} strings x {len(toks)} tokenizers")
+
+
+if __name__ == "__main__":
+    main()
