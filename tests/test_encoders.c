@@ -168,6 +168,7 @@ int main(void) {
         test_clip(dir, "clip_legacy", dt);
         test_t5(dir, "t5", dt);
         test_t5(dir, "t5_relu", dt);
+        test_t5(dir, "t5_silu", dt); /* feed_forward_proj "gated-silu" */
     }
     test_errors(dir);
     dl_model_dir_free(dir);

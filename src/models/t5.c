@@ -2,8 +2,8 @@
  *   x = shared[ids]                                               // x: [S, D] f32
  *   bias = relative_attention_bias[bucket(j - i)] of layer 0     // [H, 2S-1], Toeplitz
  *   per layer: x += o(attn(qkv(rms(x)), bias, no scaling))       // qkv: [S, 3*H*dk]
- *              x += wo(gelu_tanh(wi_0 h) * wi_1 h), h = rms(x)   // gated-gelu (v1.1)
- *           or x += wo(relu(wi h))                                // original T5
+ *              x += wo(gelu_tanh(wi_0 h) * wi_1 h), h = rms(x)   // gated-gelu (v1.1; gated-silu alike)
+ *           or x += wo(relu(wi h))                                // original T5 (or gelu, silu)
  *   hidden = rms_final(x)                                                     */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -21,6 +21,7 @@ typedef struct {
 struct dl_t5_encoder {
     int64_t S, D, DK, H, F, V, nbuckets, maxdist;
     int L, gated;
+    dl_act act;                   /* the feed-forward activation */
     dl_dtype dt;
     float eps;
     const float *emb; /* [V, D]: the artifact's mapping, or emb_own */
@@ -99,9 +100,16 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
         goto fail;
     m->L = (int)L;
     m->eps = (float)eps;
-    if (!strcmp(ff, "gated-gelu")) m->gated = 1;
-    else if (strcmp(ff, "relu")) {
-        s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: feed_forward_proj \"%s\" is not supported (relu, gated-gelu)", file, ff);
+    /* as transformers reads it: "[gated-]ACT", "gated-gelu" meaning gelu_new (tanh) */
+    m->gated = !strncmp(ff, "gated-", 6);
+    const char *an = m->gated ? ff + 6 : ff;
+    if (!strcmp(an, "relu")) m->act = DL_ACT_RELU;
+    else if (!strcmp(an, "gelu_new") || (m->gated && !strcmp(an, "gelu"))) m->act = DL_ACT_GELU_TANH;
+    else if (!strcmp(an, "gelu")) m->act = DL_ACT_GELU_ERF;
+    else if (!strcmp(an, "silu") || !strcmp(an, "swish")) m->act = DL_ACT_SILU;
+    else {
+        s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: feed_forward_proj \"%s\" is not supported ([gated-]relu, gelu, gelu_new, silu)",
+                    file, ff);
         goto fail;
     }
     if (m->D <= 0 || m->DK <= 0 || m->H <= 0 || L <= 0 || L > 1000 || m->F <= 0 || m->V <= 0 || m->nbuckets < 2 ||
@@ -155,12 +163,12 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
         if (m->gated) {
             const char *w0[1] = {dl_pname(nb[0], 256, p, "layer.1.DenseReluDense.wi_0.weight")};
             const char *w1[1] = {dl_pname(nb[1], 256, p, "layer.1.DenseReluDense.wi_1.weight")};
-            if ((s = dl_lin_load(&l->wi0, ck, w0, NULL, 1, pf, S, D, dt, dt, DL_ACT_GELU_TANH)) ||
+            if ((s = dl_lin_load(&l->wi0, ck, w0, NULL, 1, pf, S, D, dt, dt, m->act)) ||
                 (s = dl_lin_load(&l->wi1, ck, w1, NULL, 1, pf, S, D, dt, dt, DL_ACT_NONE)))
                 goto fail;
         } else {
             const char *w0[1] = {dl_pname(nb[0], 256, p, "layer.1.DenseReluDense.wi.weight")};
-            if ((s = dl_lin_load(&l->wi0, ck, w0, NULL, 1, pf, S, D, dt, dt, DL_ACT_RELU))) goto fail;
+            if ((s = dl_lin_load(&l->wi0, ck, w0, NULL, 1, pf, S, D, dt, dt, m->act))) goto fail;
         }
         const char *wo[1] = {dl_pname(nb[0], 256, p, "layer.1.DenseReluDense.wo.weight")};
         if ((s = dl_lin_load(&l->wo, ck, wo, NULL, 1, pd, S, F, dt, DL_F32, DL_ACT_NONE))) goto fail;

@@ -146,7 +146,8 @@ dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, c
     p->lh = shape->height / scale;
     p->lw = shape->width / scale;
     p->T = p->shape.max_sequence_length;
-    p->clip_len = 77;
+    /* FluxPipeline's tokenizer_max_length: the CLIP tokenizer's model_max_length (77) */
+    p->clip_len = (int)dl_json_file_int(model_dir, "tokenizer/tokenizer_config.json", "model_max_length", 2, 4096, 77);
     p->par = shape->par;
     p->host = !p->par || dl_comm_rank(p->par->replica_comm) == 0;
     if (p->host) {
