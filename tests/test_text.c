@@ -105,6 +105,24 @@ int main(void) {
                                               {"tiny_t5", SOURCE_DIR "/models/difflet-tiny/tokenizer_2"}};
         CHECK(cJSON_GetArraySize(cases) >= 30, "extra cases: %d", cJSON_GetArraySize(cases));
         for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) compare_rows(cases, dirs[i][1], dirs[i][0]);
+        /* T5 from spiece.model alone with sentinels (the folders the generator made) */
+        const cJSON *spm = cJSON_GetObjectItemCaseSensitive(extra, "spm_configs"), *e;
+        cJSON_ArrayForEach(e, spm) {
+            char d[] = "/tmp/difflet_spmx_XXXXXX", sh[600], cfgp[300];
+            if (!mkdtemp(d)) continue;
+            snprintf(sh, sizeof sh, "cp %s/tok/t5_tiny/spiece.model %s/", DATA_DIR, d);
+            cJSON *cfg = cJSON_Duplicate(e, 1);
+            cJSON_AddNumberToObject(cfg, "model_max_length", 512);
+            cJSON_AddStringToObject(cfg, "eos_token", "</s>");
+            char *js = cJSON_PrintUnformatted(cfg);
+            snprintf(cfgp, sizeof cfgp, "%s/tokenizer_config.json", d);
+            if (system(sh) == 0 && dl_file_write_atomic(cfgp, js, strlen(js)) == DL_OK) compare_rows(cases, d, e->string);
+            else CHECK(0, "cannot build %s", d);
+            free(js);
+            cJSON_Delete(cfg);
+            snprintf(sh, sizeof sh, "rm -rf %s", d);
+            if (system(sh) != 0) fprintf(stderr, "could not remove %s\n", d);
+        }
         cJSON_Delete(extra);
     } else {
         CHECK(0, "extra.json: %s", dl_last_error());

@@ -541,6 +541,19 @@ static dl_status load_spiece(dl_tokenizer *t, const char *dir, const cJSON *cfg,
         t->eos = (int32_t)eos;
         for (int i = 0; i < n && s == DL_OK; i++) /* control and unknown pieces are special */
             if (types[i] == 2 || types[i] == 3) s = dl_tok_add_special(t, pieces[i], i);
+        /* T5's sentinels, as transformers' T5Tokenizer adds them: `extra_ids` (100 when
+           the config does not say) tokens <extra_id_i> after the model's pieces, numbered
+           from the top (<extra_id_0> is the last id) */
+        const cJSON *ex = cJSON_GetObjectItemCaseSensitive(cfg, "extra_ids");
+        const char *cls = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_class"));
+        int extra = cJSON_IsNumber(ex) ? (int)ex->valuedouble : cls && !strncmp(cls, "T5Tokenizer", 11) ? 100 : 0;
+        if (extra < 0 || extra > 1000) s = dl_fail(DL_ERR_FORMAT, "`%s`: extra_ids %d is outside 0..1000", file, extra);
+        for (int i = 0; i < extra && s == DL_OK; i++) {
+            char sent[32];
+            snprintf(sent, sizeof sent, "<extra_id_%d>", i);
+            s = dl_tok_add_special(t, sent, n + extra - 1 - i);
+        }
+        if (s == DL_OK) t->vocab_size = n + extra;
         set_pad(t, cfg, smap, pad >= 0 ? (int32_t)pad : 0);
     }
     (void)type_ok;

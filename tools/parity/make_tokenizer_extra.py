@@ -9,6 +9,8 @@ Writes tests/data/tok/extra.json: {"transformers": version, "cases": [{"text": .
 """
 import json
 import os
+import shutil
+import tempfile
 
 import transformers
 from transformers import AutoTokenizer
@@ -20,15 +22,29 @@ TEXTS = ["<|ENDOFTEXT|> cat", "<|EndOfText|>", "<|STARTOFTEXT|>x", "a <|startoft
          "</s> a", "<unk>", "<pad>x", "\x01\x02", "\x07", " \x01 ", "\t\n", "   ", "trail ", "trail  \t", "  lead",
          "a  b   c", "\u200b", "\ufeffa", "\u00e9", "e\u0301", "Caf\u00e9 cafe\u0301", "\U0001F469\u200D\U0001F4BB",
          "\U0001F468\u200D\U0001F469\u200D\U0001F467", "Ελληνικά и русский 中文 日本語 한국어", "I'M HERE, you'RE not",
-         "x\u00a0y", "tab\tsep", "\u3000full\u3000width", "ｆｕｌｌ", "1,234.5e-6", "a\r\nb"]
+         "x\u00a0y", "tab\tsep", "\u3000full\u3000width", "ｆｕｌｌ", "1,234.5e-6", "a\r\nb",
+         "<extra_id_3> x", "a<extra_id_0>b", "<extra_id_4>", "x <extra_id_9>", "<extra_id_99> <extra_id_100>"]
+# T5 from spiece.model alone with sentinels: extra_ids 5, and the T5Tokenizer default (100)
+SPM_CONFIGS = {"t5_spm_extra5": {"tokenizer_class": "T5Tokenizer", "extra_ids": 5},
+               "t5_spm_default": {"tokenizer_class": "T5Tokenizer"}}
 
 
 def main():
     toks = {k: AutoTokenizer.from_pretrained(d) for k, d in DIRS.items()}
+    tmp = tempfile.mkdtemp()
+    for k, cfg in SPM_CONFIGS.items():  # test_text.c builds the same folders
+        d = os.path.join(tmp, k)
+        os.makedirs(d)
+        shutil.copy("tests/data/tok/t5_tiny/spiece.model", d)
+        json.dump(dict(cfg, model_max_length=512, eos_token="</s>", unk_token="<unk>", pad_token="<pad>"),
+                  open(os.path.join(d, "tokenizer_config.json"), "w"))
+        toks[k] = AutoTokenizer.from_pretrained(d)
     cases = [dict({"text": t}, **{k: tok(t)["input_ids"] for k, tok in toks.items()}) for t in TEXTS]
     out = os.path.join("tests", "data", "tok", "extra.json")
     with open(out, "w", encoding="utf-8") as f:
-        json.dump({"transformers": transformers.__version__, "cases": cases}, f, ensure_ascii=False)
+        json.dump({"transformers": transformers.__version__, "spm_configs": SPM_CONFIGS, "cases": cases}, f,
+                  ensure_ascii=False)
+    shutil.rmtree(tmp)
     print(f"wrote {out}: {len(cases)} strings x {len(toks)} tokenizers")
 
 
