@@ -159,11 +159,22 @@ bad = [
 for kw, param, msg in bad:
     st, b, _ = s.req("POST", "/v1/images/generations", **kw)
     e = json.loads(b).get("error", {}) if b else {}
-    check(st == 400 and e.get("param") == param and msg in e.get("message", "") and e.get("code") == "400",
-          f"400 for {kw}: {st} {b[:200]}")
+    want_code = "unknown_parameter" if param == "bogus" else "missing_required_parameter" if msg == "required" else "invalid_value"
+    check(st == 400 and e.get("param") == param and msg in e.get("message", "") and e.get("code") == want_code,
+          f"400 with OpenAI's code `{want_code}` for {kw}: {st} {b[:200]}")
 st, b, _ = s.req("POST", "/v1/images/generations", raw=b"{" + b" " * 70000 + b"}")
 check(st == 413, f"413 for a large body ({st})")
 check(s.json("GET", "/v1/nothing")[0] == 404, "404 route")
+# models as OpenAI has them: the id clients use, created, owned_by; an unknown model is a 404 model_not_found
+st, m = s.json("GET", "/v1/models/dev")
+check(st == 200 and m["id"] == "dev" and m["object"] == "model" and m["owned_by"] == "difflet" and m["created"] > 1e9,
+      f"GET /v1/models/dev: {st} {m}")
+st, m = s.json("GET", "/v1/models/gpt-image-1")
+check(st == 404 and m["error"]["code"] == "model_not_found", f"unknown model id: {st} {m}")
+st, m = s.json("POST", "/v1/images/generations", {"prompt": "x", "model": "dall-e-3"})
+check(st == 404 and m["error"]["code"] == "model_not_found" and m["error"]["param"] == "model", f"generation with another model: {st} {m}")
+st, png2 = image(s, {"prompt": "a red circle", "steps": 4, "seed": 5, "model": "dev"})
+check(st == 200 and png2 == before_crash, "the served model by name gives the same picture")
 check(s.json("GET", "/v1/jobs/0123456789abcdef")[0] == 404, "404 job")
 st, b, _ = s.req("GET", "/")
 check(st == 200 and b"<form" in b and b"/v1/jobs" in b, "the web page")

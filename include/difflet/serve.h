@@ -16,6 +16,7 @@ extern "C" {
 /* ---- a deployment: what one `difflet serve` serves, and how ---- */
 typedef struct {
     char model[1024], results[1024], db[1024], host[64], api_key[256];
+    char model_id[256];         /* what clients call it: the Hub id given, or the folder's name */
     int port, queue_capacity, max_steps, max_prompt_bytes, nsizes, no_compile;
     int replicas;           /* data parallel: model processes, each on its own cores */
     int sizes[8][2];        /* width, height */
@@ -32,6 +33,9 @@ typedef struct {
 /* Defaults (difflet-tiny, 64x64, 127.0.0.1), then the deployment's JSON file if given;
  * the model reference is resolved (a folder, or a Hub id in the local cache). */
 dl_status dl_deployment_load(dl_deployment *p, const char *path);
+/* The model: a folder or a Hub id (resolved in the local cache); model_id becomes
+ * the id given or the folder's name. */
+dl_status dl_deployment_set_model(dl_deployment *p, const char *ref);
 cJSON *dl_deployment_to_json(const dl_deployment *p);
 dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j);
 

@@ -44,7 +44,7 @@ int cli_serve(int argc, char **argv) {
             snprintf(p.api_key, sizeof p.api_key, "%s", k);
             free(k);
         }
-        else if (!strcmp(a, "--model")) snprintf(p.model, sizeof p.model, "%s", v);
+        else if (!strcmp(a, "--model")) snprintf(p.model, sizeof p.model, "%s", v), p.model_id[0] = 0;
         else if (!strcmp(a, "--results")) {
             snprintf(p.results, sizeof p.results, "%s", v);
             snprintf(p.db, sizeof p.db, "%.1000s/jobs.sqlite", v);
@@ -59,9 +59,10 @@ int cli_serve(int argc, char **argv) {
         fprintf(stderr, "difflet: serve: --port must be in 0..65535\n");
         return 2;
     }
-    char model[sizeof p.model];
-    if (!cli_model("serve", p.model, model, sizeof model)) return 1;
-    snprintf(p.model, sizeof p.model, "%s", model);
+    if (dl_deployment_set_model(&p, p.model) != DL_OK) {
+        fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
+        return 1;
+    }
     dl_par_config pc;
     dl_par_parse(p.parallel, &pc); /* checked by dl_deployment_load */
     if (dl_par_ranks(&pc) > 1) { /* each replica an mpirun job: refused before anything starts */

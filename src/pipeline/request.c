@@ -126,7 +126,8 @@ dl_status dl_request_from_json(const cJSON *j, const dl_request_limits *lim, dl_
     if (pn) param[0] = 0;
     if (!cJSON_IsObject(j)) BAD("", "the request must be a JSON object");
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "prompt"), *n = cJSON_GetObjectItemCaseSensitive(j, "negative_prompt");
-    if (!cJSON_IsString(v)) BAD("prompt", "`prompt` is required and must be a string");
+    if (!v) BAD("prompt", "`prompt` is required");
+    if (!cJSON_IsString(v)) BAD("prompt", "`prompt` must be a string");
     if (n && !cJSON_IsString(n) && !cJSON_IsNull(n)) BAD("negative_prompt", "`negative_prompt` must be a string");
     if (dl_request_set_prompt(r, v->valuestring, cJSON_IsString(n) ? n->valuestring : NULL) != DL_OK)
         BAD("prompt", "out of memory");

@@ -67,10 +67,9 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
         !num_field(j, "max_connections", &mc) || !num_field(j, "max_connections_per_ip", &mci) ||
         !num_field(j, "health_port", &hp))
         return dl_fail(DL_ERR_FORMAT, "serving profile: a field has the wrong type");
-    char resolved[sizeof p->model];
-    dl_status rs = dl_model_resolve(p->model, resolved, sizeof resolved);
+    if (!str_field(j, "model_id", p->model_id, sizeof p->model_id)) return dl_fail(DL_ERR_FORMAT, "serving deployment: model_id must be a string");
+    dl_status rs = dl_deployment_set_model(p, p->model);
     if (rs != DL_OK) return rs;
-    snprintf(p->model, sizeof p->model, "%s", resolved);
     const cJSON *sizes = cJSON_GetObjectItemCaseSensitive(j, "sizes"), *e;
     if (sizes) {
         p->nsizes = 0;
@@ -104,6 +103,25 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
     return DL_OK;
 }
 
+dl_status dl_deployment_set_model(dl_deployment *p, const char *ref) {
+    char resolved[sizeof p->model], given[sizeof p->model];
+    snprintf(given, sizeof given, "%s", ref);
+    dl_status s = dl_model_resolve(given, resolved, sizeof resolved);
+    if (s != DL_OK) return s;
+    int same = !strcmp(resolved, given); /* a folder, not a Hub id */
+    if (!p->model_id[0]) {
+        if (!same) snprintf(p->model_id, sizeof p->model_id, "%.*s", (int)strcspn(given, "@"), given);
+        else {
+            size_t n = strlen(given);
+            while (n > 1 && given[n - 1] == '/') given[--n] = 0;
+            const char *b = strrchr(given, '/');
+            snprintf(p->model_id, sizeof p->model_id, "%s", b ? b + 1 : given);
+        }
+    }
+    snprintf(p->model, sizeof p->model, "%s", resolved);
+    return DL_OK;
+}
+
 dl_status dl_deployment_load(dl_deployment *p, const char *path) {
     defaults(p);
     if (path) {
@@ -115,12 +133,17 @@ dl_status dl_deployment_load(dl_deployment *p, const char *path) {
         if (s != DL_OK) return s;
     }
     if (!p->db[0]) snprintf(p->db, sizeof p->db, "%.1000s/jobs.sqlite", p->results);
+    if (!p->model_id[0]) { /* the defaults' model */
+        dl_status s = dl_deployment_set_model(p, p->model);
+        if (s != DL_OK) return s;
+    }
     return DL_OK;
 }
 
 cJSON *dl_deployment_to_json(const dl_deployment *p) {
     cJSON *j = cJSON_CreateObject(), *sz = cJSON_AddArrayToObject(j, "sizes");
     cJSON_AddStringToObject(j, "model", p->model);
+    cJSON_AddStringToObject(j, "model_id", p->model_id);
     cJSON_AddStringToObject(j, "results_dir", p->results);
     cJSON_AddStringToObject(j, "db", p->db);
     cJSON_AddStringToObject(j, "host", p->host);

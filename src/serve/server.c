@@ -64,6 +64,7 @@ typedef struct {
     int stopping, nworkers;
     worker w[MAX_WORKERS];
     double last_expire; /* the supervisor's last sweep of expired queued jobs */
+    double started;     /* wall time the server started ("created" of its model) */
     /* metrics */
     long requests[600];
     long dur_bucket[NBUCKETS + 1], dur_count, wait_count, steps_full, steps_cached, restarts;
@@ -469,8 +470,18 @@ static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const c
     cJSON_AddStringToObject(e, "type", type);
     if (param) cJSON_AddStringToObject(e, "param", param);
     else cJSON_AddNullToObject(e, "param");
-    char code[16];
-    snprintf(code, sizeof code, "%d", status);
+    /* OpenAI's string codes */
+    const char *code = status == 400   ? (!strncmp(msg, "unknown field", 13) ? "unknown_parameter"
+                                          : strstr(msg, "is required")     ? "missing_required_parameter"
+                                                                            : "invalid_value")
+                       : status == 401 ? "invalid_api_key"
+                       : status == 404 ? (param && !strcmp(param, "model") ? "model_not_found" : "not_found")
+                       : status == 405 ? "method_not_allowed"
+                       : status == 413 ? "request_too_large"
+                       : status == 429 ? "rate_limit_exceeded"
+                       : status == 503 ? "service_unavailable"
+                       : status == 504 ? "timeout"
+                                       : "server_error";
     cJSON_AddStringToObject(e, "code", code);
     if (status == 429) {
         char *t = cJSON_PrintUnformatted(j);
@@ -526,6 +537,8 @@ static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64
         *b64 = !strcmp(v->valuestring, "b64_json");
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "model")) && !cJSON_IsString(v)) FAIL("model", "`model` must be a string");
+    if (v && v->valuestring[0] && strcmp(v->valuestring, A.pr.model_id)) /* the callers answer 404 */
+        FAIL("model", "The model `%.200s` does not exist (this server serves `%s`)", v->valuestring, A.pr.model_id);
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "user")) && !cJSON_IsString(v)) FAIL("user", "`user` must be a string");
     dl_request_limits lim = {A.pr.max_steps, A.pr.max_prompt_bytes, 0};
     dl_request r;
@@ -711,7 +724,7 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
     int n, want_b64;
     char err[1024], param[64];
     if (!validate(cn->body ? cn->body : "", cn->len, &req, &n, &want_b64, err, sizeof err, param, sizeof param))
-        return error_reply(c, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
+        return error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
     char ids[4][24];
     int q = enqueue(req, n, ids);
     if (q < 0) {
@@ -855,6 +868,22 @@ static enum MHD_Result events(struct MHD_Connection *c, const char *id) {
     return ret;
 }
 
+/* The served model as OpenAI's model object (plus the sizes it serves). */
+static cJSON *model_object(void) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", A.pr.model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)(int64_t)A.started);
+    cJSON_AddStringToObject(m, "owned_by", "difflet");
+    cJSON *s = cJSON_AddArrayToObject(m, "sizes");
+    for (int i = 0; i < A.pr.nsizes; i++) {
+        char t[32];
+        snprintf(t, sizeof t, "%dx%d", A.pr.sizes[i][0], A.pr.sizes[i][1]);
+        cJSON_AddItemToArray(s, cJSON_CreateString(t));
+    }
+    return m;
+}
+
 /* 200 when a model process is ready, else 503 with the reason */
 static enum MHD_Result ready_reply(struct MHD_Connection *c) {
     cJSON *j = cJSON_CreateObject(), *pids = cJSON_CreateArray();
@@ -929,19 +958,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (get && !strcmp(url, "/ready")) return ready_reply(c);
     if (get && !strcmp(url, "/metrics")) return metrics(c);
     if (get && !strcmp(url, "/v1/models")) {
-        cJSON *j = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(j, "data"), *m = cJSON_CreateObject();
+        cJSON *j = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(j, "data");
         cJSON_AddStringToObject(j, "object", "list");
-        const char *base = strrchr(A.pr.model, '/');
-        cJSON_AddStringToObject(m, "id", base ? base + 1 : A.pr.model);
-        cJSON_AddStringToObject(m, "object", "model");
-        cJSON *s = cJSON_AddArrayToObject(m, "sizes");
-        for (int i = 0; i < A.pr.nsizes; i++) {
-            char t[32];
-            snprintf(t, sizeof t, "%dx%d", A.pr.sizes[i][0], A.pr.sizes[i][1]);
-            cJSON_AddItemToArray(s, cJSON_CreateString(t));
-        }
-        cJSON_AddItemToArray(d, m);
+        cJSON_AddItemToArray(d, model_object());
         return json_reply(c, 200, j);
+    }
+    if (get && !strncmp(url, "/v1/models/", 11)) {
+        if (strcmp(url + 11, A.pr.model_id))
+            return error_reply(c, 404, "invalid_request_error", "model", "The model `%.200s` does not exist", url + 11);
+        return json_reply(c, 200, model_object());
     }
     if (post && !strcmp(url, "/v1/images/generations")) {
         r = generations(c, cn);
@@ -953,7 +978,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         int n, b64f;
         char err[1024], param[64];
         if (!validate(cn->body ? cn->body : "", cn->len, &req, &n, &b64f, err, sizeof err, param, sizeof param))
-            return error_reply(c, 400, "invalid_request_error", param[0] ? param : NULL, "%s", err);
+            return error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
         if (n != 1) {
             cJSON_Delete(req);
             return error_reply(c, 400, "invalid_request_error", "n", "a job makes one image: `n` must be 1");
@@ -1065,6 +1090,7 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    A.started = wall();
     if (dl_mkdir_p(pr->results) != DL_OK || dl_jobs_open(&A.js, pr->db) != DL_OK) {
         fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
         return 1;
