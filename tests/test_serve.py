@@ -487,6 +487,21 @@ check(s.req("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] =
 check(s.req("GET", "/v1/models", headers={"Authorization": "Bearer sekre"})[0] == 401, "401 with a prefix of the key")
 check(s.req("GET", "/v1/models")[0] == 200, "200 with the key")
 check(s.req("GET", "/v1/models", headers={"Authorization": "bearer sekret"})[0] == 200, "the scheme in any case")
+check(s.req("GET", "/", headers={"Authorization": "none"})[0] == 200, "the page itself needs no key (it holds no data)")
+if chrome:  # the page with a key: given once as #key=..., kept in the browser, sent as Bearer
+    before = s.req("GET", "/metrics")[1].decode()
+    shot = os.path.join(tmp, "page-key.png")
+    subprocess.run([chrome, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={os.path.join(tmp, 'chrome-key')}",
+                    f"--screenshot={shot}", "--window-size=700,600", "--virtual-time-budget=15000",
+                    f"http://127.0.0.1:{s.port}/?autorun=1#key=sekret"], capture_output=True, timeout=120)
+    after = s.req("GET", "/metrics")[1].decode()
+    n202 = lambda t: sum(int(l.split()[-1]) for l in t.splitlines() if l.startswith('difflet_requests_total{status="202"}'))
+    check(n202(after) > n202(before), "with a key the page submits a job (Authorization from the browser)")
+st, b, _ = s.req("POST", "/v1/jobs", {"prompt": "x", "steps": 2}, headers={"Authorization": "Bearer sekret", "Origin": "http://evil.example"})
+check(st == 403, f"a cross-origin POST (another site's page) is refused: {st}")
+st, b, _ = s.req("POST", "/v1/jobs", {"prompt": "x", "steps": 2},
+                 headers={"Authorization": "Bearer sekret", "Origin": f"http://127.0.0.1:{s.port}"})
+check(st == 202, f"a same-origin POST is accepted: {st} {b[:120]}")
 check(s.req("PUT", "/v1/models")[0] == 405, "405 for a method the API does not have")
 import socket
 with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sk:

@@ -475,6 +475,7 @@ static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const c
                                           : strstr(msg, "is required")     ? "missing_required_parameter"
                                                                             : "invalid_value")
                        : status == 401 ? "invalid_api_key"
+                       : status == 403 ? "forbidden"
                        : status == 404 ? (param && !strcmp(param, "model") ? "model_not_found" : "not_found")
                        : status == 405 ? "method_not_allowed"
                        : status == 413 ? "request_too_large"
@@ -635,20 +636,33 @@ static const char *PAGE =
     "<input id=q_prompt size=60 value='a large red circle in the centre on a blue background'><br>"
     "size <select id=q_size></select> steps <input id=q_steps type=number value=20 min=1 size=4> "
     "seed <input id=q_seed type=number value=1 size=6> cache <select id=q_cache><option>off<option>cadence:2"
-    "<option>online-delta</select> <button>Generate</button></form>"
+    "<option>online-delta</select> <button>Generate</button><br>"
+    "API key <input id=q_key type=password size=24 placeholder='(none)'> <small>kept in this browser</small></form>"
     "<div id=wrap><div id=bar></div></div><p id=q_status></p><img id=q_img alt=''>"
     "<script>const $=i=>document.getElementById(i);"
-    "fetch('/v1/models').then(r=>r.json()).then(m=>{for(const s of m.data[0].sizes){const o=document.createElement('option');"
+    /* a key given as #key=... is stored and taken out of the address bar */
+    "const hk=new URLSearchParams(location.hash.slice(1)).get('key');"
+    "if(hk){localStorage.setItem('difflet_key',hk);history.replaceState(null,'',location.pathname+location.search)}"
+    "$('q_key').value=localStorage.getItem('difflet_key')||'';"
+    "$('q_key').onchange=()=>localStorage.setItem('difflet_key',$('q_key').value);"
+    "const H=()=>{const k=$('q_key').value;return k?{'Authorization':'Bearer '+k,'Content-Type':'application/json'}"
+    ":{'Content-Type':'application/json'}};"
+    "const api=(u,o)=>fetch(u,Object.assign({headers:H()},o||{}));"
+    "api('/v1/models').then(r=>r.json()).then(m=>{if(!m.data){$('q_status').textContent=m.error.message;return}"
+    "for(const s of m.data[0].sizes){const o=document.createElement('option');"
     "o.textContent=s;$('q_size').appendChild(o)}if(location.search.includes('autorun'))$('form').requestSubmit()});"
+    "const show=(id,s)=>{$('bar').style.width=s.progress+'%';$('q_status').textContent=s.status+' '+s.steps_done+'/'+s.steps;"
+    "if(s.status=='completed'){api('/v1/jobs/'+id+'/content').then(r=>r.blob()).then(b=>{$('q_img').src=URL.createObjectURL(b)});return 1}"
+    "if(s.status=='failed'||s.status=='cancelled'){$('q_status').textContent=s.status+': '+(s.error||'');return 1}return 0};"
     "$('form').onsubmit=async e=>{e.preventDefault();$('q_status').textContent='queued';$('bar').style.width='0';"
-    "const r=await fetch('/v1/jobs',{method:'POST',body:JSON.stringify({prompt:$('q_prompt').value,size:$('q_size').value,"
+    "const r=await api('/v1/jobs',{method:'POST',body:JSON.stringify({prompt:$('q_prompt').value,size:$('q_size').value,"
     "steps:+$('q_steps').value,seed:+$('q_seed').value,cache:$('q_cache').value})});const j=await r.json();"
     "if(!r.ok){$('q_status').textContent=j.error.message;return}"
-    "const ev=new EventSource('/v1/jobs/'+j.id+'/events');const show=m=>{const s=JSON.parse(m.data);"
-    "$('bar').style.width=s.progress+'%';$('q_status').textContent=s.status+' '+s.steps_done+'/'+s.steps;"
-    "if(s.status=='completed'){$('q_img').src='/v1/jobs/'+j.id+'/content';ev.close()}"
-    "if(s.status=='failed'||s.status=='cancelled'){$('q_status').textContent=s.status+': '+(s.error||'');ev.close()}};"
-    "for(const k of ['progress','completed','failed','cancelled'])ev.addEventListener(k,show)}</script></body></html>";
+    /* without a key: server-sent events; with one (EventSource sends no headers): polling */
+    "if(!$('q_key').value){const ev=new EventSource('/v1/jobs/'+j.id+'/events');"
+    "for(const k of ['progress','completed','failed','cancelled'])ev.addEventListener(k,m=>{if(show(j.id,JSON.parse(m.data)))ev.close()})}"
+    "else{const poll=async()=>{const s=await (await api('/v1/jobs/'+j.id)).json();if(!show(j.id,s))setTimeout(poll,250)};poll()}}"
+    "</script></body></html>";
 
 /* printf into a growing buffer (NULL buffer after an allocation failure) */
 typedef struct {
@@ -952,9 +966,18 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!get && !post)
         return error_reply(c, 405, "invalid_request_error", NULL, "method %s is not allowed (GET or POST)", method);
     if (!strcmp(url, "/health")) return json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
+    if (get && !strcmp(url, "/")) /* the page holds no data: it asks for the key itself */
+        return respond(c, 200, "text/html; charset=utf-8", PAGE, strlen(PAGE), NULL, NULL);
+    if (post) { /* another site's page may not make this server generate or cancel (browsers send Origin) */
+        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+        const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+        char self[300];
+        snprintf(self, sizeof self, "http://%s", host ? host : "");
+        if (origin && strcmp(origin, self))
+            return error_reply(c, 403, "invalid_request_error", NULL, "cross-origin request from %.200s refused", origin);
+    }
     if (!authorized(c)) return error_reply(c, 401, "authentication_error", NULL, "a valid `Authorization: Bearer` key is required");
     if (cn->too_big) return error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %d bytes", MAX_BODY);
-    if (get && !strcmp(url, "/")) return respond(c, 200, "text/html; charset=utf-8", PAGE, strlen(PAGE), NULL, NULL);
     if (get && !strcmp(url, "/ready")) return ready_reply(c);
     if (get && !strcmp(url, "/metrics")) return metrics(c);
     if (get && !strcmp(url, "/v1/models")) {
