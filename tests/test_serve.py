@@ -121,8 +121,8 @@ st, png = image(s, {"prompt": "a red circle", "steps": 4, "seed": 5})
 check(st == 200 and png[:8] == b"\x89PNG\r\n\x1a\n", "images/generations b64_json gives a PNG")
 before_crash = png
 st, j = s.json("POST", "/v1/images/generations", {"prompt": "a red circle", "steps": 3, "response_format": "url"})
-check(st == 200 and j["data"][0]["url"].startswith("/v1/jobs/"), "url response format")
-st, b, h = s.req("GET", j["data"][0]["url"])
+check(st == 200 and j["data"][0]["url"].startswith(f"http://127.0.0.1:{s.port}/v1/jobs/"), f"url responses are absolute: {j}")
+st, b, h = s.req("GET", j["data"][0]["url"].split(str(s.port), 1)[1])
 check(st == 200 and b[:4] == b"\x89PNG" and h.get("Content-Type") == "image/png", "url content")
 # output_format / output_compression as OpenAI has them; ffprobe reads each back
 for fmt, magic, ctype, codec in (("jpeg", b"\xff\xd8\xff", "image/jpeg", "mjpeg"), ("webp", b"RIFF", "image/webp", "webp")):
@@ -136,7 +136,7 @@ for fmt, magic, ctype, codec in (("jpeg", b"\xff\xd8\xff", "image/jpeg", "mjpeg"
     check(pr.stdout.strip() == f"{codec},32,48", f"ffprobe reads the {fmt} back as 32x48: {pr.stdout} {pr.stderr}")
     os.unlink(f)
     st, j = s.json("POST", "/v1/images/generations", {"prompt": "x", "steps": 2, "output_format": fmt, "response_format": "url"})
-    st, b, h = s.req("GET", j["data"][0]["url"])
+    st, b, h = s.req("GET", j["data"][0]["url"].split(str(s.port), 1)[1])
     check(st == 200 and b[:len(magic)] == magic and h.get("Content-Type") == ctype, f"url content in {fmt}: {h.get('Content-Type')}")
 bad = [
     ({"raw": b"{not json"}, None, "not valid JSON"),
@@ -497,6 +497,22 @@ if chrome:  # the page with a key: given once as #key=..., kept in the browser, 
     after = s.req("GET", "/metrics")[1].decode()
     n202 = lambda t: sum(int(l.split()[-1]) for l in t.splitlines() if l.startswith('difflet_requests_total{status="202"}'))
     check(n202(after) > n202(before), "with a key the page submits a job (Authorization from the browser)")
+# url responses are signed: fetchable without the key (as OpenAI's are), a changed signature is not
+st, j = s.json("POST", "/v1/images/generations", {"prompt": "x", "steps": 2, "response_format": "url"})
+u = j["data"][0]["url"] if st == 200 else ""
+try:
+    with urllib.request.urlopen(u, timeout=30) as r:
+        ok = r.status == 200 and r.read(4) == b"\x89PNG"
+except Exception as ex:
+    ok = False
+check(ok, f"a signed url is fetched without the key: {u}")
+bad_u = u[:-1] + ("0" if u[-1] != "0" else "1")
+try:
+    urllib.request.urlopen(bad_u, timeout=30)
+    bad = 200
+except urllib.error.HTTPError as ex:
+    bad = ex.code
+check(bad == 401, f"a tampered signature is refused: {bad}")
 st, b, _ = s.req("POST", "/v1/jobs", {"prompt": "x", "steps": 2}, headers={"Authorization": "Bearer sekret", "Origin": "http://evil.example"})
 check(st == 403, f"a cross-origin POST (another site's page) is refused: {st}")
 st, b, _ = s.req("POST", "/v1/jobs", {"prompt": "x", "steps": 2},

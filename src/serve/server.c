@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <libavutil/hmac.h>
+
 #include "difflet/comm.h"
 #include "difflet/io.h"
 #include "difflet/pipeline.h"
@@ -65,6 +67,7 @@ typedef struct {
     worker w[MAX_WORKERS];
     double last_expire; /* the supervisor's last sweep of expired queued jobs */
     double started;     /* wall time the server started ("created" of its model) */
+    uint8_t url_key[32];    /* signs the short-lived content URLs (random per server) */
     /* metrics */
     long requests[600];
     long dur_bucket[NBUCKETS + 1], dur_count, wait_count, steps_full, steps_cached, restarts;
@@ -664,6 +667,45 @@ static const char *PAGE =
     "else{const poll=async()=>{const s=await (await api('/v1/jobs/'+j.id)).json();if(!show(j.id,s))setTimeout(poll,250)};poll()}}"
     "</script></body></html>";
 
+/* Signed content URLs, as OpenAI's `url` responses are: absolute, fetchable without
+ * the API key, valid for an hour. sig = hex HMAC-SHA256(server key, "ID:EXPIRES"). */
+enum { URL_TTL_S = 3600 };
+static void url_sig(const char *id, long long expires, char hex[65]) {
+    char msg[80];
+    int n = snprintf(msg, sizeof msg, "%s:%lld", id, expires);
+    uint8_t mac[32] = {0};
+    AVHMAC *h = av_hmac_alloc(AV_HMAC_SHA256);
+    if (h) av_hmac_calc(h, (const uint8_t *)msg, (unsigned)n, A.url_key, sizeof A.url_key, mac, sizeof mac);
+    av_hmac_free(h);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+}
+
+/* the content URL of job id for this request's Host */
+static void content_url(struct MHD_Connection *c, const char *id, char *out, size_t n) {
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    long long expires = (long long)wall() + URL_TTL_S;
+    char sig[65];
+    url_sig(id, expires, sig);
+    snprintf(out, n, "http://%s/v1/jobs/%s/content?expires=%lld&sig=%s", host ? host : "127.0.0.1", id, expires, sig);
+}
+
+/* a /v1/jobs/ID/content request carrying a valid, unexpired signature */
+static int signed_content(struct MHD_Connection *c, const char *url) {
+    char id[64], tail[64] = "";
+    if (sscanf(url, "/v1/jobs/%63[0-9a-f]%63s", id, tail) != 2 || strcmp(tail, "/content")) return 0;
+    const char *e = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "expires");
+    const char *g = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "sig");
+    if (!e || !g || strlen(g) != 64) return 0;
+    char *end;
+    long long expires = strtoll(e, &end, 10);
+    if (*end || expires < (long long)wall()) return 0;
+    char want[65];
+    url_sig(id, expires, want);
+    unsigned diff = 0;
+    for (int i = 0; i < 64; i++) diff |= (unsigned)(want[i] ^ g[i]);
+    return diff == 0;
+}
+
 /* printf into a growing buffer (NULL buffer after an allocation failure) */
 typedef struct {
     char *p;
@@ -788,8 +830,8 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
                 free(enc), free(data_bytes);
             }
         } else {
-            char url[128];
-            snprintf(url, sizeof url, "/v1/jobs/%s/content", ids[i]);
+            char url[512];
+            content_url(c, ids[i], url, sizeof url);
             cJSON_AddStringToObject(item, "url", url);
         }
         cJSON_AddItemToArray(data, item);
@@ -976,7 +1018,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (origin && strcmp(origin, self))
             return error_reply(c, 403, "invalid_request_error", NULL, "cross-origin request from %.200s refused", origin);
     }
-    if (!authorized(c)) return error_reply(c, 401, "authentication_error", NULL, "a valid `Authorization: Bearer` key is required");
+    if (!authorized(c) && !(get && signed_content(c, url)))
+        return error_reply(c, 401, "authentication_error", NULL, "a valid `Authorization: Bearer` key is required");
     if (cn->too_big) return error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %d bytes", MAX_BODY);
     if (get && !strcmp(url, "/ready")) return ready_reply(c);
     if (get && !strcmp(url, "/metrics")) return metrics(c);
@@ -1113,6 +1156,10 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    if (getrandom(A.url_key, sizeof A.url_key, 0) != sizeof A.url_key) {
+        fprintf(stderr, "difflet: serve: no random bytes for signing URLs\n");
+        return 1;
+    }
     A.started = wall();
     if (dl_mkdir_p(pr->results) != DL_OK || dl_jobs_open(&A.js, pr->db) != DL_OK) {
         fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
