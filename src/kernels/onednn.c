@@ -21,6 +21,7 @@
  * the process and sized at creation. */
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,10 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
         cdt = DL_F32;
         p->emu = 1;
         st = op->make_pd(op, cdt, 1, NULL, attr, &pd);
+        static atomic_int told;
+        if (!atomic_exchange(&told, 1))
+            DL_WARN("bf16 is emulated in f32 on this CPU (oneDNN has no bf16 below AVX-512): the same numbers, no faster "
+                    "than f32; --dtype f32 (dtype f32 in a deployment) avoids the conversions");
     }
     if (st != dnnl_success) {
         s = dl_fail(DL_ERR_BACKEND, "oneDNN: no %s implementation for this shape on this CPU (status %d)",
