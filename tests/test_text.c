@@ -102,7 +102,9 @@ int main(void) {
         static const char *const dirs[][2] = {{"clip_tiny", DATA_DIR "/tok/clip_tiny"}, {"clip_real", DATA_DIR "/tok/clip_real"},
                                               {"t5_tiny", DATA_DIR "/tok/t5_tiny"}, {"t5_tiny_legacy", DATA_DIR "/tok/t5_tiny_legacy"},
                                               {"tiny_clip", SOURCE_DIR "/models/difflet-tiny/tokenizer"},
-                                              {"tiny_t5", SOURCE_DIR "/models/difflet-tiny/tokenizer_2"}};
+                                              {"tiny_t5", SOURCE_DIR "/models/difflet-tiny/tokenizer_2"},
+                                              {"clip_tiny_norm", DATA_DIR "/tok/clip_tiny_norm"},
+                                              {"t5_tiny_flags", DATA_DIR "/tok/t5_tiny_flags"}};
         CHECK(cJSON_GetArraySize(cases) >= 30, "extra cases: %d", cJSON_GetArraySize(cases));
         for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) compare_rows(cases, dirs[i][1], dirs[i][0]);
         /* T5 from spiece.model alone with sentinels (the folders the generator made) */

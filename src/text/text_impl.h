@@ -69,6 +69,9 @@ typedef struct {
     char *s;
     size_t n;
     int32_t id;
+    int normalized;          /* matched in the normalized text, not the raw one */
+    int lstrip, rstrip;      /* whitespace on that side belongs to the token */
+    int single_word;         /* only between non-word characters */
 } added_tok;
 
 struct dl_tokenizer {
@@ -89,6 +92,9 @@ struct dl_tokenizer {
 dl_tokenizer *dl_tok_alloc(void);
 /* Register a token matched in the raw text before normalisation (special tokens). */
 dl_status dl_tok_add_special(dl_tokenizer *t, const char *s, int32_t id);
+/* The same with tokenizer.json's flags. */
+dl_status dl_tok_add_token(dl_tokenizer *t, const char *s, int32_t id, int normalized, int lstrip, int rstrip,
+                           int single_word);
 
 /* ids vector append */
 int dl_ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t v);

@@ -56,7 +56,10 @@ dl_tokenizer *dl_tok_alloc(void) {
     return t;
 }
 
-dl_status dl_tok_add_special(dl_tokenizer *t, const char *s, int32_t id) {
+dl_status dl_tok_add_special(dl_tokenizer *t, const char *s, int32_t id) { return dl_tok_add_token(t, s, id, 0, 0, 0, 0); }
+
+dl_status dl_tok_add_token(dl_tokenizer *t, const char *s, int32_t id, int normalized, int lstrip, int rstrip,
+                           int single_word) {
     if (!s || !*s || id < 0) return DL_OK;
     for (int i = 0; i < t->nadded; i++)
         if (!strcmp(t->added[i].s, s)) return DL_OK;
@@ -65,6 +68,10 @@ dl_status dl_tok_add_special(dl_tokenizer *t, const char *s, int32_t id) {
     if (!t->added[t->nadded].s) return oom();
     t->added[t->nadded].n = strlen(s);
     t->added[t->nadded].id = id;
+    t->added[t->nadded].normalized = normalized;
+    t->added[t->nadded].lstrip = lstrip;
+    t->added[t->nadded].rstrip = rstrip;
+    t->added[t->nadded].single_word = single_word;
     t->nadded++;
     return DL_OK;
 }
@@ -184,6 +191,74 @@ static dl_status pretok_and_encode(const dl_tokenizer *t, const char *s, size_t 
     return st;
 }
 
+/* tokenizers' word characters (single_word tokens need none beside them) */
+static int word_char(int32_t cp) { return cp == '_' || dl_uni_is_letter(cp) || dl_uni_is_number(cp); }
+
+static int32_t cp_before(const char *s, size_t at) { /* the code point ending at `at` (0 at the start) */
+    size_t b = at;
+    while (b > 0 && ((uint8_t)s[b - 1] & 0xc0) == 0x80) b--;
+    if (b == 0) return 0;
+    b--;
+    int32_t cp = 0;
+    dl_utf8_next(s + b, at - b, &cp);
+    return cp;
+}
+
+static size_t space_len(const char *s, size_t n) { /* whitespace at the start of s */
+    size_t i = 0;
+    while (i < n) {
+        int32_t cp;
+        int k = dl_utf8_next(s + i, n - i, &cp);
+        if (k <= 0 || !dl_uni_is_space(cp)) break;
+        i += (size_t)k;
+    }
+    return i;
+}
+
+typedef dl_status (*piece_fn)(const dl_tokenizer *t, const char *s, size_t n, int first, idvec *v);
+
+/* Cut s[0..n) at the added tokens whose `normalized` flag is `norm` (leftmost, then
+ * longest; single_word, lstrip and rstrip as the tokenizers library applies them):
+ * the text between goes to piece(), each token's id onto v. */
+static dl_status split_added(const dl_tokenizer *t, const char *s, size_t n, int norm, int first, idvec *v, piece_fn piece) {
+    dl_status st = DL_OK;
+    size_t i = 0, seg = 0;
+    while (i <= n && st == DL_OK) {
+        int best = -1;
+        size_t at = n;
+        for (size_t p = i; p < n && best < 0; p++) {
+            if (p > i && ((uint8_t)s[p] & 0xc0) == 0x80) continue; /* code point starts only */
+            for (int a = 0; a < t->nadded; a++) {
+                const added_tok *k = &t->added[a];
+                if (k->normalized != norm || k->n > n - p || memcmp(s + p, k->s, k->n)) continue;
+                if (k->single_word) {
+                    int32_t after = 0;
+                    if (p + k->n < n) dl_utf8_next(s + p + k->n, n - p - k->n, &after);
+                    if (word_char(cp_before(s, p)) || word_char(after)) continue;
+                }
+                if (best < 0 || k->n > t->added[best].n) best = a, at = p;
+            }
+        }
+        size_t end = at;
+        if (best >= 0 && t->added[best].lstrip) /* the whitespace before belongs to the token */
+            while (end > seg) {
+                size_t b = end;
+                while (b > seg && ((uint8_t)s[b - 1] & 0xc0) == 0x80) b--;
+                if (b == seg) break;
+                b--;
+                if (space_len(s + b, end - b) != end - b) break;
+                end = b;
+            }
+        if (end > seg) st = piece(t, s + seg, end - seg, first && seg == 0, v);
+        if (best < 0 || st != DL_OK) break;
+        if (!dl_ids_push(&v->ids, &v->n, &v->cap, t->added[best].id)) st = oom();
+        i = seg = at + t->added[best].n;
+        if (t->added[best].rstrip) i = seg = seg + space_len(s + seg, n - seg);
+    }
+    return st;
+}
+
+/* normalize a raw piece, then cut it at the added tokens matched in normalized text */
 static dl_status encode_segment(const dl_tokenizer *t, const char *s, size_t n, int first, idvec *v) {
     sbuf a = {0}, b = {0};
     dl_status st = DL_OK;
@@ -194,7 +269,7 @@ static dl_status encode_segment(const dl_tokenizer *t, const char *s, size_t n, 
         a = b;
         b = tmp;
     }
-    if (st == DL_OK) st = pretok_and_encode(t, a.p, a.n, first, v);
+    if (st == DL_OK) st = split_added(t, a.p, a.n, 1, first, v, pretok_and_encode);
     dl_sbuf_free(&a);
     dl_sbuf_free(&b);
     return st;
@@ -209,23 +284,7 @@ dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t le
         return dl_fail(DL_ERR_INVALID, "prompt is %zu bytes, more than the %u allowed", len, DL_TOK_MAX_TEXT);
     if (!dl_utf8_valid(text, len)) return dl_fail(DL_ERR_INVALID, "prompt is not valid UTF-8");
     idvec v = {0};
-    dl_status st = DL_OK;
-    size_t i = 0, seg = 0;
-    while (i <= len && st == DL_OK) { /* cut at added tokens: leftmost, then longest */
-        int best = -1;
-        size_t at = len;
-        for (size_t p = i; p < len && best < 0; p++)
-            for (int a = 0; a < t->nadded; a++)
-                if (t->added[a].n <= len - p && !memcmp(text + p, t->added[a].s, t->added[a].n) &&
-                    (best < 0 || t->added[a].n > t->added[best].n)) {
-                    best = a;
-                    at = p;
-                }
-        if (at > seg) st = encode_segment(t, text + seg, at - seg, seg == 0, &v);
-        if (best < 0 || st != DL_OK) break;
-        if (!dl_ids_push(&v.ids, &v.n, &v.cap, t->added[best].id)) st = oom();
-        i = seg = at + t->added[best].n;
-    }
+    dl_status st = split_added(t, text, len, 0, 1, &v, encode_segment);
     if (st != DL_OK) {
         free(v.ids);
         return st;

@@ -336,11 +336,10 @@ static dl_status load_tokenizer_json(dl_tokenizer *t, const char *dir, const cJS
             s = dl_fail(DL_ERR_FORMAT, "`%s`: bad added_tokens entry", file);
             break;
         }
-        if (cJSON_IsTrue(norm))
-            s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: added token `%s` matched after normalisation is not supported", file,
-                        c->valuestring);
-        else
-            s = dl_tok_add_special(t, c->valuestring, (int32_t)id->valuedouble);
+        s = dl_tok_add_token(t, c->valuestring, (int32_t)id->valuedouble, cJSON_IsTrue(norm),
+                             cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "lstrip")),
+                             cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "rstrip")),
+                             cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "single_word")));
     }
     if (s == DL_OK) {
         const cJSON *padj = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "padding"), "pad_id");
