@@ -170,6 +170,46 @@ static void test_bad_input(void) {
     }
 }
 
+/* Default text length: FluxPipeline's own (512) whatever tokenizer_2's model_max_length
+ * says (schnell's test tokenizer says 512, difflet-tiny's 32); a model's difflet.json
+ * overrides it (difflet-tiny: 32) */
+static void test_default_length(void) {
+    CHECK(dl_model_default_int(SOURCE_DIR "/models/difflet-tiny", "max_sequence_length", 2, 512, 512) == 32,
+          "difflet-tiny's difflet.json: 32");
+    CHECK(dl_model_default_int(DATA_DIR "/flux/dev", "max_sequence_length", 2, 512, 512) == 512, "no difflet.json: 512");
+    char dir[] = "/tmp/difflet_defaults_XXXXXX", path[64];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(path, sizeof path, "%s/difflet.json", dir);
+    const char *bodies[] = {"{\"defaults\": {\"max_sequence_length\": 7.5}}", "{\"defaults\": {\"max_sequence_length\": 9000}}",
+                            "{\"defaults\": [", "{\"defaults\": {\"max_sequence_length\": 64}}"};
+    const int64_t want[] = {512, 512, 512, 64};
+    for (int i = 0; i < 4; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(bodies[i], f);
+        fclose(f);
+        CHECK(dl_model_default_int(dir, "max_sequence_length", 2, 512, 512) == want[i], "difflet.json %s", bodies[i]);
+    }
+    remove(path);
+    /* tokenizer_2 declaring 128 does not change FluxPipeline's default */
+    char cmd[1024], model[128];
+    snprintf(model, sizeof model, "%s/m", dir);
+    snprintf(cmd, sizeof cmd,
+             "cp -rL '%s' '%s' && sed -i 's/\"model_max_length\": 512/\"model_max_length\": 128/' '%s/tokenizer_2/tokenizer_config.json' && "
+             "grep -q '\"model_max_length\": 128' '%s/tokenizer_2/tokenizer_config.json'",
+             DATA_DIR "/flux/schnell", model, model, model);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    dl_flux_shape sh = {.width = 32, .height = 48, .dt = DL_F32};
+    dl_flux_pipeline *p;
+    if (dl_flux_pipeline_load(&p, model, &sh) == DL_OK) {
+        CHECK(dl_flux_pipeline_max_sequence_length(p) == 512, "FluxPipeline default 512, got %d",
+              dl_flux_pipeline_max_sequence_length(p));
+        dl_flux_pipeline_free(p);
+    } else
+        CHECK(0, "load: %s", dl_last_error());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+}
+
 /* The embedded model, difflet-tiny (models/difflet-tiny), against diffusers'
  * FluxPipeline on the same weights: 64x64, 8 steps, true CFG 3 with an empty negative
  * prompt, from the committed initial latents (tools/tiny/export_eval.py). Bars: PSNR
@@ -216,6 +256,7 @@ int main(void) {
     test_pipeline("schnell", DL_F32);
     test_pipeline("dev", DL_BF16);
     test_bad_input();
+    test_default_length();
     test_tiny(DL_F32);
     test_tiny(DL_BF16);
     dl_ckpt_free(g_vec);

@@ -134,6 +134,11 @@ dl_status dl_json_read_object(const char *path, const char *shown, struct cJSON 
 /* The number `key` of the JSON object in file dir/rel when it is in [lo, hi], else
  * (missing file or field, or out of range) def. */
 int64_t dl_json_file_int(const char *dir, const char *rel, const char *key, int64_t lo, int64_t hi, int64_t def);
+/* A model's own generation default: the number `key` of the "defaults" object in
+ * DIR/difflet.json (a file difflet reads beside model_index.json, for models trained
+ * for settings other than their pipeline's defaults, such as difflet-tiny's 32 text
+ * tokens), when in [lo, hi]; else def, the diffusers pipeline's own default. */
+int64_t dl_model_default_int(const char *dir, const char *key, int64_t lo, int64_t hi, int64_t def);
 
 /* Reads DIR/model_index.json. */
 dl_status dl_model_dir_open(dl_model_dir **out, const char *dir);

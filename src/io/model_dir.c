@@ -68,6 +68,26 @@ int64_t dl_json_file_int(const char *dir, const char *rel, const char *key, int6
     return n;
 }
 
+int64_t dl_model_default_int(const char *dir, const char *key, int64_t lo, int64_t hi, int64_t def) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/difflet.json", dir);
+    cJSON *j;
+    if (!dl_file_exists(path)) return def;
+    if (dl_json_read_object(path, NULL, &j) != DL_OK) {
+        DL_WARN("%s (its defaults are not used)", dl_last_error());
+        return def;
+    }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "defaults"), key);
+    int64_t n = def;
+    if (cJSON_IsNumber(v) && v->valuedouble >= (double)lo && v->valuedouble <= (double)hi && v->valuedouble == (double)(int64_t)v->valuedouble)
+        n = (int64_t)v->valuedouble;
+    else if (v)
+        DL_WARN("`%s`: defaults.%s must be an integer from %lld to %lld (the pipeline's default %lld is used)", path, key,
+                (long long)lo, (long long)hi, (long long)def);
+    cJSON_Delete(j);
+    return n;
+}
+
 static int is_dir(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);

@@ -102,10 +102,11 @@ const char *dl_flux_pipeline_program_id(const dl_flux_pipeline *p, int component
     return component >= 0 && component < 4 ? p->prog_id[component] : "";
 }
 
-/* FluxPipeline's max_sequence_length default is 512; a model whose tokenizer_2
- * declares a shorter model_max_length (difflet-tiny: 32) was trained at that length */
+/* FluxPipeline's max_sequence_length default is 512, whatever tokenizer_2's
+ * model_max_length says; a model trained at another length says so in its
+ * difflet.json (difflet-tiny: 32) */
 static int default_t5_len(const char *model_dir) {
-    return (int)dl_json_file_int(model_dir, "tokenizer_2/tokenizer_config.json", "model_max_length", 2, 511, 512);
+    return (int)dl_model_default_int(model_dir, "max_sequence_length", 2, 512, 512);
 }
 
 int dl_flux_default_size(const char *model_dir) {

@@ -122,6 +122,12 @@ def save(out, vae, te, tok, te2, tok2, tr):
     tmp = out + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     pipe.save_pretrained(tmp)
+    with open(os.path.join(tmp, "difflet.json"), "w") as f:  # the length it was trained at, for difflet's default
+        json.dump({"_comment": "Generation defaults difflet uses for this model where the request gives none; "
+                   "diffusers' FluxPipeline defaults max_sequence_length to 512, this model was trained with "
+                   f"{T5_LEN} text tokens (pass max_sequence_length={T5_LEN} to diffusers).",
+                   "defaults": {"max_sequence_length": T5_LEN}}, f, indent=2)
+        f.write("\n")
     for f in ("README.md", "training_log.json", "eval_prompts.json"):  # keep what the folder already documents
         if os.path.exists(os.path.join(out, f)):
             shutil.copy(os.path.join(out, f), tmp)
