@@ -64,6 +64,10 @@ typedef struct {
     int steps;
     const float *t;        /* [steps]: the model's timestep input per step */
     const float *sigmas;   /* [steps + 1]: flow-matching Euler update latents += (s[i+1] - s[i]) * v */
+    /* a multistep scheduler's update instead of Euler (NULL: Euler on sigmas):
+     * latents <- step(v) for step i, on the host */
+    dl_status (*sched_step)(void *sched_ctx, int step, const float *v, float *latents);
+    void *sched_ctx;
     float guidance;        /* passed to the model (distilled guidance) */
     int cfg;               /* 1: two branches per step, v = v1 + cfg_scale * (v0 - v1) */
     float cfg_scale;

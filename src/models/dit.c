@@ -346,12 +346,35 @@ dl_status dl_dit_gather_image_rows(dl_dit *c, float *out, int64_t cols) {
     return dl_comm_allgatherv(c->sp.cp_comm, out + c->n0 * cols, out, c->cnt, c->dsp);
 }
 
-void dl_dit_cross_attention(dl_dit *c, const void *q, int64_t qs, const void *k, const void *v, int64_t kvs, void *out,
-                            int64_t os) {
-    dl_attn_args a = {.dt = c->dt, .sq = c->Nl, .sk = c->T, .heads = c->Hl, .head_dim = c->Dh, .q = q, .k = k, .v = v,
+void dl_dit_cross_attention(dl_dit *c, const void *q, int64_t qs, const void *k, const void *v, int64_t kvs, int64_t nk,
+                            int64_t valid, void *out, int64_t os) {
+    dl_attn_args a = {.dt = c->dt, .sq = c->Nl, .sk = nk, .heads = c->Hl, .head_dim = c->Dh, .q = q, .k = k, .v = v,
                       .q_stride = qs, .k_stride = kvs, .v_stride = kvs, .out = out, .out_stride = os, .kv_begin = 0,
-                      .kv_end = c->L, .scale = 1.f / sqrtf((float)c->Dh)};
+                      .kv_end = valid, .scale = 1.f / sqrtf((float)c->Dh)};
     attn_call(c, &a, -1, NULL);
+}
+
+void dl_dit_qk_norm_full_rope(dl_dit *c, const float *nq, const float *nk, float eps) {
+    const int64_t Dl = c->Dl, Sl = c->Sl;
+    char *q = c->qkv, *k = (char *)c->qkv + (size_t)Dl * dl_dtype_size(c->dt);
+    DL_PAR({
+        dl_rmsnorm_heads_t(c->dt, q, Sl, 3 * Dl, 1, Dl, nq, eps, ith, nth);
+        dl_rmsnorm_heads_t(c->dt, k, Sl, 3 * Dl, 1, Dl, nk, eps, ith, nth);
+    });
+    DL_PAR({
+        dl_rope_t(DL_ROPE_PAIRS, c->dt, q, Sl, c->Hl, c->Dh, 3 * Dl, c->rope_cos, c->rope_sin, ith, nth);
+        dl_rope_t(DL_ROPE_PAIRS, c->dt, k, Sl, c->Hl, c->Dh, 3 * Dl, c->rope_cos, c->rope_sin, ith, nth);
+    });
+}
+
+void dl_dit_timestep_proj(float t, int64_t dim, float *out) {
+    const int64_t half = dim / 2;
+    for (int64_t i = 0; i < half; i++) {
+        float e = expf(-logf(10000.f) * (float)i / (float)half);
+        float a = t * e;
+        out[i] = cosf(a);
+        out[half + i] = sinf(a);
+    }
 }
 
 void dl_dit_swiglu(dl_dit *c, void *y, int64_t ldy, const void *ab, int64_t rows, int64_t f) {

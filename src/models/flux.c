@@ -131,7 +131,6 @@ static dl_status vecp(dl_wsrc *ck, const char *name, int64_t n, float **out) {
     return dl_param_f32(ck, name, 1, shape, out);
 }
 
-
 int64_t dl_flux_heads(const dl_flux *m) { return m->c.H; }
 void dl_flux_text_dims(const dl_flux *m, int64_t *joint, int64_t *pooled) {
     *joint = m->Jd;
@@ -150,9 +149,6 @@ dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, 
                        int64_t txt_len, dl_dtype dt, dl_wsrc *src) {
     return dl_flux_load_split(out, dir, component, grid_h, grid_w, txt_len, dt, src, NULL);
 }
-
-
-
 
 dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *component, int64_t grid_h, int64_t grid_w,
                              int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split) {
@@ -339,17 +335,6 @@ fail:
     return s;
 }
 
-/* diffusers' get_timestep_embedding(t, 256, flip_sin_to_cos=True, shift 0), in f32 */
-static void timestep_proj(float t, float *out) {
-    const int half = 128;
-    for (int i = 0; i < half; i++) {
-        float e = expf(-logf(10000.f) * (float)i / (float)half);
-        float a = t * e;
-        out[i] = cosf(a);
-        out[half + i] = sinf(a);
-    }
-}
-
 /* temb += linear_2(silu(linear_1(v))) for a one-row input v (f32) */
 static dl_status embed(dl_flux *m, lin *l1, lin *l2, const float *v, int64_t n, float *acc) {
     dl_status s;
@@ -358,22 +343,6 @@ static dl_status embed(dl_flux *m, lin *l1, lin *l2, const float *v, int64_t n, 
     for (int64_t i = 0; i < m->c.D; i++) acc[i] += m->c.o[i];
     return DL_OK;
 }
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 static dl_status conditioning(dl_flux *m, const float *pooled, float timestep, float guidance);
 
@@ -460,10 +429,10 @@ static dl_status conditioning(dl_flux *m, const float *pooled, float timestep, f
     const int64_t D = m->c.D;
     dl_status s;
     memset(m->temb, 0, (size_t)D * 4);
-    timestep_proj(timestep * 1000.f, m->tproj);
+    dl_dit_timestep_proj(timestep * 1000.f, 256, m->tproj);
     if ((s = embed(m, &m->t1, &m->t2, m->tproj, 256, m->temb))) return s;
     if (m->guidance) {
-        timestep_proj(guidance * 1000.f, m->tproj);
+        dl_dit_timestep_proj(guidance * 1000.f, 256, m->tproj);
         if ((s = embed(m, &m->g1, &m->g2, m->tproj, 256, m->temb))) return s;
     }
     if ((s = embed(m, &m->p1, &m->p2, pooled, m->Pd, m->temb))) return s;

@@ -148,12 +148,19 @@ void dl_dit_qk_norm_rope(dl_dit *c, const float *nq_t, const float *nk_t, const 
 /* joint attention of the local rows into att (row stride os), by the split's mode:
  * one rank, Ulysses, ring or gather; padded text keys [L, T) never attended */
 dl_status dl_dit_attention(dl_dit *c, int64_t os);
+/* QK RMSNorm across all heads of a row (Wan: torch.nn.RMSNorm over the whole
+ * projection, weights [D]) and RoPE (pairs) on q and k of the local rows; needs
+ * every head of a row on this rank (tp 1) */
+void dl_dit_qk_norm_full_rope(dl_dit *c, const float *nq, const float *nk, float eps);
 /* cross-attention (Wan, OpenSora): the local image rows' queries (Nl rows, this
- * rank's Hl heads, row stride qs) over the text keys and values (T rows, valid
- * [0, L), row stride kvs) into out (row stride os). Text is on every cp rank, so
- * no rank talks to another; TP keeps whole heads. */
-void dl_dit_cross_attention(dl_dit *c, const void *q, int64_t qs, const void *k, const void *v, int64_t kvs, void *out,
-                            int64_t os);
+ * rank's Hl heads, row stride qs) over nk context keys and values (valid [0,
+ * valid), row stride kvs) into out (row stride os). The context is on every cp
+ * rank, so no rank talks to another; TP keeps whole heads. */
+void dl_dit_cross_attention(dl_dit *c, const void *q, int64_t qs, const void *k, const void *v, int64_t kvs, int64_t nk,
+                            int64_t valid, void *out, int64_t os);
+/* diffusers' Timesteps(dim, flip_sin_to_cos=True, downscale_freq_shift=0) of t, in
+ * f32 as torch computes it: [cos(t f_i) | sin(t f_i)], f_i = exp(-ln(10^4) i / (dim/2)) */
+void dl_dit_timestep_proj(float t, int64_t dim, float *out);
 /* SwiGLU: y[r, 0:f) = silu(ab[r, 0:f)) * ab[r, f:2f) for `rows` rows of ab (row
  * stride 2f) into y (row stride ldy), in the stream's dtype (each product rounded
  * as torch rounds it). */

@@ -285,8 +285,12 @@ dl_status dl_denoise_run(dl_denoise *d, const dl_denoise_request *r, dl_denoise_
         if (s != DL_OK) break;
         if (cfg)
             for (int64_t k = 0; k < n; k++) d->v[k] = d->v2[k] + r->cfg_scale * (d->v[k] - d->v2[k]);
-        float dt = r->sigmas[i + 1] - r->sigmas[i];
-        for (int64_t k = 0; k < n; k++) d->lat[k] = d->lat[k] + dt * d->v[k];
+        if (r->sched_step) {
+            if ((s = r->sched_step(r->sched_ctx, i, d->v, d->lat))) break;
+        } else {
+            float dt = r->sigmas[i + 1] - r->sigmas[i];
+            for (int64_t k = 0; k < n; k++) d->lat[k] = d->lat[k] + dt * d->v[k];
+        }
         if (r->on_step) r->on_step(r->ctx, i + 1, r->steps, dl_now() - t0);
     }
     /* every rank reports what it ran, even after a cancel (it keeps them in step) */

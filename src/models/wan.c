@@ -1,0 +1,411 @@
+/* WanTransformer3DModel (diffusers): Wan 2.1's denoiser, built for a fixed latent
+ * grid and text length. Video tokens only in the self-attention stream (the DiT
+ * library's joint stream with no text rows); the text enters by cross-attention.
+ *
+ *   x = patch_embedding(latents) as rows                   // Conv3d, kernel = stride = patch: [N, D]
+ *   temb = time_embedder(Timesteps(freq_dim)(t))           // linear, SiLU, linear: [D]
+ *   tproj = time_proj(silu(temb))                           // [6D]
+ *   ctx = text_embedder(txt)                                // linear, GELU-tanh, linear: [T, D]
+ *   block (per layer, sst its scale_shift_table [6, D]):
+ *     shift1, scale1, gate1, shift2, scale2, gate2 = sst + tproj
+ *     h = LN(x)(1 + scale1) + shift1;  q, k, v = to_q|k|v(h)
+ *     q, k = RMS_D(q), RMS_D(k) (across heads);  x += gate1 * to_out(attn(RoPE3(q), RoPE3(k), v))
+ *     h = norm2(x) (affine LayerNorm when cross_attn_norm, else x)
+ *     x += to_out2(attn(RMS_D(to_q2(h)), RMS_D(to_k2(ctx)), to_v2(ctx)))   // every text row attended
+ *     x += gate2 * ffn(LN(x)(1 + scale2) + shift2)          // linear, GELU-tanh, linear
+ *   shift, scale = sst_out [2, D] + temb
+ *   out = unpatchify(proj_out(LN(x)(1 + scale) + shift))  // [C_out, F, H, W]
+ * RoPE3: head_dim split [d - 4(d/6), 2(d/6), 2(d/6)] over (frame, row, column) of
+ * the patch grid, adjacent pairs rotated. The Q/K norms are applied whatever the
+ * config's qk_norm says (as diffusers does). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difflet/wan.h"
+#include "models/models_impl.h"
+
+typedef struct {
+    lin qkv;                 /* attn1 to_q | to_k | to_v: D -> 3D, over the local rows */
+    float *nq, *nk;          /* attn1 norm_q / norm_k: [D] */
+    lin out;                 /* attn1.to_out.0 -> o (f32) */
+    float *n2w, *n2b;        /* norm2 affine [D] (cross_attn_norm) or NULL */
+    lin q2;                  /* attn2.to_q over the local rows */
+    lin kv2;                 /* attn2.to_k | to_v over the text rows: D -> 2D */
+    float *nq2, *nk2;        /* attn2 norm_q / norm_k: [D] */
+    lin out2;                /* attn2.to_out.0 -> o (f32) */
+    lin ff1, ff2;            /* ffn.net.0.proj (GELU-tanh fused), ffn.net.2 */
+    float *sst;              /* scale_shift_table [6, D] */
+} wan_block;
+
+struct dl_wan {
+    dl_dit c;                         /* the video stream (T = 0): sizes, split, shared activations */
+    int64_t Cin, Cout, P[3];          /* latent channels, patch (t, h, w) */
+    int64_t Fl, Hl_, Wl;              /* latent grid (frames, height, width) */
+    int64_t G[3];                     /* token grid: Fl / P[0], Hl_ / P[1], Wl / P[2] */
+    int64_t Tt, Td, freq;             /* text rows, text width, Timesteps channels */
+    int nl, cross_norm;
+    float eps;
+    dl_conv *patch;                   /* patch_embedding: [Cin, F, H, W] -> [D, G] */
+    lin t1, t2, tp, x1, x2;           /* time_embedder, time_proj, text_embedder */
+    wan_block *blk;
+    float *sst_out;                   /* [2, D] */
+    lin proj_out;                     /* D -> Cout * prod(P), over the local rows */
+    /* activations (the stream's are in c) */
+    void *lat_in;                     /* [Cin, F, H, W] dt */
+    void *pe;                         /* [D, N] dt: patch_embedding output */
+    void *txt_in, *txt_h, *ctx;       /* [T, Td], [T, D], [T, D] dt */
+    void *q2, *kv2, *f;               /* [Nl, D], [T, 2D], [Nl, F] dt */
+    float *temb, *tproj, *mod, *tfreq, *ones; /* [D], [6D], [6D], [freq], [D] */
+    void *vec_in, *vec_h;             /* [max(freq, D)] dt: one-row matmul inputs */
+    float *pout;                      /* [Nl, Cout * prod(P)] f32 */
+    float *full;                      /* [N, Cout * prod(P)] f32: every rank's rows (cp > 1) */
+    void *arena;
+};
+
+int64_t dl_wan_in_channels(const dl_wan *m) { return m->Cin; }
+int64_t dl_wan_out_channels(const dl_wan *m) { return m->Cout; }
+int64_t dl_wan_heads(const dl_wan *m) { return m->c.H; }
+int64_t dl_wan_text_dim(const dl_wan *m) { return m->Td; }
+void dl_wan_patch(const dl_wan *m, int64_t patch[3]) { memcpy(patch, m->P, sizeof m->P); }
+
+void dl_wan_free(dl_wan *m) {
+    if (!m) return;
+    lin *ls[] = {&m->t1, &m->t2, &m->tp, &m->x1, &m->x2, &m->proj_out};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) dl_lin_free(ls[i]);
+    for (int i = 0; m->blk && i < m->nl; i++) {
+        wan_block *b = &m->blk[i];
+        lin *bl[] = {&b->qkv, &b->out, &b->q2, &b->kv2, &b->out2, &b->ff1, &b->ff2};
+        for (size_t k = 0; k < sizeof bl / sizeof bl[0]; k++) dl_lin_free(bl[k]);
+        free(b->nq), free(b->nk), free(b->nq2), free(b->nk2), free(b->n2w), free(b->n2b), free(b->sst);
+    }
+    free(m->blk), free(m->sst_out);
+    dl_conv_free(m->patch);
+    dl_dit_free(&m->c);
+    dl_aligned_free(m->arena);
+    dl_aligned_free(m->full);
+    free(m);
+}
+
+/* `<base>.weight` / `<base>.bias` linears: one, or the fused concatenation of nparts */
+static dl_status linp(lin *l, dl_wsrc *ck, const char *p, const char *const *names, int nparts, int64_t m, int64_t k,
+                      int64_t n, dl_dtype dt, dl_dtype dst, dl_act act) {
+    char w[3][256], b[3][256];
+    const char *wn[3], *bn[3];
+    int64_t parts[3];
+    for (int i = 0; i < nparts; i++) {
+        snprintf(w[i], sizeof w[i], "%s%s.weight", p, names[i]);
+        snprintf(b[i], sizeof b[i], "%s%s.bias", p, names[i]);
+        wn[i] = w[i], bn[i] = b[i], parts[i] = n;
+    }
+    return dl_lin_load(l, ck, wn, bn, nparts, parts, m, k, dt, dst, act);
+}
+
+static dl_status lin_one(lin *l, dl_wsrc *ck, const char *p, const char *name, int64_t m, int64_t k, int64_t n,
+                         dl_dtype dt, dl_dtype dst, dl_act act) {
+    const char *names[1] = {name};
+    return linp(l, ck, p, names, 1, m, k, n, dt, dst, act);
+}
+
+static dl_status vec(dl_wsrc *ck, const char *p, const char *name, int64_t n, float **out) {
+    char nm[256];
+    snprintf(nm, sizeof nm, "%s%s", p, name);
+    int64_t shape[1] = {n};
+    return dl_param_f32(ck, nm, 1, shape, out);
+}
+
+static dl_status read_config(dl_wan *m, const cJSON *cfg, const char *file) {
+    int64_t nl, heads, hd, ffn;
+    double eps;
+    dl_status s;
+    const cJSON *ps = cJSON_GetObjectItemCaseSensitive(cfg, "patch_size");
+    if ((s = dl_cfg_int(cfg, file, "num_attention_heads", 40, &heads)) ||
+        (s = dl_cfg_int(cfg, file, "attention_head_dim", 128, &hd)) ||
+        (s = dl_cfg_int(cfg, file, "in_channels", 16, &m->Cin)) ||
+        (s = dl_cfg_int(cfg, file, "out_channels", 16, &m->Cout)) ||
+        (s = dl_cfg_int(cfg, file, "text_dim", 4096, &m->Td)) || (s = dl_cfg_int(cfg, file, "freq_dim", 256, &m->freq)) ||
+        (s = dl_cfg_int(cfg, file, "ffn_dim", 13824, &ffn)) || (s = dl_cfg_int(cfg, file, "num_layers", 40, &nl)) ||
+        (s = dl_cfg_bool(cfg, file, "cross_attn_norm", 1, &m->cross_norm)) ||
+        (s = dl_cfg_float(cfg, file, "eps", 1e-6, &eps)))
+        return s;
+    const char *refused[] = {"image_dim", "added_kv_proj_dim", "pos_embed_seq_len"};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, refused[i]);
+        if (v && !cJSON_IsNull(v))
+            return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: %s is set: the image-conditioned (I2V) Wan transformer is not supported yet",
+                           file, refused[i]);
+    }
+    m->P[0] = 1, m->P[1] = 2, m->P[2] = 2;
+    if (ps) {
+        if (!cJSON_IsArray(ps) || cJSON_GetArraySize(ps) != 3)
+            return dl_fail(DL_ERR_FORMAT, "`%s`: patch_size must be 3 integers", file);
+        for (int i = 0; i < 3; i++) {
+            const cJSON *v = cJSON_GetArrayItem(ps, i);
+            if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 64 || v->valuedouble != (double)(int64_t)v->valuedouble)
+                return dl_fail(DL_ERR_FORMAT, "`%s`: patch_size must be 3 integers from 1 to 64", file);
+            m->P[i] = (int64_t)v->valuedouble;
+        }
+    }
+    if (eps != 1e-6) /* the DiT library's adaLN uses 1e-6, as every Wan 2.1 config */
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: eps %g is not supported (1e-6)", file, eps);
+    if (heads <= 0 || hd <= 0 || hd % 2 || ffn <= 0 || nl <= 0 || m->Cin <= 0 || m->Cout <= 0 || m->Td <= 0 ||
+        m->freq <= 0 || m->freq % 2)
+        return dl_fail(DL_ERR_FORMAT, "`%s`: inconsistent sizes", file);
+    m->eps = (float)eps;
+    m->nl = (int)nl;
+    m->c.H = heads, m->c.Dh = hd, m->c.D = heads * hd, m->c.F = ffn;
+    return DL_OK;
+}
+
+dl_status dl_wan_load(dl_wan **out, dl_model_dir *dir, const char *component, int64_t lat_frames, int64_t lat_h,
+                      int64_t lat_w, int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split) {
+    *out = NULL;
+    char file[512], p[128];
+    snprintf(file, sizeof file, "%s/config.json", component);
+    const cJSON *cfg;
+    dl_status s = dl_model_dir_config(dir, component, &cfg);
+    if (s != DL_OK) return s;
+    dl_wan *m = calloc(1, sizeof *m);
+    if (!m) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    dl_wsrc *ck = NULL;
+    m->c.sp = split ? *split : (dl_dit_split){.tp = 1, .cp = 1};
+    if ((s = read_config(m, cfg, file))) goto fail;
+    int64_t rope_max;
+    if ((s = dl_cfg_int(cfg, file, "rope_max_seq_len", 1024, &rope_max))) goto fail;
+    m->Fl = lat_frames, m->Hl_ = lat_h, m->Wl = lat_w, m->Tt = txt_len;
+    const int64_t lat[3] = {lat_frames, lat_h, lat_w};
+    for (int i = 0; i < 3; i++) {
+        if (lat[i] <= 0 || lat[i] % m->P[i]) {
+            s = dl_fail(DL_ERR_INVALID, "Wan transformer: the latent grid %lldx%lldx%lld (frames x height x width) is not divisible by patch_size (%lld, %lld, %lld)",
+                        (long long)lat_frames, (long long)lat_h, (long long)lat_w, (long long)m->P[0], (long long)m->P[1],
+                        (long long)m->P[2]);
+            goto fail;
+        }
+        m->G[i] = lat[i] / m->P[i];
+        if (m->G[i] > rope_max) {
+            s = dl_fail(DL_ERR_INVALID, "Wan transformer: %lld patches along an axis, rope_max_seq_len is %lld",
+                        (long long)m->G[i], (long long)rope_max);
+            goto fail;
+        }
+    }
+    if (txt_len <= 0) {
+        s = dl_fail(DL_ERR_INVALID, "Wan transformer: empty text");
+        goto fail;
+    }
+    if (m->c.sp.tp > 1) {
+        s = dl_fail(DL_ERR_UNSUPPORTED, "parallel split refused: Wan's Q/K RMSNorm spans every head of a row, tensor parallelism (tp=%d) is not supported yet; use cp or cfg",
+                    m->c.sp.tp);
+        goto fail;
+    }
+    char why[256];
+    const char *bad = dl_dit_split_check(&m->c.sp, m->c.H, why, sizeof why);
+    if (bad) {
+        s = dl_fail(DL_ERR_INVALID, "parallel split refused: %s", bad);
+        goto fail;
+    }
+    m->c.dt = dt;
+    m->c.T = m->c.L = 0; /* no text rows in the self-attention stream */
+    m->c.N = m->G[0] * m->G[1] * m->G[2];
+    m->c.S = m->c.N;
+    if ((s = dl_dit_plan(&m->c)) != DL_OK) goto fail;
+    if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
+    const int64_t D = m->c.D, F = m->c.F, Nl = m->c.Nl, N = m->c.N, T = txt_len, PP = m->P[0] * m->P[1] * m->P[2];
+    dl_conv_desc pd = {.ndim = 3, .cin = m->Cin, .cout = D, .in = {lat_frames, lat_h, lat_w},
+                       .kernel = {m->P[0], m->P[1], m->P[2]}, .stride = {m->P[0], m->P[1], m->P[2]}, .dt = dt};
+    static const char *qkv_n[3] = {"attn1.to_q", "attn1.to_k", "attn1.to_v"}, *kv_n[2] = {"attn2.to_k", "attn2.to_v"};
+    if ((s = dl_conv_load(&m->patch, ck, "patch_embedding", &pd)) ||
+        (s = lin_one(&m->t1, ck, "condition_embedder.time_embedder.", "linear_1", 1, m->freq, D, dt, dt, DL_ACT_SILU)) ||
+        (s = lin_one(&m->t2, ck, "condition_embedder.time_embedder.", "linear_2", 1, D, D, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = lin_one(&m->tp, ck, "condition_embedder.", "time_proj", 1, D, 6 * D, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = lin_one(&m->x1, ck, "condition_embedder.text_embedder.", "linear_1", T, m->Td, D, dt, dt, DL_ACT_GELU_TANH)) ||
+        (s = lin_one(&m->x2, ck, "condition_embedder.text_embedder.", "linear_2", T, D, D, dt, dt, DL_ACT_NONE)) ||
+        (s = lin_one(&m->proj_out, ck, "", "proj_out", Nl, D, m->Cout * PP, dt, DL_F32, DL_ACT_NONE)))
+        goto fail;
+    int64_t sst_shape[3] = {1, 2, D}, bsst[3] = {1, 6, D};
+    if ((s = dl_param_f32(ck, "scale_shift_table", 3, sst_shape, &m->sst_out))) goto fail;
+    if (!(m->blk = calloc((size_t)m->nl, sizeof *m->blk))) {
+        s = dl_fail(DL_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < m->nl; i++) {
+        wan_block *b = &m->blk[i];
+        char nm[256];
+        snprintf(p, sizeof p, "blocks.%d.", i);
+        snprintf(nm, sizeof nm, "%sscale_shift_table", p);
+        if ((s = linp(&b->qkv, ck, p, qkv_n, 3, Nl, D, D, dt, dt, DL_ACT_NONE)) ||
+            (s = vec(ck, p, "attn1.norm_q.weight", D, &b->nq)) || (s = vec(ck, p, "attn1.norm_k.weight", D, &b->nk)) ||
+            (s = lin_one(&b->out, ck, p, "attn1.to_out.0", Nl, D, D, dt, DL_F32, DL_ACT_NONE)) ||
+            (m->cross_norm && ((s = vec(ck, p, "norm2.weight", D, &b->n2w)) || (s = vec(ck, p, "norm2.bias", D, &b->n2b)))) ||
+            (s = lin_one(&b->q2, ck, p, "attn2.to_q", Nl, D, D, dt, dt, DL_ACT_NONE)) ||
+            (s = linp(&b->kv2, ck, p, kv_n, 2, T, D, D, dt, dt, DL_ACT_NONE)) ||
+            (s = vec(ck, p, "attn2.norm_q.weight", D, &b->nq2)) || (s = vec(ck, p, "attn2.norm_k.weight", D, &b->nk2)) ||
+            (s = lin_one(&b->out2, ck, p, "attn2.to_out.0", Nl, D, D, dt, DL_F32, DL_ACT_NONE)) ||
+            (s = lin_one(&b->ff1, ck, p, "ffn.net.0.proj", Nl, D, F, dt, dt, DL_ACT_GELU_TANH)) ||
+            (s = lin_one(&b->ff2, ck, p, "ffn.net.2", Nl, F, D, dt, DL_F32, DL_ACT_NONE)) ||
+            (s = dl_param_f32(ck, nm, 3, bsst, &b->sst)))
+            goto fail;
+    }
+    /* RoPE tables of the local rows (token order: frame, row, column) */
+    const int64_t hd = m->c.Dh / 2;
+    m->c.rope_cos = malloc((size_t)(N * hd) * sizeof(float));
+    m->c.rope_sin = malloc((size_t)(N * hd) * sizeof(float));
+    if (!m->c.rope_cos || !m->c.rope_sin) {
+        s = dl_fail(DL_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    dl_rope_table_wan(m->G[0], m->G[1], m->G[2], m->c.Dh, 10000.0, m->c.rope_cos, m->c.rope_sin);
+    if (m->c.n0) {
+        memmove(m->c.rope_cos, m->c.rope_cos + m->c.n0 * hd, (size_t)(Nl * hd) * 4);
+        memmove(m->c.rope_sin, m->c.rope_sin + m->c.n0 * hd, (size_t)(Nl * hd) * 4);
+    }
+    const size_t es = dl_dtype_size(dt);
+    const int64_t vmax = m->freq > D ? m->freq : D, keys = N > T ? N : T;
+    act_plan pl = {0};
+    dl_plan_add(&pl, &m->c.x, (size_t)(m->c.xn * D) * 4, 0, 2);
+    dl_plan_add(&pl, &m->c.o, (size_t)(Nl * D) * 4, 1, 1);
+    dl_plan_add(&pl, &m->c.h, (size_t)(Nl * D) * es, 1, 2);
+    dl_plan_add(&pl, &m->c.qkv, (size_t)(Nl * 3 * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->c.att, (size_t)(Nl * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->lat_in, (size_t)(m->Cin * lat_frames * lat_h * lat_w) * es, 0, 0);
+    dl_plan_add(&pl, &m->pe, (size_t)(D * N) * es, 0, 0);
+    dl_plan_add(&pl, &m->txt_in, (size_t)(T * m->Td) * es, 0, 0);
+    dl_plan_add(&pl, &m->txt_h, (size_t)(T * D) * es, 0, 0);
+    dl_plan_add(&pl, &m->ctx, (size_t)(T * D) * es, 0, 1);
+    dl_plan_add(&pl, &m->q2, (size_t)(Nl * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->kv2, (size_t)(T * 2 * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->f, (size_t)(Nl * F) * es, 1, 1);
+    dl_plan_add(&pl, &m->temb, (size_t)D * 4, 0, 2);
+    dl_plan_add(&pl, &m->tproj, (size_t)(6 * D) * 4, 0, 1);
+    dl_plan_add(&pl, &m->mod, (size_t)(6 * D) * 4, 0, 2);
+    dl_plan_add(&pl, &m->tfreq, (size_t)m->freq * 4, 0, 0);
+    dl_plan_add(&pl, &m->ones, (size_t)D * 4, 0, 2);
+    dl_plan_add(&pl, &m->vec_in, (size_t)vmax * es, 0, 0);
+    dl_plan_add(&pl, &m->vec_h, (size_t)vmax * es, 0, 0);
+    dl_plan_add(&pl, &m->pout, (size_t)(Nl * m->Cout * PP) * 4, 2, 2);
+    dl_plan_attn_scratch(&pl, &m->c.scratch, dt, keys, m->c.H, m->c.Dh, 0, 1, 1);
+    if ((s = dl_plan_commit(&pl, ck, &m->arena)) != DL_OK || (s = dl_dit_alloc(&m->c)) != DL_OK) goto fail;
+    if (m->c.sp.cp > 1 && !(m->full = dl_aligned_alloc((size_t)(N * m->Cout * PP) * 4))) {
+        s = dl_fail(DL_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    dl_ws_close(ck);
+    *out = m;
+    return DL_OK;
+fail:
+    dl_ws_close(ck);
+    dl_wan_free(m);
+    return s;
+}
+
+#define RUN(l, x, y)                                         \
+    do {                                                     \
+        if ((s = lin_run((l), (x), (y))) != DL_OK) return s; \
+    } while (0)
+#define TRY(e)                            \
+    do {                                  \
+        if ((s = (e)) != DL_OK) return s; \
+    } while (0)
+
+/* temb, and tproj = time_proj(silu(temb)), for a timestep */
+static dl_status conditioning(dl_wan *m, float timestep) {
+    const int64_t D = m->c.D;
+    const dl_dtype dt = m->c.dt;
+    dl_status s;
+    dl_dit_timestep_proj(timestep, m->freq, m->tfreq);
+    dl_convert_t(dt, m->vec_in, DL_F32, m->tfreq, m->freq, 0, 1);
+    RUN(&m->t1, m->vec_in, m->vec_h);
+    RUN(&m->t2, m->vec_h, m->temb);
+    for (int64_t i = 0; i < D; i++) m->mod[i] = m->temb[i] / (1.f + expf(-m->temb[i]));
+    dl_convert_t(dt, m->vec_in, DL_F32, m->mod, D, 0, 1);
+    RUN(&m->tp, m->vec_in, m->tproj);
+    return DL_OK;
+}
+
+/* mod = sst + v (f32, as torch adds the table to the projection) */
+static void add_table(float *mod, const float *sst, const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) mod[i] = sst[i] + v[i];
+}
+
+dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float timestep, float *out) {
+    const int64_t D = m->c.D, N = m->c.N, Nl = m->c.Nl, n0 = m->c.n0, T = m->Tt, PP = m->P[0] * m->P[1] * m->P[2];
+    const dl_dtype dt = m->c.dt;
+    const size_t es = dl_dtype_size(dt);
+    dl_status s;
+    if (!isfinite(timestep)) return dl_fail(DL_ERR_INVALID, "Wan transformer: the timestep is not finite");
+    TRY(conditioning(m, timestep));
+    /* text: ctx = text_embedder(txt) */
+    to_dt(dt, m->txt_in, txt, T * m->Td);
+    RUN(&m->x1, m->txt_in, m->txt_h);
+    RUN(&m->x2, m->txt_h, m->ctx);
+    /* video tokens: the patch convolution, this rank's rows transposed into x */
+    to_dt(dt, m->lat_in, latents, m->Cin * m->Fl * m->Hl_ * m->Wl);
+    TRY(dl_conv_run(m->patch, m->lat_in, m->pe));
+    {
+        float *x = m->c.x;
+        const char *pe = m->pe;
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < Nl; r++)
+            for (int64_t d = 0; d < D; d++) {
+                const char *e = pe + (size_t)(d * N + n0 + r) * es;
+                x[r * D + d] = dt == DL_F32 ? *(const float *)e : dl_bf16_to_f32(*(const uint16_t *)e);
+            }
+    }
+    for (int64_t i = 0; i < D; i++) m->ones[i] = 1.f;
+    for (int i = 0; i < m->nl; i++) {
+        wan_block *b = &m->blk[i];
+        float *md = m->mod; /* shift1, scale1, gate1, shift2, scale2, gate2 */
+        add_table(md, b->sst, m->tproj, 6 * D);
+        /* self-attention */
+        dl_dit_ln_mod(&m->c, NULL, NULL, md + D, md);
+        RUN(&b->qkv, m->c.h, m->c.qkv);
+        dl_dit_qk_norm_full_rope(&m->c, b->nq, b->nk, m->eps);
+        TRY(dl_dit_attention(&m->c, D));
+        RUN(&b->out, m->c.att, m->c.o);
+        dl_dit_gate_add(&m->c, NULL, md + 2 * D);
+        /* cross-attention to every text row */
+        if (m->cross_norm)
+            DL_PAR(dl_layernorm_x_t(dt, m->c.h, DL_F32, m->c.x, Nl, D, b->n2w, b->n2b, NULL, NULL, m->eps, ith, nth));
+        else
+            to_dt(dt, m->c.h, m->c.x, Nl * D);
+        RUN(&b->q2, m->c.h, m->q2);
+        RUN(&b->kv2, m->ctx, m->kv2);
+        DL_PAR({
+            dl_rmsnorm_heads_t(dt, m->q2, Nl, D, 1, D, b->nq2, m->eps, ith, nth);
+            dl_rmsnorm_heads_t(dt, m->kv2, T, 2 * D, 1, D, b->nk2, m->eps, ith, nth);
+        });
+        dl_dit_cross_attention(&m->c, m->q2, D, m->kv2, (char *)m->kv2 + (size_t)D * es, 2 * D, T, T, m->c.att, D);
+        RUN(&b->out2, m->c.att, m->c.o);
+        dl_dit_gate_add(&m->c, NULL, m->ones);
+        /* feed-forward */
+        dl_dit_ln_mod(&m->c, NULL, NULL, md + 4 * D, md + 3 * D);
+        RUN(&b->ff1, m->c.h, m->f);
+        RUN(&b->ff2, m->f, m->c.o);
+        dl_dit_gate_add(&m->c, NULL, md + 5 * D);
+    }
+    add_table(m->mod, m->sst_out, m->temb, D); /* shift */
+    add_table(m->mod + D, m->sst_out + D, m->temb, D); /* scale */
+    dl_dit_ln_mod(&m->c, NULL, NULL, m->mod + D, m->mod);
+    RUN(&m->proj_out, m->c.h, m->pout);
+    /* unpatchify: row (f, h, w), column ((pt, ph, pw), c) -> out[c, f pt + pt', ...] */
+    const float *rows = m->pout;
+    if (m->c.sp.cp > 1) {
+        memcpy(m->full + n0 * m->Cout * PP, m->pout, (size_t)(Nl * m->Cout * PP) * 4);
+        TRY(dl_dit_gather_image_rows(&m->c, m->full, m->Cout * PP));
+        rows = m->full;
+    }
+    const int64_t G1 = m->G[1], G2 = m->G[2], H = m->Hl_, W = m->Wl, FHW = m->Fl * H * W;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; r++) {
+        int64_t f = r / (G1 * G2), h = r / G2 % G1, w = r % G2;
+        const float *row = rows + r * m->Cout * PP;
+        for (int64_t a = 0; a < m->P[0]; a++)
+            for (int64_t bb = 0; bb < m->P[1]; bb++)
+                for (int64_t cc = 0; cc < m->P[2]; cc++) {
+                    const float *v = row + ((a * m->P[1] + bb) * m->P[2] + cc) * m->Cout;
+                    int64_t at = ((f * m->P[0] + a) * H + h * m->P[1] + bb) * W + w * m->P[2] + cc;
+                    for (int64_t c = 0; c < m->Cout; c++) out[c * FHW + at] = v[c];
+                }
+    }
+    return DL_OK;
+}

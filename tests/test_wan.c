@@ -1,0 +1,108 @@
+/* Wan 2.1 against diffusers (tests/data/wan, tools/parity/make_wan_vectors.py): two
+ * tiny random-weight WanPipelines differing in heads, depth, patch, cross-attention
+ * norm and VAE temporal layout. One WanTransformer3DModel call per config (f32:
+ * ≤ 1e-4 × max|ref|; bf16: PSNR), and the refusals. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difflet/wan.h"
+#include "test_util.h"
+
+static dl_checkpoint *g_vec;
+
+static float *vec(const char *name, int64_t *numel, int64_t *shape) {
+    const dl_st_tensor *t = dl_ckpt_find(g_vec, name);
+    if (!t) {
+        fprintf(stderr, "no vector %s\n", name);
+        return NULL;
+    }
+    float *p = malloc((size_t)t->numel * 4);
+    dl_ckpt_read(t, DL_F32, p);
+    if (numel) *numel = t->numel;
+    if (shape) memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    return p;
+}
+
+static double rel_err(const float *got, const float *want, int64_t n) {
+    double mx = 0, e = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        mx = fmax(mx, fabs(want[i]));
+        e = fmax(e, fabs((double)got[i] - want[i]));
+    }
+    return e / (mx > 0 ? mx : 1);
+}
+
+static double psnr_range(const float *a, const float *b, int64_t n, double range) {
+    double se = 0;
+    for (int64_t i = 0; i < n; i++) se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    se /= (double)n;
+    return se > 0 ? 10 * log10(range * range / se) : 200;
+}
+
+static void test_step(const char *v, dl_dtype dt) {
+    char path[256], name[64];
+    snprintf(path, sizeof path, DATA_DIR "/wan/%s", v);
+    dl_model_dir *dir;
+    if (dl_model_dir_open(&dir, path) != DL_OK) {
+        CHECK(0, "open %s: %s", path, dl_last_error());
+        return;
+    }
+    int64_t shape[8] = {0}, n = 0, ne = 0, tsh[8] = {0};
+    snprintf(name, sizeof name, "%s.step.latents", v);
+    float *lat = vec(name, &n, shape);
+    snprintf(name, sizeof name, "%s.text.embeds", v);
+    float *emb = vec(name, &ne, tsh);
+    snprintf(name, sizeof name, "%s.step.t", v);
+    float *t = vec(name, NULL, NULL);
+    snprintf(name, sizeof name, "%s.step.out", v);
+    float *want = vec(name, NULL, NULL);
+    dl_wan *m = NULL;
+    if (lat && emb && t && want &&
+        dl_wan_load(&m, dir, "transformer", shape[1], shape[2], shape[3], tsh[0], dt, NULL, NULL) == DL_OK) {
+        float *got = calloc((size_t)n, 4);
+        CHECK(dl_wan_run(m, lat, emb, t[0], got) == DL_OK, "%s run: %s", v, dl_last_error());
+        double e = rel_err(got, want, n), p = psnr_range(got, want, n, 8.0);
+        printf("wan %s transformer %s: max err %.3g of max|ref|, PSNR %.1f dB (range 8)\n", v, dl_dtype_name(dt), e, p);
+        if (dt == DL_F32)
+            CHECK(e <= 1e-4, "%s f32 transformer: %.3g", v, e);
+        else
+            CHECK(p >= 40, "%s bf16 transformer: %.1f dB", v, p);
+        free(got);
+        dl_wan_free(m);
+    } else
+        CHECK(0, "%s load: %s", v, dl_last_error());
+    free(lat), free(emb), free(t), free(want);
+    dl_model_dir_free(dir);
+}
+
+static void test_refusals(void) {
+    dl_model_dir *dir;
+    if (dl_model_dir_open(&dir, DATA_DIR "/wan/a") != DL_OK) return;
+    dl_wan *m;
+    /* grid not divisible by the patch (a: patch (1, 2, 2)) */
+    CHECK(dl_wan_load(&m, dir, "transformer", 3, 7, 12, 16, DL_F32, NULL, NULL) == DL_ERR_INVALID &&
+              strstr(dl_last_error(), "patch_size"),
+          "odd grid: %s", dl_last_error());
+    dl_dit_split tp2 = {.tp = 2, .cp = 1};
+    CHECK(dl_wan_load(&m, dir, "transformer", 3, 8, 12, 16, DL_F32, NULL, &tp2) == DL_ERR_UNSUPPORTED &&
+              strstr(dl_last_error(), "tensor parallelism"),
+          "tp refused: %s", dl_last_error());
+    CHECK(dl_wan_load(&m, dir, "vae", 3, 8, 12, 16, DL_F32, NULL, NULL) != DL_OK, "not a transformer");
+    dl_model_dir_free(dir);
+}
+
+int main(void) {
+    if (dl_ckpt_open(&g_vec, DATA_DIR "/wan/vectors.safetensors", "vectors") != DL_OK) {
+        CHECK(0, "vectors: %s", dl_last_error());
+        return test_done("test_wan");
+    }
+    for (int i = 0; i < 2; i++) {
+        test_step(i ? "b" : "a", DL_F32);
+        test_step(i ? "b" : "a", DL_BF16);
+    }
+    test_refusals();
+    dl_ckpt_free(g_vec);
+    return test_done("test_wan");
+}
