@@ -72,7 +72,41 @@ static void test_padding_and_limits(void) {
     CHECK(dl_tokenizer_load(&t, "/nonexistent") == DL_ERR_IO && strstr(dl_last_error(), "does not exist"), "%s", dl_last_error());
 }
 
+/* html.unescape and WanPipeline's prompt_clean (no ftfy) against Python on
+ * tests/data/tok/clean.json (tools/parity/make_clean_vectors.py) */
+static void test_clean(void) {
+    cJSON *cases = NULL;
+    char *txt;
+    size_t len;
+    if (dl_file_read(DATA_DIR "/tok/clean.json", 8u << 20, &txt, &len) == DL_OK) {
+        cases = cJSON_ParseWithLength(txt, len);
+        free(txt);
+    }
+    CHECK(cJSON_GetArraySize(cases) >= 300, "clean.json: %d cases", cJSON_GetArraySize(cases));
+    int bad = 0, n = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        const char *in = cJSON_GetObjectItemCaseSensitive(c, "in")->valuestring;
+        const char *un = cJSON_GetObjectItemCaseSensitive(c, "unescape")->valuestring;
+        const char *wan = cJSON_GetObjectItemCaseSensitive(c, "wan")->valuestring;
+        char *got = NULL, *got2 = NULL;
+        n++;
+        if (dl_html_unescape(in, strlen(in), &got) != DL_OK || strcmp(got, un)) {
+            if (bad++ < 5) fprintf(stderr, "unescape(\"%s\"): got \"%s\", Python \"%s\"\n", in, got ? got : "(error)", un);
+        }
+        if (dl_text_clean_wan(in, &got2) != DL_OK || strcmp(got2, wan)) {
+            if (bad++ < 5) fprintf(stderr, "prompt_clean(\"%s\"): got \"%s\", diffusers \"%s\"\n", in, got2 ? got2 : "(error)", wan);
+        }
+        free(got), free(got2);
+    }
+    CHECK(bad == 0, "%d of %d cleaning cases differ from Python", bad, 2 * n);
+    char *o = NULL;
+    CHECK(dl_text_clean_wan("\xff", &o) == DL_ERR_INVALID && !o, "invalid UTF-8 refused");
+    cJSON_Delete(cases);
+}
+
 int main(void) {
+    test_clean();
     char *txt;
     size_t len;
     if (dl_file_read(DATA_DIR "/tok/corpus.json", 64u << 20, &txt, &len) != DL_OK) {

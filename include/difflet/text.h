@@ -46,6 +46,13 @@ dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t le
 dl_status dl_tokenizer_pieces(const dl_tokenizer *t, char ***pieces, int32_t *n);
 void dl_tokenizer_pieces_free(char **pieces, int32_t n);
 
+/* Python's html.unescape of s[0..n) (HTML5 named and numeric character references,
+ * as the standard library replaces them), NUL-terminated into *out (malloc'd). */
+dl_status dl_html_unescape(const char *s, size_t n, char **out);
+/* WanPipeline's prompt_clean without ftfy: html.unescape twice, str.strip, runs of
+ * Unicode White_Space to one space, str.strip. *out malloc'd. Invalid
+ * UTF-8 and prompts over DL_TOK_MAX_TEXT bytes are DL_ERR_INVALID. */
+dl_status dl_text_clean_wan(const char *text, char **out);
 /* 1 when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points past
  * U+10FFFF). */
 int dl_utf8_valid(const char *s, size_t n);
