@@ -36,18 +36,29 @@ int dl_clip_text_layers(const dl_clip_text *m);
 dl_status dl_clip_text_run(dl_clip_text *m, const int32_t *ids, float *hidden, float *pooled, float *all_hidden);
 void dl_clip_text_free(dl_clip_text *m);
 
-/* ---- T5EncoderModel (transformers; v1.1 gated-gelu or original relu) ------------
- * RMS layer norms, self-attention without scaling plus the relative position bias of
- * the first layer (bidirectional buckets), gated-GELU or ReLU feed-forward, final
- * norm. Every position is attended (FLUX passes no attention mask). */
+/* ---- T5EncoderModel / UMT5EncoderModel (transformers) ------------------------------
+ * RMS layer norms, self-attention without scaling plus a relative position bias
+ * (bidirectional buckets): the first layer's, shared by all (T5: v1.1 gated-gelu or
+ * original relu), or each layer's own (UMT5, Wan 2.1's umt5-xxl); gated-GELU or ReLU
+ * feed-forward, final norm. The config says which (model_type "umt5" or architectures
+ * "UMT5EncoderModel"; otherwise T5); a checkpoint with per-layer biases under a T5
+ * config, or without them under a UMT5 one, is refused. */
 typedef struct dl_t5_encoder dl_t5_encoder;
 dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char *component, int64_t seq_len,
                              dl_dtype dt, dl_wsrc *src);
 int64_t dl_t5_encoder_width(const dl_t5_encoder *m);
 int dl_t5_encoder_layers(const dl_t5_encoder *m);
-/* hidden: [seq_len, d_model]; all_hidden as for CLIP (the last entry is after the
- * final norm, as transformers reports it). */
+int dl_t5_encoder_is_umt5(const dl_t5_encoder *m);
+/* ids: [seq_len]; hidden: [seq_len, d_model]; all_hidden as for CLIP (the last entry
+ * is after the final norm, as transformers reports it). Every position attended (no
+ * attention mask: what FLUX passes). */
 dl_status dl_t5_encoder_run(dl_t5_encoder *m, const int32_t *ids, float *hidden, float *all_hidden);
+/* The same with transformers' attention_mask [1]*valid + [0]*(seq_len - valid)
+ * (padding to max_length, as Wan calls its encoder): keys [valid, seq_len) get no
+ * weight from any query; the padded rows are still computed and returned. valid in
+ * 1..seq_len (seq_len: no mask, identical to dl_t5_encoder_run), else DL_ERR_INVALID. */
+dl_status dl_t5_encoder_run_masked(dl_t5_encoder *m, const int32_t *ids, int64_t valid, float *hidden,
+                                   float *all_hidden);
 void dl_t5_encoder_free(dl_t5_encoder *m);
 
 /* ---- DiT splits: parallel execution of one denoiser evaluation (Difflet §4; comm.h). TP: Megatron

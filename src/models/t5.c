@@ -1,10 +1,15 @@
-/* T5EncoderModel (transformers): FLUX's sequence text encoder (T5 v1.1 XXL).
+/* T5EncoderModel (transformers): FLUX's sequence text encoder (T5 v1.1 XXL), and
+ * UMT5EncoderModel: Wan 2.1's (umt5-xxl), the same but for a bias of its own in every layer.
  *   x = shared[ids]                                               // x: [S, D] f32
  *   bias = relative_attention_bias[bucket(j - i)] of layer 0     // [H, 2S-1], Toeplitz
+ *          (UMT5: of each layer, for that layer)
  *   per layer: x += o(attn(qkv(rms(x)), bias, no scaling))       // qkv: [S, 3*H*dk]
  *              x += wo(gelu_tanh(wi_0 h) * wi_1 h), h = rms(x)   // gated-gelu (v1.1; gated-silu alike)
  *           or x += wo(relu(wi h))                                // original T5 (or gelu, silu)
- *   hidden = rms_final(x)                                                     */
+ *   hidden = rms_final(x)
+ * An attention mask of the padded form [1]*valid + [0]*(S - valid) keeps keys [valid, S)
+ * from every query row (padded rows are still computed), exactly what transformers'
+ * additive finfo.min gives in f32: their exponentials are 0. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <omp.h>
@@ -21,12 +26,13 @@ typedef struct {
 struct dl_t5_encoder {
     int64_t S, D, DK, H, F, V, nbuckets, maxdist;
     int L, gated;
+    int umt5;                     /* a relative position bias per layer (UMT5) */
     dl_act act;                   /* the feed-forward activation */
     dl_dtype dt;
     float eps;
     const float *emb; /* [V, D]: the artifact's mapping, or emb_own */
     float *emb_own;
-    float *bias_rel; /* [H, 2S - 1] */
+    float *bias_rel; /* [nbias, H, 2S - 1]: nbias = L (UMT5) or 1 (T5: layer 0's, shared) */
     float *ln_final; /* [D] */
     t5_layer *layers;
     float *x, *o;    /* [S, D] f32 */
@@ -56,6 +62,29 @@ int32_t dl_t5_bucket(int64_t rel, int bidirectional, int num_buckets, int max_di
     int32_t large = max_exact + (int32_t)r;
     if (large > num_buckets - 1) large = num_buckets - 1;
     return b + large;
+}
+
+/* Which architecture the config declares, by model_type ("umt5") and architectures
+ * ("UMT5EncoderModel", ...): *umt5 = 1 for UMT5, 0 for T5 and its other variants (mt5)
+ * or when neither is given. The two disagreeing is an error. */
+static dl_status cfg_umt5(const cJSON *cfg, const char *file, int *umt5) {
+    const char *mt;
+    dl_status s = dl_cfg_str(cfg, file, "model_type", "", &mt);
+    if (s != DL_OK) return s;
+    int by_type = mt[0] ? !strcmp(mt, "umt5") : -1, by_arch = -1; /* -1: not declared */
+    const char *arch = NULL;
+    const cJSON *e, *ar = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
+    if (!cJSON_IsArray(ar)) ar = NULL;
+    cJSON_ArrayForEach(e, ar) {
+        if (!cJSON_IsString(e)) continue;
+        int u = !strncmp(e->valuestring, "UMT5", 4);
+        if (by_arch < 0 || u) by_arch = u, arch = e->valuestring;
+    }
+    if (by_type >= 0 && by_arch >= 0 && by_type != by_arch)
+        return dl_fail(DL_ERR_FORMAT, "`%s`: model_type \"%s\" and architectures \"%s\" disagree on T5 or UMT5", file, mt,
+                       arch);
+    *umt5 = by_type >= 0 ? by_type : by_arch == 1;
+    return DL_OK;
 }
 
 void dl_t5_encoder_free(dl_t5_encoder *m) {
@@ -100,6 +129,7 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
         goto fail;
     m->L = (int)L;
     m->eps = (float)eps;
+    if ((s = cfg_umt5(cfg, file, &m->umt5)) != DL_OK) goto fail;
     /* as transformers reads it: "[gated-]ACT", "gated-gelu" meaning gelu_new (tanh) */
     m->gated = !strncmp(ff, "gated-", 6);
     const char *an = m->gated ? ff + 6 : ff;
@@ -126,22 +156,41 @@ dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char 
     int64_t sh_emb[2] = {m->V, D}, sh_d[1] = {D}, sh_rb[2] = {m->nbuckets, m->H};
     /* the embedding is `shared.weight`, or `encoder.embed_tokens.weight` when only that is stored */
     const char *emb = dl_ws_find(ck, "shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
-    float *rb = NULL;
     if ((s = dl_param_f32_map(ck, emb, 2, sh_emb, &m->emb, &m->emb_own)) ||
-        (s = dl_param_f32(ck, "encoder.final_layer_norm.weight", 1, sh_d, &m->ln_final)) ||
-        (s = dl_param_f32(ck, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 2, sh_rb, &rb)))
+        (s = dl_param_f32(ck, "encoder.final_layer_norm.weight", 1, sh_d, &m->ln_final)))
         goto fail;
-    m->bias_rel = malloc((size_t)(m->H * (2 * S - 1)) * sizeof *m->bias_rel);
+    /* T5 has a bias in layer 0 only (transformers ignores any other); UMT5 one in every
+     * layer. A checkpoint of the one with the config of the other is refused. */
+    for (int i = 1; i < m->L; i++) {
+        snprintf(nb[0], sizeof nb[0], "encoder.block.%d.layer.0.SelfAttention.relative_attention_bias.weight", i);
+        if (dl_ws_find(ck, nb[0]) != m->umt5) {
+            s = m->umt5 ? dl_fail(DL_ERR_FORMAT,
+                                  "`%s` declares UMT5, which has a relative position bias in every layer, but %s has no `%s`",
+                                  file, dl_ws_label(ck), nb[0])
+                        : dl_fail(DL_ERR_FORMAT,
+                                  "%s has `%s`, a relative position bias per layer as UMT5 has, but `%s` declares T5 "
+                                  "(UMT5 needs model_type \"umt5\" / UMT5EncoderModel)",
+                                  dl_ws_label(ck), nb[0], file);
+            goto fail;
+        }
+    }
+    const int nbias = m->umt5 ? m->L : 1;
+    const int64_t W = 2 * S - 1;
+    m->bias_rel = malloc((size_t)(nbias * m->H * W) * sizeof *m->bias_rel);
     if (!m->bias_rel) {
-        free(rb);
         s = dl_fail(DL_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    for (int64_t r = -(S - 1); r <= S - 1; r++) { /* r = j - i */
-        int32_t bk = dl_t5_bucket(r, 1, (int)m->nbuckets, (int)m->maxdist);
-        for (int64_t h = 0; h < m->H; h++) m->bias_rel[h * (2 * S - 1) + r + S - 1] = rb[bk * m->H + h];
+    for (int i = 0; i < nbias; i++) {
+        float *rb, *bi = m->bias_rel + (size_t)i * (size_t)(m->H * W);
+        snprintf(nb[0], sizeof nb[0], "encoder.block.%d.layer.0.SelfAttention.relative_attention_bias.weight", i);
+        if ((s = dl_param_f32(ck, nb[0], 2, sh_rb, &rb)) != DL_OK) goto fail;
+        for (int64_t r = -(S - 1); r <= S - 1; r++) { /* r = j - i */
+            int32_t bk = dl_t5_bucket(r, 1, (int)m->nbuckets, (int)m->maxdist);
+            for (int64_t h = 0; h < m->H; h++) bi[h * W + r + S - 1] = rb[bk * m->H + h];
+        }
+        free(rb);
     }
-    free(rb);
     m->layers = calloc((size_t)m->L, sizeof *m->layers);
     if (!m->layers) {
         s = dl_fail(DL_ERR_NOMEM, "out of memory");
@@ -193,8 +242,18 @@ fail:
     return s;
 }
 
+int dl_t5_encoder_is_umt5(const dl_t5_encoder *m) { return m->umt5; }
+
 dl_status dl_t5_encoder_run(dl_t5_encoder *m, const int32_t *ids, float *hidden, float *all_hidden) {
-    const int64_t S = m->S, D = m->D, I = m->H * m->DK, F = m->F;
+    return dl_t5_encoder_run_masked(m, ids, m->S, hidden, all_hidden);
+}
+
+dl_status dl_t5_encoder_run_masked(dl_t5_encoder *m, const int32_t *ids, int64_t valid, float *hidden,
+                                   float *all_hidden) {
+    const int64_t S = m->S, D = m->D, I = m->H * m->DK, F = m->F, W = 2 * S - 1;
+    if (valid < 1 || valid > S)
+        return dl_fail(DL_ERR_INVALID, "T5 encoder: %lld valid tokens is outside 1..%lld (the sequence length)",
+                       (long long)valid, (long long)S);
     for (int64_t t = 0; t < S; t++) {
         if (ids[t] < 0 || ids[t] >= m->V)
             return dl_fail(DL_ERR_INVALID, "T5 encoder: token id %d at position %lld is outside the vocabulary (%lld)",
@@ -206,10 +265,11 @@ dl_status dl_t5_encoder_run(dl_t5_encoder *m, const int32_t *ids, float *hidden,
     dl_attn_args a = {.dt = m->dt, .sq = S, .sk = S, .heads = m->H, .head_dim = m->DK, .q = m->qkv,
                       .k = (char *)m->qkv + (size_t)I * es, .v = (char *)m->qkv + (size_t)(2 * I) * es,
                       .q_stride = 3 * I, .k_stride = 3 * I, .v_stride = 3 * I, .out = m->att, .out_stride = I,
-                      .kv_begin = 0, .kv_end = S, .scale = 1.f, .bias_rel = m->bias_rel};
+                      .kv_begin = 0, .kv_end = valid, .scale = 1.f, .bias_rel = m->bias_rel};
     dl_status s = DL_OK;
     for (int i = 0; i < m->L && s == DL_OK; i++) {
         t5_layer *l = &m->layers[i];
+        if (m->umt5) a.bias_rel = m->bias_rel + (size_t)i * (size_t)(m->H * W);
         DL_PAR(dl_rmsnorm_x_t(m->dt, m->h, DL_F32, m->x, S, D, l->ln_att, m->eps, ith, nth));
         if ((s = lin_run(&l->qkv, m->h, m->qkv))) break;
         DL_PAR(dl_attn_t(&a, m->scratch, ith, nth));
