@@ -15,6 +15,7 @@
 #include "difflet/program.h"
 #include "test_util.h"
 #include "difflet/flux.h"
+#include "difflet/wan.h"
 
 static int g_rank;
 
@@ -350,6 +351,68 @@ static void pipelines(dl_comm *world) {
     }
 }
 
+/* Wan 2.1: CP over the video tokens (text replicated for cross-attention) in every
+ * mode that fits the world size, against the unsplit transformer; Ulysses where the
+ * heads divide, refused with the reason where they do not; TP refused by name */
+static void wan_model(dl_comm *world, const char *dir, const char *name, int64_t lf, int64_t lh, int64_t lw) {
+    const int n = dl_comm_size(world);
+    dl_model_dir *md;
+    if (dl_model_dir_open(&md, dir) != DL_OK) {
+        CHECK(0, "%s: %s", name, dl_last_error());
+        return;
+    }
+    const int64_t T = 16;
+    dl_wan *ref = NULL;
+    if (dl_wan_load(&ref, md, "transformer", lf, lh, lw, T, DL_F32, NULL, NULL) != DL_OK) {
+        CHECK(0, "%s: %s", name, dl_last_error());
+        dl_model_dir_free(md);
+        return;
+    }
+    const int64_t C = dl_wan_in_channels(ref), nl = C * lf * lh * lw, nt = T * dl_wan_text_dim(ref);
+    float *lat = malloc((size_t)nl * 4), *txt = malloc((size_t)nt * 4), *a = malloc((size_t)nl * 4), *b = malloc((size_t)nl * 4);
+    fill(lat, nl, 5), fill(txt, nt, 6);
+    memset(txt + nt / 2, 0, (size_t)(nt - nt / 2) * 4); /* zero rows past the prompt, as the pipeline pads */
+    int ok = dl_wan_run(ref, lat, txt, 640.f, a) == DL_OK;
+    CHECK(ok, "%s: unsplit run: %s", name, dl_last_error());
+    static const char *const modes[] = {"ulysses", "ring", "gather"};
+    for (int k = 0; ok && n > 1 && k < 3; k++) {
+        char spec[64], why[512];
+        snprintf(spec, sizeof spec, "cp=%d:%s", n, modes[k]);
+        dl_par_config pc;
+        dl_par_parse(spec, &pc);
+        dl_dit_split sp = {.tp = 1, .cp = n, .cp_mode = pc.cp_mode};
+        const char *bad = dl_dit_split_check(&sp, dl_wan_heads(ref), why, sizeof why);
+        dl_par_place pl;
+        if (dl_par_place_new(world, &pc, &pl) != DL_OK) {
+            CHECK(0, "%s %s: place: %s", name, spec, dl_last_error());
+            continue;
+        }
+        dl_wan *m = NULL;
+        dl_status s = dl_wan_load(&m, md, "transformer", lf, lh, lw, T, DL_F32, NULL, &pl.split);
+        if (bad) {
+            CHECK(s != DL_OK && strstr(dl_last_error(), "refused"), "%s %s: loaded despite %s", name, spec, bad);
+            if (g_rank == 0) printf("  %-10s %-22s refused: %s\n", name, spec, bad);
+        } else {
+            CHECK(s == DL_OK, "%s %s: load: %s", name, spec, dl_last_error());
+            int r = s == DL_OK && dl_wan_run(m, lat, txt, 640.f, b) == DL_OK;
+            CHECK(r || s != DL_OK, "%s %s: run: %s", name, spec, dl_last_error());
+            double mr = max_abs(a, nl), e = r ? max_diff(a, b, nl) : INFINITY;
+            CHECK(e <= 1e-5 * mr, "%s %s: max |err| %.3g > 1e-5 x max |ref| %.3g", name, spec, e, mr);
+            if (all_ok(world, r && e <= 1e-5 * mr) && g_rank == 0) printf("  %-10s %-22s ok: max rel err %.2e\n", name, spec, e / mr);
+        }
+        dl_wan_free(m);
+        dl_par_place_free(&pl);
+    }
+    dl_dit_split tp2 = {.tp = 2, .cp = 1};
+    dl_wan *m = NULL;
+    CHECK(dl_wan_load(&m, md, "transformer", lf, lh, lw, T, DL_F32, NULL, &tp2) == DL_ERR_UNSUPPORTED &&
+              strstr(dl_last_error(), "tensor parallelism"),
+          "%s: tp=2 not refused: %s", name, dl_last_error());
+    free(lat), free(txt), free(a), free(b);
+    dl_wan_free(ref);
+    dl_model_dir_free(md);
+}
+
 int main(void) {
     dl_comm *world;
     if (dl_comm_world(&world) != DL_OK) {
@@ -363,6 +426,8 @@ int main(void) {
     model(world, DATA_DIR "/flux/schnell", "parity-sch");
     model(world, SOURCE_DIR "/models/difflet-tiny", "tiny");
     pipelines(world);
+    wan_model(world, DATA_DIR "/wan/a", "wan-a", 3, 8, 12);
+    wan_model(world, DATA_DIR "/wan/b", "wan-b", 2, 6, 4);
     /* layouts the parser refuses, by name */
     dl_par_config pc;
     CHECK(dl_par_parse("tp=0", &pc) != DL_OK, "tp=0 accepted");
