@@ -59,6 +59,21 @@ expect 0 "" "${gen[@]}" --save-frames "$tmpd/frames" -o "$tmpd/m2.png"
 mode=$(umask 022; "$bin" "${gen[@]}" -o "$tmpd/mode.png" >/dev/null 2>&1; stat -c %a "$tmpd/mode.png")
 if [ "$mode" = 644 ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: a picture written under umask 022 has mode $mode, not 644"; fi
 if cmp -s "$tmpd/frames/frame_0000.png" "$tmpd/m2.png"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: --save-frames frame_0000.png is not the picture"; fi
+# Wan 2.1 (tests/data/wan/a): an MP4 read back by ffprobe (codec, size, frame rate, frame count)
+wgen=(generate --model "$data/wan/a" --prompt "a red circle moving" --width 48 --height 32 --frames 9 --steps 2
+      --max-sequence-length 16 --seed 3)
+expect 0 "" "${wgen[@]}" --fps 12 -o "$tmpd/v.mp4" --save-frames "$tmpd/vf"
+got=$(ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=codec_name,width,height,pix_fmt,r_frame_rate,nb_read_frames \
+      -of default=nw=1 "$tmpd/v.mp4" 2>&1 | sort | tr '\n' ' ')
+want="codec_name=h264 height=32 nb_read_frames=9 pix_fmt=yuv420p r_frame_rate=12/1 width=48 "
+if [ "$got" = "$want" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: v.mp4 reads back as '$got', not '$want'"; fi
+if [ -f "$tmpd/vf/frame_0008.png" ] && [ ! -e "$tmpd/vf/frame_0009.png" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: --save-frames did not write 9 frames"; fi
+expect 0 "rounded to 9" "${wgen[@]}" --frames 8 -o "$tmpd/v8.mp4"
+got=$(ffprobe -v error -show_entries stream=r_frame_rate -of csv=p=0 "$tmpd/v8.mp4" 2>&1)
+if [ "$got" = "16/1" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: default fps reads back as '$got', not 16/1"; fi
+expect 2 "makes videos: write .mp4" "${wgen[@]}" -o "$tmpd/v.png"
+expect 1 "multiples of 16" generate --model "$data/wan/a" --prompt x --width 40 --height 32 --frames 5 --steps 1 -o "$tmpd/x.mp4"
+expect 2 "tensor and sequence parallelism are not supported" "${wgen[@]}" --parallel tp=2 -o "$tmpd/x.mp4"
 # a Hub repository id, resolved offline in a Hugging Face cache laid out as the hub
 # library lays it out (refs/main -> commit, snapshots/<commit>/ linking to blobs/)
 hub="$tmpd/hf/hub"; repo="$hub/models--test-org--flux-dev"; commit=0123456789abcdef0123456789abcdef01234567

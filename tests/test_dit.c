@@ -24,7 +24,7 @@ static void test_cross(dl_dtype dt) {
     for (int64_t i = L * D; i < T * D; i++) dl_store1(dt, k, i, NAN), dl_store1(dt, v, i, NAN); /* padding */
     dl_attn_args probe = {.dt = dt, .sq = N, .sk = c.S, .heads = H, .head_dim = Dh, .kv_begin = 0, .kv_end = c.S};
     c.scratch = dl_aligned_alloc(dl_attn_scratch_bytes(&probe, dl_threads()) + 64);
-    dl_dit_cross_attention(&c, q, D, k, v, D, out, D);
+    dl_dit_cross_attention(&c, q, D, k, v, D, T, L, out, D);
     double worst = 0, scale = 1.0 / sqrt((double)Dh);
     int finite = 1;
     for (int64_t r = 0; r < N; r++)

@@ -5,7 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "difflet/registry.h"
 #include "difflet/wan.h"
 #include "test_util.h"
 
@@ -77,6 +79,62 @@ static void test_step(const char *v, dl_dtype dt) {
     dl_model_dir_free(dir);
 }
 
+/* The whole pipeline from the same initial latents (written as --latents would give
+ * them), 4 steps of UniPC, CFG on (guidance 5, a negative prompt) and off: every
+ * frame against diffusers' (f32 >= 45 dB, bf16 >= 30 dB) */
+static void test_pipeline(const char *v, dl_dtype dt) {
+    char path[256], name[64], lat_path[] = "/tmp/difflet_wan_lat_XXXXXX";
+    snprintf(path, sizeof path, DATA_DIR "/wan/%s", v);
+    const int W = !strcmp(v, "a") ? 48 : 32, H = !strcmp(v, "a") ? 32 : 48, F = !strcmp(v, "a") ? 9 : 5;
+    dl_gen_shape shape = {.width = W, .height = H, .frames = F, .max_sequence_length = 16, .dt = dt};
+    dl_pipeline *p;
+    if (dl_pipeline_load(&p, path, &shape) != DL_OK) {
+        CHECK(0, "%s pipeline load: %s", v, dl_last_error());
+        return;
+    }
+    int fd = mkstemp(lat_path);
+    if (fd >= 0) close(fd);
+    for (int k = 0; k < 2; k++) {
+        int64_t shp[8] = {0}, n = 0, nf = 0;
+        snprintf(name, sizeof name, "%s.gen%d.latents", v, k);
+        float *init = vec(name, &n, shp);
+        snprintf(name, sizeof name, "%s.gen%d.frames", v, k);
+        float *want = vec(name, &nf, NULL);
+        dl_st_writer *w = dl_st_writer_new();
+        dl_checkpoint *ck = NULL;
+        if (!init || !want || dl_st_writer_add(w, "latents", DL_ST_F32, 4, shp, init) != DL_OK ||
+            dl_st_writer_save(w, lat_path) != DL_OK || dl_ckpt_open(&ck, lat_path, NULL) != DL_OK) {
+            CHECK(0, "%s gen%d inputs: %s", v, k, dl_last_error());
+        } else {
+            dl_gen_request r = {.prompt = "a red circle moving  from left to right &amp; a blue background",
+                                .negative_prompt = k == 0 ? "blurry green square" : NULL, .steps = 4,
+                                .guidance = k == 0 ? 5.f : 1.f, .init = ck, .want_pixels = 1};
+            dl_media m;
+            dl_gen_timing tm;
+            if (dl_pipeline_generate(p, &r, &m, &tm) == DL_OK) {
+                CHECK(m.frames == F && m.width == W && m.height == H && m.kind == DL_MEDIA_VIDEO && nf == (int64_t)F * H * W * 3,
+                      "%s gen%d: %d frames %dx%d", v, k, m.frames, m.width, m.height);
+                double worst = 1e9;
+                for (int f = 0; f < F && nf == (int64_t)F * H * W * 3; f++) {
+                    double ps = psnr_range(m.pixels + (size_t)f * H * W * 3, want + (size_t)f * H * W * 3, (int64_t)H * W * 3, 1.0);
+                    worst = ps < worst ? ps : worst;
+                }
+                printf("wan %s pipeline %s, %s: worst frame PSNR %.1f dB (%d transformer calls)\n", v, dl_dtype_name(dt),
+                       k == 0 ? "CFG" : "no CFG", worst, tm.denoiser_calls);
+                CHECK(worst >= (dt == DL_F32 ? 45.0 : 30.0), "%s gen%d %s: %.1f dB", v, k, dl_dtype_name(dt), worst);
+                CHECK(tm.denoiser_calls == (k == 0 ? 8 : 4), "%s gen%d: %d transformer calls", v, k, tm.denoiser_calls);
+                dl_media_free(&m);
+            } else
+                CHECK(0, "%s gen%d: %s", v, k, dl_last_error());
+        }
+        dl_ckpt_free(ck);
+        dl_st_writer_free(w);
+        free(init), free(want);
+    }
+    remove(lat_path);
+    dl_pipeline_free(p);
+}
+
 static void test_refusals(void) {
     dl_model_dir *dir;
     if (dl_model_dir_open(&dir, DATA_DIR "/wan/a") != DL_OK) return;
@@ -101,6 +159,10 @@ int main(void) {
     for (int i = 0; i < 2; i++) {
         test_step(i ? "b" : "a", DL_F32);
         test_step(i ? "b" : "a", DL_BF16);
+    }
+    for (int i = 0; i < 2; i++) {
+        test_pipeline(i ? "b" : "a", DL_F32);
+        test_pipeline(i ? "b" : "a", DL_BF16);
     }
     test_refusals();
     dl_ckpt_free(g_vec);

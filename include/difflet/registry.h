@@ -58,6 +58,10 @@ typedef struct dl_model_entry dl_model_entry;
 struct dl_model_entry {
     const char *pipeline_class; /* model_index.json _class_name */
     dl_media_kind output;
+    int default_steps;          /* the pipeline __call__'s num_inference_steps default */
+    float default_guidance;     /* its guidance_scale default */
+    int guidance_cfg;           /* 1: classifier-free guidance whenever guidance_scale > 1 (Wan);
+                                   0: guidance is distilled, CFG is true_cfg_scale > 1 with a negative prompt (FLUX) */
     const char *const *components; /* its programs, in load order; the denoiser (the one every rank runs) last */
     int ncomponents;
     /* the size (and frame count) a model was made for */
@@ -71,6 +75,12 @@ struct dl_model_entry {
     dl_status (*generate)(void *impl, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm);
     const char *(*program_id)(const void *impl, int component);
 };
+
+/* The DiT split check every entry shares: `c` against the transformer's
+ * num_attention_heads (transformer/config.json; default_heads when it does not say)
+ * by dl_dit_split_check. NULL when feasible, else the reason in buf. */
+const char *dl_registry_heads_check(const char *model_dir, const dl_par_config *c, int64_t default_heads, char *buf,
+                                    size_t n);
 
 /* The entry for a pipeline class, or NULL. */
 const dl_model_entry *dl_registry_find(const char *pipeline_class);

@@ -6,6 +6,8 @@
  * under it); `--prompt` may repeat: with dp replicas, prompt i goes to replica
  * i mod dp, and each picture is written as OUT-i.png. */
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,8 +83,8 @@ int cli_generate(int argc, char **argv) {
     float fps = 0.f;
     const char *prompts[64], *par_spec = NULL;
     int nprompts = 0;
-    long width = 0, height = 0, steps = 28, maxseq = 0, threads = 0, seed = 0;
-    float guidance = 3.5f, true_cfg = 1.f;
+    long width = 0, height = 0, steps = LONG_MIN, maxseq = 0, threads = 0, seed = 0; /* LONG_MIN, NAN: the model's defaults */
+    float guidance = NAN, true_cfg = 1.f;
     int cache = DL_CACHE_USE, have_sc = 0, keep_a = -1, keep_b = -1;
     dl_stepcache_config sc;
     dl_stepcache_parse("off", &sc);
@@ -165,6 +167,16 @@ int cli_generate(int argc, char **argv) {
         fprintf(stderr, "difflet: generate: -o %s\n", dl_last_error());
         return 2;
     }
+    char model_buf[4096];
+    if (!cli_model("generate", model, model_buf, sizeof model_buf)) return 1;
+    model = model_buf;
+    const dl_model_entry *entry;
+    if (dl_registry_lookup(model, &entry) != DL_OK) {
+        fprintf(stderr, "difflet: %s\n", dl_last_error());
+        return 1;
+    }
+    if (steps == LONG_MIN) steps = entry->default_steps; /* the pipeline's own defaults */
+    if (isnan(guidance)) guidance = entry->default_guidance;
     /* the typed request, validated once (the same checks the HTTP API makes) */
     dl_request rq;
     dl_request_init(&rq);
@@ -187,15 +199,12 @@ int cli_generate(int argc, char **argv) {
         }
     }
     dl_request_free(&rq); /* the prompts again per generation: nothing held across the exits below */
-    char model_buf[4096];
-    if (!cli_model("generate", model, model_buf, sizeof model_buf)) return 1;
-    model = model_buf;
     dl_par_config pc;
     if (dl_par_parse(par_spec, &pc) != DL_OK) {
         fprintf(stderr, "difflet: generate: %s\n", dl_last_error());
         return 2;
     }
-    const int ranks = dl_par_ranks(&pc), passes = true_cfg > 1.f && neg ? 2 : 1;
+    const int ranks = dl_par_ranks(&pc), passes = (entry->guidance_cfg ? guidance > 1.f : true_cfg > 1.f && neg) ? 2 : 1;
     if (ranks > 1) { /* feasibility before anything is compiled, with the reason */
         if (!cli_layout_ok("generate", model, par_spec, &pc, passes)) return 2;
         if (!dl_comm_launched()) {
@@ -226,10 +235,10 @@ int cli_generate(int argc, char **argv) {
         }
     }
     if (threads) dl_set_threads((int)threads);
-    const dl_model_entry *entry;
-    if (dl_registry_lookup(model, &entry) != DL_OK) {
-        fprintf(stderr, "difflet: %s\n", dl_last_error());
-        return rank_fail(parallel, 1);
+    if (entry->output != DL_MEDIA_IMAGE && ofmt != DL_FMT_MP4) {
+        fprintf(stderr, "difflet: generate: %s makes videos: write .mp4 (--save-frames DIR keeps every frame as PNG)\n",
+                entry->pipeline_class);
+        return rank_fail(parallel, 2);
     }
     if (entry->output == DL_MEDIA_IMAGE && (frames > 1 || ofmt == DL_FMT_MP4)) {
         fprintf(stderr, "difflet: generate: %s makes images: %s\n", entry->pipeline_class,

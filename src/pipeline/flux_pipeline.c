@@ -329,15 +329,7 @@ static void entry_default_shape(const char *dir, int *w, int *h, int *frames) {
 }
 
 static const char *entry_split_check(const char *dir, const dl_par_config *c, char *buf, size_t n) {
-    /* 24: diffusers' default when the config does not say */
-    int64_t heads = dl_json_file_int(dir, "transformer/config.json", "num_attention_heads", 1, 1 << 20, 24);
-    dl_dit_split sp = {.tp = c->tp, .cp = c->cp, .sp = c->sp, .cp_mode = c->cp_mode};
-    const char *why = dl_dit_split_check(&sp, heads, buf, n);
-    if (why && why != buf) {
-        snprintf(buf, n, "%s", why);
-        return buf;
-    }
-    return why;
+    return dl_registry_heads_check(dir, c, 24, buf, n); /* 24: diffusers' default when the config does not say */
 }
 
 static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) {
@@ -396,6 +388,8 @@ static const char *const k_flux_components[] = {"text_encoder", "text_encoder_2"
 const dl_model_entry dl_flux_entry = {
     .pipeline_class = "FluxPipeline",
     .output = DL_MEDIA_IMAGE,
+    .default_steps = 28,
+    .default_guidance = 3.5f,
     .components = k_flux_components,
     .ncomponents = 4,
     .default_shape = entry_default_shape,

@@ -8,8 +8,9 @@
 #include <string.h>
 
 extern const dl_model_entry dl_flux_entry;
+extern const dl_model_entry dl_wan_entry;
 
-static const dl_model_entry *const k_entries[] = {&dl_flux_entry};
+static const dl_model_entry *const k_entries[] = {&dl_flux_entry, &dl_wan_entry};
 enum { NENTRIES = sizeof k_entries / sizeof k_entries[0] };
 
 const dl_model_entry *dl_registry_find(const char *cls) {
@@ -116,4 +117,15 @@ const char *dl_pipeline_layout_check(const char *model_dir, const dl_par_config 
         return buf;
     }
     return e->split_check ? e->split_check(model_dir, c, buf, n) : NULL;
+}
+
+const char *dl_registry_heads_check(const char *dir, const dl_par_config *c, int64_t default_heads, char *buf, size_t n) {
+    int64_t heads = dl_json_file_int(dir, "transformer/config.json", "num_attention_heads", 1, 1 << 20, default_heads);
+    dl_dit_split sp = {.tp = c->tp, .cp = c->cp, .sp = c->sp, .cp_mode = c->cp_mode};
+    const char *why = dl_dit_split_check(&sp, heads, buf, n);
+    if (why && why != buf) {
+        snprintf(buf, n, "%s", why);
+        return buf;
+    }
+    return why;
 }
