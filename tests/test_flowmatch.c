@@ -23,7 +23,7 @@ int main(void) {
     CHECK(dl_json_read_object(DATA_DIR "/sched/flowmatch_options.json", NULL, &root) == DL_OK, "vectors: %s", dl_last_error());
     if (!root) return test_done("test_flowmatch");
     const cJSON *c;
-    int ncase = 0, exact = 0, refused = 0;
+    int ncase = 0, exact = 0, refused = 0, ndefault = 0;
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(root, "cases")) {
         dl_flowmatch fm;
         const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(c, "config");
@@ -32,12 +32,18 @@ int main(void) {
         const cJSON *want = cJSON_GetObjectItemCaseSensitive(c, "sigmas"), *wt = cJSON_GetObjectItemCaseSensitive(c, "timesteps");
         char *desc = cJSON_PrintUnformatted(cfg);
         CHECK(dl_flowmatch_from_json(cfg, "case", &fm) == DL_OK, "%s: %s", desc, dl_last_error());
-        /* mu as the pipeline computes it */
-        int64_t n = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(c, "image_seq_len"));
-        CHECK(fabs(dl_flowmatch_mu(&fm, n) - mu) <= 1e-12 * fabs(mu) + 1e-15, "%s: mu %.17g, diffusers %.17g", desc,
-              dl_flowmatch_mu(&fm, n), mu);
+        int dflt = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "default_sigmas"));
         float got[64];
-        dl_status s = dl_flowmatch_sigmas(&fm, steps, mu, got);
+        dl_status s;
+        if (dflt) { /* set_timesteps(steps) with no custom sigmas (WanPipeline) */
+            s = dl_flowmatch_sigmas_default(&fm, steps, got);
+            ndefault++;
+        } else { /* mu as the pipeline computes it */
+            int64_t n = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(c, "image_seq_len"));
+            CHECK(fabs(dl_flowmatch_mu(&fm, n) - mu) <= 1e-12 * fabs(mu) + 1e-15, "%s: mu %.17g, diffusers %.17g", desc,
+                  dl_flowmatch_mu(&fm, n), mu);
+            s = dl_flowmatch_sigmas(&fm, steps, mu, got);
+        }
         int nan_ref = isnan(cJSON_GetArrayItem(want, 0)->valuedouble) || !cJSON_IsNumber(cJSON_GetArrayItem(want, 0));
         if (nan_ref) { /* diffusers divides by zero: refused here with the reason */
             CHECK(s == DL_ERR_INVALID && strstr(dl_last_error(), "shift_terminal"), "%s, %d steps: NaN schedule refused", desc, steps);
@@ -60,7 +66,9 @@ int main(void) {
         ncase++;
         free(desc);
     }
-    printf("flowmatch: %d schedules compared (%d bit-identical), %d NaN schedules refused\n", ncase, exact, refused);
+    printf("flowmatch: %d schedules compared (%d bit-identical; %d without custom sigmas), %d NaN schedules refused\n",
+           ncase, exact, ndefault, refused);
+    CHECK(ndefault >= 40, "the vectors hold set_timesteps(steps) cases (%d)", ndefault);
     CHECK(ncase >= 50, "the vectors hold the cases (%d)", ncase);
     cJSON_Delete(root);
     return test_done("test_flowmatch");

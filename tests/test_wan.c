@@ -81,11 +81,12 @@ static void test_step(const char *v, dl_dtype dt) {
 
 /* The whole pipeline from the same initial latents (written as --latents would give
  * them), 4 steps of UniPC, CFG on (guidance 5, a negative prompt) and off: every
- * frame against diffusers' (f32 >= 45 dB, bf16 >= 30 dB) */
-static void test_pipeline(const char *v, dl_dtype dt) {
+ * frame against diffusers' (f32 >= 45 dB, bf16 >= 30 dB); a_euler: a's components with
+ * FlowMatchEulerDiscreteScheduler */
+static void test_pipeline(const char *v, dl_dtype dt, int ngen) {
     char path[256], name[64], lat_path[] = "/tmp/difflet_wan_lat_XXXXXX";
     snprintf(path, sizeof path, DATA_DIR "/wan/%s", v);
-    const int W = !strcmp(v, "a") ? 48 : 32, H = !strcmp(v, "a") ? 32 : 48, F = !strcmp(v, "a") ? 9 : 5;
+    const int a = v[0] == 'a', W = a ? 48 : 32, H = a ? 32 : 48, F = a ? 9 : 5;
     dl_gen_shape shape = {.width = W, .height = H, .frames = F, .max_sequence_length = 16, .dt = dt};
     dl_pipeline *p;
     if (dl_pipeline_load(&p, path, &shape) != DL_OK) {
@@ -94,7 +95,7 @@ static void test_pipeline(const char *v, dl_dtype dt) {
     }
     int fd = mkstemp(lat_path);
     if (fd >= 0) close(fd);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < ngen; k++) {
         int64_t shp[8] = {0}, n = 0, nf = 0;
         snprintf(name, sizeof name, "%s.gen%d.latents", v, k);
         float *init = vec(name, &n, shp);
@@ -161,9 +162,10 @@ int main(void) {
         test_step(i ? "b" : "a", DL_BF16);
     }
     for (int i = 0; i < 2; i++) {
-        test_pipeline(i ? "b" : "a", DL_F32);
-        test_pipeline(i ? "b" : "a", DL_BF16);
+        test_pipeline(i ? "b" : "a", DL_F32, 2);
+        test_pipeline(i ? "b" : "a", DL_BF16, 2);
     }
+    test_pipeline("a_euler", DL_F32, 1); /* FlowMatchEulerDiscreteScheduler, set_timesteps(steps) */
     test_refusals();
     dl_ckpt_free(g_vec);
     return test_done("test_wan");

@@ -38,6 +38,11 @@ double dl_flowmatch_mu(const dl_flowmatch *fm, int64_t image_seq_len);
  * entries (the last 0, or 1 when inverted). The model's timestep is sigma *
  * num_train_timesteps. */
 dl_status dl_flowmatch_sigmas(const dl_flowmatch *fm, int steps, double mu, float *sigmas);
+/* set_timesteps(num_inference_steps) with no custom sigmas, as WanPipeline calls it:
+ * np.linspace(sigma_max, sigma_min) of the scheduler's own (shifted) training
+ * schedule, shifted again, stretched, converted and inverted in float64 as diffusers
+ * does, then float32. Dynamic shifting is refused (no mu). */
+dl_status dl_flowmatch_sigmas_default(const dl_flowmatch *fm, int steps, float *sigmas);
 
 /* ---- step caching (stepcache.c) ---------------------------------------------------- */
 typedef enum { DL_STEPCACHE_OFF = 0, DL_STEPCACHE_CADENCE, DL_STEPCACHE_ONLINE_DELTA, DL_STEPCACHE_CALIBRATED } dl_stepcache_mode;

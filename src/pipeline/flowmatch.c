@@ -113,10 +113,71 @@ static double beta_ppf(double p, double a, double b) {
     return 0.5 * (lo + hi);
 }
 
-dl_status dl_flowmatch_sigmas(const dl_flowmatch *fm, int steps, double mu, float *sigmas) {
+/* 4. Karras / exponential / beta between the ends of s (float64), into sigmas */
+static void convert_sigmas(const dl_flowmatch *fm, int steps, const double *s, float *sigmas) {
+    if (fm->kind == DL_SIGMAS_PLAIN) {
+        for (int i = 0; i < steps; i++) sigmas[i] = (float)s[i];
+        return;
+    }
+    double smin = s[steps - 1], smax = s[0];
+    for (int i = 0; i < steps; i++) {
+        double v;
+        if (fm->kind == DL_SIGMAS_KARRAS) {
+            const double rho = 7.0, lo = pow(smin, 1 / rho), hi = pow(smax, 1 / rho);
+            v = pow(hi + linspace(0, 1, steps, i) * (lo - hi), rho);
+        } else if (fm->kind == DL_SIGMAS_EXPONENTIAL) {
+            v = exp(linspace(log(smax), log(smin), steps, i));
+        } else {
+            v = smin + beta_ppf(1 - linspace(0, 1, steps, i), 0.6, 0.6) * (smax - smin);
+        }
+        sigmas[i] = (float)v;
+    }
+}
+
+static dl_status check_steps(const dl_flowmatch *fm, int steps) {
     if (steps <= 0 || steps > 10000) return dl_fail(DL_ERR_INVALID, "steps must be in 1..10000, got %d", steps);
     if (fm->shift_terminal != 0.0 && steps == 1)
         return dl_fail(DL_ERR_INVALID, "shift_terminal needs at least 2 steps (with one, diffusers divides by zero)");
+    return DL_OK;
+}
+
+/* 6. the terminal value; inverted schedules (Mochi) run toward 1 */
+static void terminal(const dl_flowmatch *fm, int steps, float *sigmas) {
+    if (fm->invert)
+        for (int i = 0; i < steps; i++) sigmas[i] = 1.f - sigmas[i];
+    sigmas[steps] = fm->invert ? 1.f : 0.f;
+}
+
+dl_status dl_flowmatch_sigmas_default(const dl_flowmatch *fm, int steps, float *sigmas) {
+    dl_status st = check_steps(fm, steps);
+    if (st != DL_OK) return st;
+    if (fm->use_dynamic_shifting)
+        return dl_fail(DL_ERR_UNSUPPORTED, "dynamic shifting needs mu, which this pipeline does not pass");
+    double *s = malloc((size_t)steps * sizeof *s);
+    if (!s) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    /* the ends of the scheduler's training schedule, shifted in float32 (torch, at init) */
+    const int N = (int)fm->num_train_timesteps;
+    const float sh = (float)fm->shift, sh1 = (float)(fm->shift - 1.0), tmin = 1.f / (float)N;
+    const double smax = (double)(sh * 1.f / (1.f + sh1 * 1.f)), smin = (double)(sh * tmin / (1.f + sh1 * tmin));
+    /* 1-2. np.linspace(sigma_max N, sigma_min N, steps) / N, shifted again, in float64 */
+    for (int i = 0; i < steps; i++) {
+        double t = linspace(smax * N, smin * N, steps, i) / N;
+        s[i] = fm->shift * t / (1 + (fm->shift - 1) * t);
+    }
+    /* 3. stretch to end at shift_terminal (float64) */
+    if (fm->shift_terminal != 0.0) {
+        double scale = (1 - s[steps - 1]) / (1 - fm->shift_terminal);
+        for (int i = 0; i < steps; i++) s[i] = 1 - (1 - s[i]) / scale;
+    }
+    convert_sigmas(fm, steps, s, sigmas);
+    free(s);
+    terminal(fm, steps, sigmas);
+    return DL_OK;
+}
+
+dl_status dl_flowmatch_sigmas(const dl_flowmatch *fm, int steps, double mu, float *sigmas) {
+    dl_status st = check_steps(fm, steps);
+    if (st != DL_OK) return st;
     /* 1-2. FluxPipeline's np.linspace(1.0, 1/steps, steps) as float32, shifted in float32
        (Python scalars meet float32 arrays as float32: NumPy's weak scalars) */
     for (int i = 0; i < steps; i++) {
@@ -138,24 +199,13 @@ dl_status dl_flowmatch_sigmas(const dl_flowmatch *fm, int steps, double mu, floa
     }
     /* 4. Karras / exponential / beta between the ends, in float64, then float32 */
     if (fm->kind != DL_SIGMAS_PLAIN) {
-        double smin = sigmas[steps - 1], smax = sigmas[0];
-        for (int i = 0; i < steps; i++) {
-            double v;
-            if (fm->kind == DL_SIGMAS_KARRAS) {
-                const double rho = 7.0, lo = pow(smin, 1 / rho), hi = pow(smax, 1 / rho);
-                v = pow(hi + linspace(0, 1, steps, i) * (lo - hi), rho);
-            } else if (fm->kind == DL_SIGMAS_EXPONENTIAL) {
-                v = exp(linspace(log(smax), log(smin), steps, i));
-            } else {
-                v = smin + beta_ppf(1 - linspace(0, 1, steps, i), 0.6, 0.6) * (smax - smin);
-            }
-            sigmas[i] = (float)v;
-        }
+        double *s = malloc((size_t)steps * sizeof *s);
+        if (!s) return dl_fail(DL_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < steps; i++) s[i] = sigmas[i];
+        convert_sigmas(fm, steps, s, sigmas);
+        free(s);
     }
-    /* 6. the terminal value; inverted schedules (Mochi) run toward 1 */
-    if (fm->invert)
-        for (int i = 0; i < steps; i++) sigmas[i] = 1.f - sigmas[i];
-    sigmas[steps] = fm->invert ? 1.f : 0.f;
+    terminal(fm, steps, sigmas);
     return DL_OK;
 }
 

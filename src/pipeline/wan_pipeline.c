@@ -291,7 +291,7 @@ static dl_status generate(wan_pipe *p, const dl_gen_request *r, dl_media *out, d
     if (p->unipc)
         s = dl_unipc_schedule(&p->uni, r->steps, p->tsteps, p->sigmas);
     else {
-        s = dl_flowmatch_sigmas(&p->fm, r->steps, 0.0, p->sigmas);
+        s = dl_flowmatch_sigmas_default(&p->fm, r->steps, p->sigmas); /* set_timesteps(steps), no custom sigmas */
         for (int i = 0; s == DL_OK && i < r->steps; i++) p->tsteps[i] = p->sigmas[i] * (float)p->fm.num_train_timesteps;
     }
     if (s != DL_OK) return s;

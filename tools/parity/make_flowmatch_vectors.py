@@ -4,7 +4,8 @@ drives it (custom sigmas np.linspace(1, 1/steps, steps), mu from the image token
 Run from the repository root with the tools virtualenv (make tools-venv):
     tools/venv/bin/python tools/parity/make_flowmatch_vectors.py
 Writes tests/data/sched/flowmatch_options.json: a list of cases, each with the
-scheduler config, steps, mu, and the scheduler's sigmas (steps + 1, float32 values
+scheduler config, steps, mu (or default_sigmas: set_timesteps(steps) with no custom
+sigmas, as WanPipeline calls it), and the scheduler's sigmas (steps + 1, float32 values
 as numbers; null where diffusers gives NaN) and timesteps.
 """
 import json
@@ -45,6 +46,18 @@ def main():
             sch.set_timesteps(sigmas=sigmas, mu=mu)
             num = lambda a: [None if np.isnan(x) else float(x) for x in a.float().numpy()]  # JSON has no NaN
             cases.append({"config": cfg, "steps": steps, "image_seq_len": n, "mu": mu, "sigmas": num(sch.sigmas),
+                          "timesteps": num(sch.timesteps)})
+    # set_timesteps(num_inference_steps) without custom sigmas (WanPipeline), static shifting
+    for v in VARIANTS:
+        for steps in (1, 4, 9, 28, 50):
+            cfg = dict(BASE, **v)
+            cfg["use_dynamic_shifting"] = False
+            if cfg.get("time_shift_type") == "linear":
+                continue
+            sch = FlowMatchEulerDiscreteScheduler(**cfg)
+            sch.set_timesteps(steps)
+            num = lambda a: [None if np.isnan(x) else float(x) for x in a.float().numpy()]
+            cases.append({"config": cfg, "steps": steps, "default_sigmas": True, "sigmas": num(sch.sigmas),
                           "timesteps": num(sch.timesteps)})
     out = os.path.join("tests", "data", "sched", "flowmatch_options.json")
     with open(out, "w") as f:

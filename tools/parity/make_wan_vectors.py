@@ -15,6 +15,8 @@ Writes tests/data/wan/:
        (1, 1, 2), 3 heads x 12, 3 layers, FFN 64, no cross-attention norm; VAE with
        dim_mult (1, 2, 2, 2), temporal downsampling (False, True, True): 4x temporal,
        8x spatial; UniPC with flow_shift 5
+  a_euler/  a's components (symlinks) with FlowMatchEulerDiscreteScheduler (shift 3)
+  vae_extra.safetensors is make_wan_vae_vectors.py's (kept)
   vectors.safetensors, for each pipeline <v> in (a, b):
     <v>.text.ids / .mask / .hidden   the tokenized prompt (max_sequence_length MAXSEQ) and
                                      UMT5's last_hidden_state with that mask
@@ -28,6 +30,7 @@ Writes tests/data/wan/:
                                      float in [0, 1] (output_type "np"); k = 0 with CFG
                                      (guidance 5, negative prompt NEG), k = 1 without
                                      (guidance 1)
+    a_euler.gen0.*                   the whole pipeline of a_euler, with CFG
   The sizes are in SIZES below (width x height x frames).
 """
 import json
@@ -36,7 +39,8 @@ import shutil
 
 import numpy as np
 import torch
-from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+from diffusers import (AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler, WanPipeline,
+                       WanTransformer3DModel)
 from safetensors.torch import save_file
 from transformers import AutoTokenizer, UMT5Config, UMT5EncoderModel
 
@@ -115,8 +119,12 @@ def link_text(dst, src):
 
 
 def main():
+    extra = os.path.join(OUT, "vae_extra.safetensors")
+    keep = open(extra, "rb").read() if os.path.exists(extra) else None
     shutil.rmtree(OUT, ignore_errors=True)
     os.makedirs(OUT)
+    if keep is not None:
+        open(extra, "wb").write(keep)
     tok = AutoTokenizer.from_pretrained(TOK)
     te = text_encoder(len(tok))
     vec = {}
@@ -168,6 +176,25 @@ def main():
                 vec[f"{v}.gen{k}.latents"] = init[0]
                 vec[f"{v}.gen{k}.frames"] = torch.from_numpy(np.ascontiguousarray(frames)).float()
                 print(f"{v}.gen{k}: frames {frames.shape}, mean {frames.mean():.3f} std {frames.std():.3f}")
+    # a's pipeline with FlowMatchEulerDiscreteScheduler (a config some Wan ports use)
+    path = os.path.join(OUT, "a_euler")
+    os.makedirs(path)
+    for c in ("text_encoder", "tokenizer", "transformer", "vae"):
+        os.symlink(os.path.join("..", "a", c), os.path.join(path, c))
+    pipe = WanPipeline.from_pretrained(os.path.join(OUT, "a"))
+    pipe.scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=False)
+    pipe.scheduler.save_pretrained(os.path.join(path, "scheduler"))
+    idx = json.load(open(os.path.join(OUT, "a", "model_index.json")))
+    idx["scheduler"] = ["diffusers", "FlowMatchEulerDiscreteScheduler"]
+    json.dump(idx, open(os.path.join(path, "model_index.json"), "w"), indent=2)
+    W, H, F = SIZES["a"]
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(13)
+        init = torch.randn(1, 4, (F - 1) // 4 + 1, H // 4, W // 4, generator=g)
+        frames = pipe(prompt=PROMPT, negative_prompt=NEG, height=H, width=W, num_frames=F, num_inference_steps=STEPS,
+                      guidance_scale=5.0, latents=init.clone(), max_sequence_length=MAXSEQ, output_type="np").frames[0]
+    vec["a_euler.gen0.latents"] = init[0]
+    vec["a_euler.gen0.frames"] = torch.from_numpy(np.ascontiguousarray(frames)).float()
     save_file({k: t.contiguous() for k, t in vec.items()}, os.path.join(OUT, "vectors.safetensors"))
     with open(os.path.join(OUT, "vectors.json"), "w") as f:
         json.dump({"prompt": PROMPT, "negative_prompt": NEG, "max_sequence_length": MAXSEQ, "steps": STEPS,
