@@ -74,6 +74,8 @@ if [ "$got" = "16/1" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL
 expect 2 "makes videos: write .mp4" "${wgen[@]}" -o "$tmpd/v.png"
 expect 1 "multiples of 16" generate --model "$data/wan/a" --prompt x --width 40 --height 32 --frames 5 --steps 1 -o "$tmpd/x.mp4"
 expect 2 "tensor and sequence parallelism are not supported" "${wgen[@]}" --parallel tp=2 -o "$tmpd/x.mp4"
+out=$(DIFFLET_CACHE="$tmpd/wcache" "$bin" compile --model "$data/wan/a" --size 48x32 --frames 9 --max-sequence-length 16 --probe 2>/dev/null)
+if [[ "$out" == *"probe "* && "$out" == *"transformer "* && "$out" == *"4 compiled"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: compile --probe of Wan: $out"; fi
 # a Hub repository id, resolved offline in a Hugging Face cache laid out as the hub
 # library lays it out (refs/main -> commit, snapshots/<commit>/ linking to blobs/)
 hub="$tmpd/hf/hub"; repo="$hub/models--test-org--flux-dev"; commit=0123456789abcdef0123456789abcdef01234567

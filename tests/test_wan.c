@@ -136,6 +136,60 @@ static void test_pipeline(const char *v, dl_dtype dt, int ngen) {
     dl_pipeline_free(p);
 }
 
+static void on_probe(void *ctx, int step, int branch, double probe, double change) {
+    double *sc = ctx;
+    (void)change;
+    if (branch == 0 && step < 16) sc[step] = probe;
+}
+
+/* Step caching on Wan: the probe is its own program; cadence, online delta and the
+ * calibrated probe all skip denoiser calls and keep the video finite */
+static void test_cache(void) {
+    dl_gen_shape shape = {.width = 48, .height = 32, .frames = 9, .max_sequence_length = 16, .dt = DL_F32};
+    dl_pipeline *p;
+    if (dl_pipeline_load(&p, DATA_DIR "/wan/a", &shape) != DL_OK) {
+        CHECK(0, "load: %s", dl_last_error());
+        return;
+    }
+    CHECK(strlen(dl_pipeline_program_id(p, 2)) == 16 && strcmp(dl_pipeline_program_id(p, 2), dl_pipeline_program_id(p, 3)),
+          "the probe is a program of its own (%s, transformer %s)", dl_pipeline_program_id(p, 2), dl_pipeline_program_id(p, 3));
+    char cal[] = "/tmp/difflet_wan_cal_XXXXXX";
+    int fd = mkstemp(cal);
+    const char *js = "{\"coefficients\": [1.0, 0.0], \"threshold\": 0.6, \"accumulate\": true}";
+    CHECK(fd >= 0 && write(fd, js, strlen(js)) == (ssize_t)strlen(js), "calibration file");
+    if (fd >= 0) close(fd);
+    char spec[96];
+    snprintf(spec, sizeof spec, "calibrated:%s", cal);
+    const char *modes[] = {"off", "cadence:2", "online-delta:9.5", spec}; /* random weights: the change never shrinks 0.6x */
+    int calls_off = 0;
+    for (int k = 0; k < 4; k++) {
+        dl_stepcache_config sc;
+        CHECK(dl_stepcache_parse(modes[k], &sc) == DL_OK, "%s: %s", modes[k], dl_last_error());
+        sc.keep_first = sc.keep_last = 2;
+        double score[16] = {0};
+        dl_gen_request r = {.prompt = "a red circle", .steps = 12, .guidance = 5.f, .seed = 3, .cache = &sc,
+                            .on_probe = k == 3 ? on_probe : NULL, .ctx = score};
+        dl_media m;
+        dl_gen_timing tm;
+        if (dl_pipeline_generate(p, &r, &m, &tm) != DL_OK) {
+            CHECK(0, "%s: %s", modes[k], dl_last_error());
+            continue;
+        }
+        int finite = 1;
+        for (int64_t i = 0; i < (int64_t)m.frames * m.width * m.height * 3 && m.pixels; i++) finite &= isfinite(m.pixels[i]);
+        if (k == 0) calls_off = tm.denoiser_calls;
+        printf("wan step cache %-14s: %d transformer calls, %d cached steps\n", k == 3 ? "calibrated" : modes[k],
+               tm.denoiser_calls, tm.cached_steps);
+        CHECK(finite, "%s: finite video", modes[k]);
+        CHECK(k == 0 ? tm.denoiser_calls == 24 : tm.denoiser_calls < calls_off && tm.cached_steps > 0,
+              "%s: %d calls, %d cached", modes[k], tm.denoiser_calls, tm.cached_steps);
+        if (k == 3) CHECK(score[0] == 0 && score[1] > 0 && score[5] > 0, "probe scores %g %g %g", score[0], score[1], score[5]);
+        dl_media_free(&m);
+    }
+    remove(cal);
+    dl_pipeline_free(p);
+}
+
 static void test_refusals(void) {
     dl_model_dir *dir;
     if (dl_model_dir_open(&dir, DATA_DIR "/wan/a") != DL_OK) return;
@@ -166,6 +220,7 @@ int main(void) {
         test_pipeline(i ? "b" : "a", DL_BF16, 2);
     }
     test_pipeline("a_euler", DL_F32, 1); /* FlowMatchEulerDiscreteScheduler, set_timesteps(steps) */
+    test_cache();
     test_refusals();
     dl_ckpt_free(g_vec);
     return test_done("test_wan");

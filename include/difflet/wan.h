@@ -30,6 +30,19 @@ void dl_wan_patch(const dl_wan *m, int64_t patch[3]);
 dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float timestep, float *out);
 void dl_wan_free(dl_wan *m);
 
+/* The step-caching probe (Difflet §5), a separate program of the transformer's
+ * weights (its patch embedding, time conditioning and first block's modulation
+ * table): the first block's modulated input LN(x)(1 + scale1) + shift1 of this rank's
+ * video tokens, and its relative L1 change since the same CFG slot's previous probe
+ * (0 on a slot's first probe), summed over the cp group. Built for the transformer's
+ * latent grid and split. */
+typedef struct dl_wan_probe dl_wan_probe;
+dl_status dl_wan_probe_load(dl_wan_probe **out, dl_model_dir *dir, const char *component, int64_t lat_frames,
+                            int64_t lat_h, int64_t lat_w, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split);
+dl_status dl_wan_probe_run(dl_wan_probe *p, int slot, const float *latents, float timestep, double *score);
+void dl_wan_probe_reset(dl_wan_probe *p);
+void dl_wan_probe_free(dl_wan_probe *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,7 +18,7 @@ static int parse_size(const char *s, int *w, int *h) {
 
 int cli_compile(int argc, char **argv) {
     const char *model = NULL, *par_spec = NULL;
-    int w = 0, h = 0, maxseq = 0, recompile = 0, frames = 0;
+    int w = 0, h = 0, maxseq = 0, recompile = 0, frames = 0, probe = 0;
     dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -26,9 +26,9 @@ int cli_compile(int argc, char **argv) {
             recompile = 1;
             continue;
         }
-        if (!strcmp(a, "--probe")) {
-            fprintf(stderr, "difflet: compile: --probe: there is no separate probe program; the step-caching probe runs fused into the transformer program\n");
-            return 2;
+        if (!strcmp(a, "--probe")) { /* a model with a probe program compiles it with the others */
+            probe = 1;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "difflet: compile: %s needs a value (or is unknown)\n", a);
@@ -75,6 +75,13 @@ int cli_compile(int argc, char **argv) {
     if (dl_registry_lookup(model, &entry) != DL_OK) {
         fprintf(stderr, "difflet: compile: %s\n", dl_last_error());
         return 1;
+    }
+    int has_probe = 0;
+    for (int c = 0; c < entry->ncomponents; c++) has_probe |= !strcmp(entry->components[c], "probe");
+    if (probe && !has_probe) {
+        fprintf(stderr, "difflet: compile: --probe: %s has no separate probe program; its step-caching probe runs fused into the transformer program\n",
+                entry->pipeline_class);
+        return 2;
     }
     int dw, dh, dframes;
     entry->default_shape(model, &dw, &dh, &dframes);

@@ -135,8 +135,8 @@ static double skipped_at(dl_stepcache_config *c, double thr, const trace *tr, in
     return skipped / np;
 }
 
-static dl_pipeline *open_model(const char *model, int w, int h) {
-    dl_gen_shape shape = {.frames = 1, .width = w, .height = h, .dt = DL_F32};
+static dl_pipeline *open_model(const char *model, int w, int h, int frames) {
+    dl_gen_shape shape = {.frames = frames, .width = w, .height = h, .dt = DL_F32};
     dl_pipeline *p;
     if (dl_pipeline_load(&p, model, &shape) != DL_OK) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
@@ -148,9 +148,19 @@ static dl_pipeline *open_model(const char *model, int w, int h) {
 /* shared options */
 typedef struct {
     const char *model, *prompts, *out, *json, *modes;
-    int steps, degree, budget, w, h, keep_a, keep_b, repeat;
-    float cfg;
+    int steps, degree, budget, w, h, frames, keep_a, keep_b, repeat;
+    float cfg, guidance; /* --true-cfg (FLUX), --guidance (the model's default when not given) */
+    int guidance_cfg;    /* the model runs CFG when guidance > 1 (Wan) */
 } opts;
+
+/* CFG branches per step, by the model's rule */
+static int branches(const opts *o) { return 1 + (o->guidance_cfg ? o->guidance > 1.f : o->cfg > 1.f); }
+
+/* prompt i's request (seed i) with caching c; the empty negative prompt when CFG runs */
+static dl_gen_request request(const opts *o, const char *prompt, int i, const dl_stepcache_config *c) {
+    return (dl_gen_request){.prompt = prompt, .negative_prompt = branches(o) > 1 ? "" : NULL, .steps = o->steps,
+                            .true_cfg = o->cfg, .guidance = o->guidance, .seed = (uint64_t)i, .cache = c};
+}
 
 static int parse_opts(int argc, char **argv, opts *o, const char *cmd) {
     for (int i = 0; i < argc; i++) {
@@ -170,6 +180,8 @@ static int parse_opts(int argc, char **argv, opts *o, const char *cmd) {
         else if (!strcmp(a, "--degree")) o->degree = atoi(v);
         else if (!strcmp(a, "--skip-budget")) o->budget = atoi(v);
         else if (!strcmp(a, "--true-cfg")) o->cfg = strtof(v, NULL);
+        else if (!strcmp(a, "--guidance")) o->guidance = strtof(v, NULL);
+        else if (!strcmp(a, "--frames")) o->frames = atoi(v);
         else if (!strcmp(a, "--keep")) sscanf(v, "%d,%d", &o->keep_a, &o->keep_b);
         else if (!strcmp(a, "--size")) {
             char x;
@@ -187,8 +199,21 @@ static int parse_opts(int argc, char **argv, opts *o, const char *cmd) {
     if (!cli_model(cmd, o->model, model_buf, sizeof model_buf)) return 0;
     o->model = model_buf;
     const dl_model_entry *e;
-    int frames;
-    if (!o->w && dl_registry_lookup(o->model, &e) == DL_OK) e->default_shape(o->model, &o->w, &o->h, &frames);
+    if (dl_registry_lookup(o->model, &e) != DL_OK) {
+        fprintf(stderr, "difflet: %s: %s\n", cmd, dl_last_error());
+        return 0;
+    }
+    int dw, dh, df;
+    e->default_shape(o->model, &dw, &dh, &df);
+    if (!o->w) o->w = dw, o->h = dh;
+    if (!o->frames) o->frames = df;
+    if (isnan(o->guidance)) o->guidance = e->default_guidance;
+    o->guidance_cfg = e->guidance_cfg;
+    if (o->frames < 1 || o->frames > 10000 || (e->output == DL_MEDIA_IMAGE && o->frames != 1)) {
+        fprintf(stderr, "difflet: %s: --frames %d (%s)\n", cmd, o->frames,
+                e->output == DL_MEDIA_IMAGE ? "the model makes images: 1" : "1..10000");
+        return 0;
+    }
     if (!o->prompts || o->steps <= 0 || o->steps > MAXSTEPS || o->degree < 1 || o->degree > 7) {
         fprintf(stderr, "difflet: %s: needs --prompts FILE, --steps in 1..%d, --degree in 1..7\n", cmd, MAXSTEPS);
         return 0;
@@ -197,29 +222,28 @@ static int parse_opts(int argc, char **argv, opts *o, const char *cmd) {
 }
 
 int cli_calibrate(int argc, char **argv) {
-    opts o = {.steps = 50, .degree = 4, .cfg = 1.f, .keep_a = 5, .keep_b = 5, .out = "calibration.json"};
+    opts o = {.steps = 50, .degree = 4, .cfg = 1.f, .guidance = NAN, .keep_a = 5, .keep_b = 5, .out = "calibration.json"};
     if (!parse_opts(argc, argv, &o, "calibrate")) return 2;
     char *prompts[MAXPROMPTS];
     int np = read_prompts(o.prompts, prompts, MAXPROMPTS);
     if (np <= 0) return 1;
-    dl_pipeline *p = open_model(o.model, o.w, o.h);
+    dl_pipeline *p = open_model(o.model, o.w, o.h, o.frames);
     if (!p) return 1;
     trace *tr = calloc((size_t)np, sizeof *tr);
     double *xs = malloc((size_t)(np * o.steps * 2) * sizeof *xs), *ys = malloc((size_t)(np * o.steps * 2) * sizeof *ys);
     int n = 0, rc = 1;
     dl_stepcache_config off;
     dl_stepcache_parse("off", &off);
-    uint8_t *rgb = malloc((size_t)(o.w * o.h * 3));
+    uint8_t *rgb = malloc((size_t)o.w * (size_t)o.h * 3 * (size_t)o.frames);
     for (int i = 0; i < np; i++) {
-        dl_gen_request r = {.prompt = prompts[i], .negative_prompt = o.cfg > 1 ? "" : NULL, .steps = o.steps,
-                             .true_cfg = o.cfg, .guidance = 3.5f, .seed = (uint64_t)i, .cache = &off, .on_probe = on_probe,
-                             .ctx = &tr[i]};
+        dl_gen_request r = request(&o, prompts[i], i, &off);
+        r.on_probe = on_probe, r.ctx = &tr[i];
         if (dl_pipeline_generate_rgb(p, &r, rgb, NULL) != DL_OK) {
             fprintf(stderr, "difflet: %s\n", dl_last_error());
             goto done;
         }
         for (int s = 1; s < o.steps; s++)
-            for (int b = 0; b < 1 + (o.cfg > 1); b++) xs[n] = tr[i].score[s][b], ys[n] = tr[i].change[s][b], n++;
+            for (int b = 0; b < branches(&o); b++) xs[n] = tr[i].score[s][b], ys[n] = tr[i].change[s][b], n++;
         fprintf(stderr, "  calibration prompt %d/%d\n", i + 1, np);
     }
     dl_stepcache_config c = {.mode = DL_STEPCACHE_CALIBRATED, .keep_first = o.keep_a, .keep_last = o.keep_b,
@@ -278,7 +302,7 @@ done:
 }
 
 int cli_eval_cache(int argc, char **argv) {
-    opts o = {.repeat = 3, .steps = 50, .degree = 4, .cfg = 1.f, .keep_a = 5, .keep_b = 5,
+    opts o = {.repeat = 3, .steps = 50, .degree = 4, .cfg = 1.f, .guidance = NAN, .keep_a = 5, .keep_b = 5,
               .modes = "cadence:2,online-delta:0.6"};
     if (!parse_opts(argc, argv, &o, "eval-cache")) return 2;
     if (o.repeat < 1 || o.repeat > 100) {
@@ -298,17 +322,16 @@ int cli_eval_cache(int argc, char **argv) {
         } else {
             cfgs[k].keep_first = o.keep_a, cfgs[k].keep_last = o.keep_b;
         }
-    dl_pipeline *p = open_model(o.model, o.w, o.h);
+    dl_pipeline *p = open_model(o.model, o.w, o.h, o.frames);
     if (!p) return 1;
-    size_t isz = (size_t)(o.w * o.h * 3);
+    size_t isz = (size_t)o.w * (size_t)o.h * 3 * (size_t)o.frames; /* frames stacked: one image o.h * frames tall */
     uint8_t *ref = malloc(isz * (size_t)np), *img = malloc(isz), *few = malloc(isz);
     double t_off = 0, full_call = 0, calls_off = 0;
     int rc = 0;
     dl_stepcache_config off;
     dl_stepcache_parse("off", &off);
     for (int i = 0; i < np && !rc; i++) { /* uncached references */
-        dl_gen_request r = {.prompt = prompts[i], .negative_prompt = o.cfg > 1 ? "" : NULL, .steps = o.steps,
-                             .true_cfg = o.cfg, .guidance = 3.5f, .seed = (uint64_t)i, .cache = &off};
+        dl_gen_request r = request(&o, prompts[i], i, &off);
         dl_gen_timing tm;
         if (dl_pipeline_generate_rgb(p, &r, ref + isz * (size_t)i, &tm) != DL_OK) rc = 1;
         double best = tm.denoise_s;
@@ -329,8 +352,7 @@ int cli_eval_cache(int argc, char **argv) {
         double t_mode = 0, calls = 0, ps = 0, pw = 99, ss = 0, sw = 1, fps = 0, fpw = 99, fss = 0, fsw = 1;
         double cached_s = 0, probe_s = 0, ncached = 0, nprobe = 0;
         for (int i = 0; i < np && !rc; i++) {
-            dl_gen_request r = {.prompt = prompts[i], .negative_prompt = o.cfg > 1 ? "" : NULL, .steps = o.steps,
-                                 .true_cfg = o.cfg, .guidance = 3.5f, .seed = (uint64_t)i, .cache = &cfgs[k]};
+            dl_gen_request r = request(&o, prompts[i], i, &cfgs[k]);
             dl_gen_timing tm, tk;
             if (dl_pipeline_generate_rgb(p, &r, img, &tm) != DL_OK) {
                 rc = 1;
@@ -341,18 +363,18 @@ int cli_eval_cache(int argc, char **argv) {
                 if (dl_pipeline_generate_rgb(p, &r, few, &tk) == DL_OK && tk.denoise_s < best)
                     best = tk.denoise_s, best_probe = tk.probe_s, best_cached = tk.cached_s;
             t_mode += best;
-            int c = tm.denoiser_calls / (1 + (o.cfg > 1));
+            int c = tm.denoiser_calls / branches(&o);
             calls += c;
             cached_s += best_cached, ncached += tm.cached_steps, probe_s += best_probe;
-            nprobe += tm.probe_s > 0 ? o.steps * (1 + (o.cfg > 1)) : 0;
-            double a = psnr(img, ref + isz * (size_t)i, (int64_t)isz), b = ssim(img, ref + isz * (size_t)i, o.w, o.h);
+            nprobe += tm.probe_s > 0 ? o.steps * branches(&o) : 0;
+            double a = psnr(img, ref + isz * (size_t)i, (int64_t)isz), b = ssim(img, ref + isz * (size_t)i, o.w, o.h * o.frames);
             ps += a, pw = fmin(pw, a), ss += b, sw = fmin(sw, b);
             r.steps = c, r.cache = &off; /* the fewer-steps baseline: as many steps as calls */
             if (dl_pipeline_generate_rgb(p, &r, few, NULL) != DL_OK) {
                 rc = 1;
                 break;
             }
-            a = psnr(few, ref + isz * (size_t)i, (int64_t)isz), b = ssim(few, ref + isz * (size_t)i, o.w, o.h);
+            a = psnr(few, ref + isz * (size_t)i, (int64_t)isz), b = ssim(few, ref + isz * (size_t)i, o.w, o.h * o.frames);
             fps += a, fpw = fmin(fpw, a), fss += b, fsw = fmin(fsw, b);
         }
         if (rc) break;

@@ -391,3 +391,29 @@ void dl_dit_swiglu(dl_dit *c, void *y, int64_t ldy, const void *ab, int64_t rows
         }
     });
 }
+
+dl_status dl_dit_probe_score(const dl_dit *c, const float *cur, const float *prev, int64_t n, double *score) {
+    double sums[2 * 64] = {0}, num = 0, den = 0;
+    int64_t i = 0;
+    while (i < n) { /* 16 float lanes per block of <= 4096 (vectorisable), blocks summed in double */
+        float a[16] = {0}, b[16] = {0};
+        int64_t e = i + 4096 < n ? i + 4096 : n;
+        for (; i + 16 <= e; i += 16)
+            for (int k = 0; k < 16; k++) {
+                a[k] += fabsf(cur[i + k] - prev[i + k]);
+                b[k] += fabsf(prev[i + k]);
+            }
+        for (; i < e; i++) a[0] += fabsf(cur[i] - prev[i]), b[0] += fabsf(prev[i]);
+        for (int k = 0; k < 16; k++) num += a[k], den += b[k];
+    }
+    if (c->sp.cp > 1) { /* every rank's sums, added in rank order: the same score everywhere */
+        if (c->sp.cp > 64) return dl_fail(DL_ERR_UNSUPPORTED, "probe over more than 64 cp ranks");
+        double mine[2] = {num, den};
+        dl_status s = dl_comm_allgather(c->sp.cp_comm, mine, sizeof mine, sums);
+        if (s) return s;
+        num = den = 0;
+        for (int j = 0; j < c->sp.cp; j++) num += sums[2 * j], den += sums[2 * j + 1];
+    }
+    *score = den > 0 ? num / den : 0;
+    return DL_OK;
+}

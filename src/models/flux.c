@@ -465,31 +465,7 @@ dl_status dl_flux_probe(dl_flux *m, int slot, const float *latents, const float 
     RUN(&m->dbl[0].mod_img, m->vec_in, m->mod_img); /* shift1, scale1, ... */
     float *cur = m->probe_cur, *sc = m->mod_img + D, *sh = m->mod_img;
     DL_PAR(dl_layernorm_x_t(DL_F32, cur, DL_F32, x, Nl, D, NULL, NULL, sc, sh, 1e-6f, ith, nth));
-    if (m->probe_have[slot]) {
-        double sums[2 * 64] = {0}, num = 0, den = 0;
-        const float *prev = m->probe_prev[slot];
-        const int64_t n = Nl * D;
-        int64_t i = 0;
-        while (i < n) { /* 16 float lanes per block of <= 4096 (vectorisable), blocks summed in double */
-            float a[16] = {0}, b[16] = {0};
-            int64_t e = i + 4096 < n ? i + 4096 : n;
-            for (; i + 16 <= e; i += 16)
-                for (int k = 0; k < 16; k++) {
-                    a[k] += fabsf(cur[i + k] - prev[i + k]);
-                    b[k] += fabsf(prev[i + k]);
-                }
-            for (; i < e; i++) a[0] += fabsf(cur[i] - prev[i]), b[0] += fabsf(prev[i]);
-            for (int k = 0; k < 16; k++) num += a[k], den += b[k];
-        }
-        if (m->c.sp.cp > 1) { /* every rank's sums, added in rank order: the same score everywhere */
-            if (m->c.sp.cp > 64) return dl_fail(DL_ERR_UNSUPPORTED, "probe over more than 64 cp ranks");
-            double mine[2] = {num, den};
-            if ((s = dl_comm_allgather(m->c.sp.cp_comm, mine, sizeof mine, sums))) return s;
-            num = den = 0;
-            for (int j = 0; j < m->c.sp.cp; j++) num += sums[2 * j], den += sums[2 * j + 1];
-        }
-        *score = den > 0 ? num / den : 0;
-    }
+    if (m->probe_have[slot] && (s = dl_dit_probe_score(&m->c, cur, m->probe_prev[slot], Nl * D, score))) return s;
     memcpy(m->probe_prev[slot], cur, (size_t)(Nl * D) * 4);
     m->probe_have[slot] = 1;
     return DL_OK;

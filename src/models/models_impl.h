@@ -169,6 +169,11 @@ void dl_dit_swiglu(dl_dit *c, void *y, int64_t ldy, const void *ab, int64_t rows
  * its n0): all-gathered in place */
 dl_status dl_dit_gather_image_rows(dl_dit *c, float *out, int64_t cols);
 
+/* The step-caching probe's score (TeaCache's relative L1 change): sum |cur - prev| /
+ * sum |prev| over this rank's n values, summed over the cp group in rank order so
+ * every rank gets the same score (0 when prev is all zeros). */
+dl_status dl_dit_probe_score(const dl_dit *c, const float *cur, const float *prev, int64_t n, double *score);
+
 /* "<prefix><name>" into buf (names with an optional model prefix). */
 const char *dl_pname(char *buf, size_t n, const char *prefix, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

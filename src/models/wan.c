@@ -39,26 +39,36 @@ typedef struct {
     float *sst;              /* scale_shift_table [6, D] */
 } wan_block;
 
+/* What the transformer and its step-caching probe share: the patch embedding of
+ * the latents (this rank's rows) and the time conditioning. Buffers are planned into
+ * the owner's arena (phase 0, temb and tproj up to phase 2). */
+typedef struct {
+    dl_dtype dt;
+    int64_t D, freq, Cin, lat[3], N, n0, Nl;
+    dl_conv *patch;                   /* patch_embedding: [Cin, F, H, W] -> [D, N] */
+    lin t1, t2, tp;                   /* time_embedder linear_1 / linear_2, time_proj */
+    void *lat_in, *pe;                /* [Cin, F, H, W], [D, N] dt */
+    void *vec_in, *vec_h;             /* [max(freq, D)] dt: one-row matmul inputs */
+    float *temb, *tproj, *tfreq, *tmp; /* [D], [6D], [freq], [D] */
+} wan_embed;
+
 struct dl_wan {
     dl_dit c;                         /* the video stream (T = 0): sizes, split, shared activations */
+    wan_embed e;
     int64_t Cin, Cout, P[3];          /* latent channels, patch (t, h, w) */
     int64_t Fl, Hl_, Wl;              /* latent grid (frames, height, width) */
     int64_t G[3];                     /* token grid: Fl / P[0], Hl_ / P[1], Wl / P[2] */
     int64_t Tt, Td, freq;             /* text rows, text width, Timesteps channels */
     int nl, cross_norm;
     float eps;
-    dl_conv *patch;                   /* patch_embedding: [Cin, F, H, W] -> [D, G] */
-    lin t1, t2, tp, x1, x2;           /* time_embedder, time_proj, text_embedder */
+    lin x1, x2;                       /* text_embedder */
     wan_block *blk;
     float *sst_out;                   /* [2, D] */
     lin proj_out;                     /* D -> Cout * prod(P), over the local rows */
     /* activations (the stream's are in c) */
-    void *lat_in;                     /* [Cin, F, H, W] dt */
-    void *pe;                         /* [D, N] dt: patch_embedding output */
     void *txt_in, *txt_h, *ctx;       /* [T, Td], [T, D], [T, D] dt */
     void *q2, *kv2, *f;               /* [Nl, D], [T, 2D], [Nl, F] dt */
-    float *temb, *tproj, *mod, *tfreq, *ones; /* [D], [6D], [6D], [freq], [D] */
-    void *vec_in, *vec_h;             /* [max(freq, D)] dt: one-row matmul inputs */
+    float *mod, *ones;                /* [6D], [D] */
     float *pout;                      /* [Nl, Cout * prod(P)] f32 */
     float *full;                      /* [N, Cout * prod(P)] f32: every rank's rows (cp > 1) */
     void *arena;
@@ -70,9 +80,89 @@ int64_t dl_wan_heads(const dl_wan *m) { return m->c.H; }
 int64_t dl_wan_text_dim(const dl_wan *m) { return m->Td; }
 void dl_wan_patch(const dl_wan *m, int64_t patch[3]) { memcpy(patch, m->P, sizeof m->P); }
 
+static void embed_free(wan_embed *e) {
+    dl_lin_free(&e->t1), dl_lin_free(&e->t2), dl_lin_free(&e->tp);
+    dl_conv_free(e->patch);
+    e->patch = NULL;
+}
+
+static dl_status lin_one(lin *l, dl_wsrc *ck, const char *p, const char *name, int64_t m, int64_t k, int64_t n,
+                         dl_dtype dt, dl_dtype dst, dl_act act);
+
+/* the shared weights, for rows [n0, n0 + Nl) of the N tokens (sizes set by the caller) */
+static dl_status embed_load(wan_embed *e, dl_wsrc *ck, const int64_t P[3]) {
+    const int64_t D = e->D;
+    const dl_dtype dt = e->dt;
+    dl_conv_desc pd = {.ndim = 3, .cin = e->Cin, .cout = D, .in = {e->lat[0], e->lat[1], e->lat[2]},
+                       .kernel = {P[0], P[1], P[2]}, .stride = {P[0], P[1], P[2]}, .dt = dt};
+    dl_status s;
+    if ((s = dl_conv_load(&e->patch, ck, "patch_embedding", &pd)) ||
+        (s = lin_one(&e->t1, ck, "condition_embedder.time_embedder.", "linear_1", 1, e->freq, D, dt, dt, DL_ACT_SILU)) ||
+        (s = lin_one(&e->t2, ck, "condition_embedder.time_embedder.", "linear_2", 1, D, D, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = lin_one(&e->tp, ck, "condition_embedder.", "time_proj", 1, D, 6 * D, dt, DL_F32, DL_ACT_NONE)))
+        return s;
+    return DL_OK;
+}
+
+static void embed_plan(wan_embed *e, act_plan *pl) {
+    const size_t es = dl_dtype_size(e->dt);
+    const int64_t D = e->D, vmax = e->freq > D ? e->freq : D;
+    dl_plan_add(pl, &e->lat_in, (size_t)(e->Cin * e->lat[0] * e->lat[1] * e->lat[2]) * es, 0, 0);
+    dl_plan_add(pl, &e->pe, (size_t)(D * e->N) * es, 0, 0);
+    dl_plan_add(pl, &e->vec_in, (size_t)vmax * es, 0, 0);
+    dl_plan_add(pl, &e->vec_h, (size_t)vmax * es, 0, 0);
+    dl_plan_add(pl, &e->temb, (size_t)D * 4, 0, 2);
+    dl_plan_add(pl, &e->tproj, (size_t)(6 * D) * 4, 0, 1);
+    dl_plan_add(pl, &e->tfreq, (size_t)e->freq * 4, 0, 0);
+    dl_plan_add(pl, &e->tmp, (size_t)D * 4, 0, 0);
+}
+
+#define RUN(l, x, y)                                         \
+    do {                                                     \
+        if ((s = lin_run((l), (x), (y))) != DL_OK) return s; \
+    } while (0)
+#define TRY(e)                            \
+    do {                                  \
+        if ((s = (e)) != DL_OK) return s; \
+    } while (0)
+
+/* temb, and tproj = time_proj(silu(temb)), for a timestep */
+static dl_status embed_time(wan_embed *e, float timestep) {
+    const int64_t D = e->D;
+    const dl_dtype dt = e->dt;
+    dl_status s;
+    dl_dit_timestep_proj(timestep, e->freq, e->tfreq);
+    dl_convert_t(dt, e->vec_in, DL_F32, e->tfreq, e->freq, 0, 1);
+    RUN(&e->t1, e->vec_in, e->vec_h);
+    RUN(&e->t2, e->vec_h, e->temb);
+    for (int64_t i = 0; i < D; i++) e->tmp[i] = e->temb[i] / (1.f + expf(-e->temb[i]));
+    dl_convert_t(dt, e->vec_in, DL_F32, e->tmp, D, 0, 1);
+    RUN(&e->tp, e->vec_in, e->tproj);
+    return DL_OK;
+}
+
+/* the patch convolution, this rank's rows transposed into x [Nl, D] f32 */
+static dl_status embed_patch(wan_embed *e, const float *latents, float *x) {
+    const int64_t D = e->D, N = e->N, n0 = e->n0, Nl = e->Nl;
+    const dl_dtype dt = e->dt;
+    const size_t es = dl_dtype_size(dt);
+    dl_status s;
+    to_dt(dt, e->lat_in, latents, e->Cin * e->lat[0] * e->lat[1] * e->lat[2]);
+    TRY(dl_conv_run(e->patch, e->lat_in, e->pe));
+    const char *pe = e->pe;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < Nl; r++)
+        for (int64_t d = 0; d < D; d++) {
+            const char *v = pe + (size_t)(d * N + n0 + r) * es;
+            x[r * D + d] = dt == DL_F32 ? *(const float *)v : dl_bf16_to_f32(*(const uint16_t *)v);
+        }
+    return DL_OK;
+}
+
 void dl_wan_free(dl_wan *m) {
     if (!m) return;
-    lin *ls[] = {&m->t1, &m->t2, &m->tp, &m->x1, &m->x2, &m->proj_out};
+    embed_free(&m->e);
+    lin *ls[] = {&m->x1, &m->x2, &m->proj_out};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) dl_lin_free(ls[i]);
     for (int i = 0; m->blk && i < m->nl; i++) {
         wan_block *b = &m->blk[i];
@@ -81,7 +171,6 @@ void dl_wan_free(dl_wan *m) {
         free(b->nq), free(b->nk), free(b->nq2), free(b->nk2), free(b->n2w), free(b->n2b), free(b->sst);
     }
     free(m->blk), free(m->sst_out);
-    dl_conv_free(m->patch);
     dl_dit_free(&m->c);
     dl_aligned_free(m->arena);
     dl_aligned_free(m->full);
@@ -211,13 +300,10 @@ dl_status dl_wan_load(dl_wan **out, dl_model_dir *dir, const char *component, in
     if ((s = dl_dit_plan(&m->c)) != DL_OK) goto fail;
     if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t D = m->c.D, F = m->c.F, Nl = m->c.Nl, N = m->c.N, T = txt_len, PP = m->P[0] * m->P[1] * m->P[2];
-    dl_conv_desc pd = {.ndim = 3, .cin = m->Cin, .cout = D, .in = {lat_frames, lat_h, lat_w},
-                       .kernel = {m->P[0], m->P[1], m->P[2]}, .stride = {m->P[0], m->P[1], m->P[2]}, .dt = dt};
+    m->e = (wan_embed){.dt = dt, .D = D, .freq = m->freq, .Cin = m->Cin, .lat = {lat_frames, lat_h, lat_w}, .N = N,
+                       .n0 = m->c.n0, .Nl = Nl};
     static const char *qkv_n[3] = {"attn1.to_q", "attn1.to_k", "attn1.to_v"}, *kv_n[2] = {"attn2.to_k", "attn2.to_v"};
-    if ((s = dl_conv_load(&m->patch, ck, "patch_embedding", &pd)) ||
-        (s = lin_one(&m->t1, ck, "condition_embedder.time_embedder.", "linear_1", 1, m->freq, D, dt, dt, DL_ACT_SILU)) ||
-        (s = lin_one(&m->t2, ck, "condition_embedder.time_embedder.", "linear_2", 1, D, D, dt, DL_F32, DL_ACT_NONE)) ||
-        (s = lin_one(&m->tp, ck, "condition_embedder.", "time_proj", 1, D, 6 * D, dt, DL_F32, DL_ACT_NONE)) ||
+    if ((s = embed_load(&m->e, ck, m->P)) ||
         (s = lin_one(&m->x1, ck, "condition_embedder.text_embedder.", "linear_1", T, m->Td, D, dt, dt, DL_ACT_GELU_TANH)) ||
         (s = lin_one(&m->x2, ck, "condition_embedder.text_embedder.", "linear_2", T, D, D, dt, dt, DL_ACT_NONE)) ||
         (s = lin_one(&m->proj_out, ck, "", "proj_out", Nl, D, m->Cout * PP, dt, DL_F32, DL_ACT_NONE)))
@@ -260,28 +346,22 @@ dl_status dl_wan_load(dl_wan **out, dl_model_dir *dir, const char *component, in
         memmove(m->c.rope_sin, m->c.rope_sin + m->c.n0 * hd, (size_t)(Nl * hd) * 4);
     }
     const size_t es = dl_dtype_size(dt);
-    const int64_t vmax = m->freq > D ? m->freq : D, keys = N > T ? N : T;
+    const int64_t keys = N > T ? N : T;
     act_plan pl = {0};
     dl_plan_add(&pl, &m->c.x, (size_t)(m->c.xn * D) * 4, 0, 2);
     dl_plan_add(&pl, &m->c.o, (size_t)(Nl * D) * 4, 1, 1);
     dl_plan_add(&pl, &m->c.h, (size_t)(Nl * D) * es, 1, 2);
     dl_plan_add(&pl, &m->c.qkv, (size_t)(Nl * 3 * D) * es, 1, 1);
     dl_plan_add(&pl, &m->c.att, (size_t)(Nl * D) * es, 1, 1);
-    dl_plan_add(&pl, &m->lat_in, (size_t)(m->Cin * lat_frames * lat_h * lat_w) * es, 0, 0);
-    dl_plan_add(&pl, &m->pe, (size_t)(D * N) * es, 0, 0);
     dl_plan_add(&pl, &m->txt_in, (size_t)(T * m->Td) * es, 0, 0);
     dl_plan_add(&pl, &m->txt_h, (size_t)(T * D) * es, 0, 0);
     dl_plan_add(&pl, &m->ctx, (size_t)(T * D) * es, 0, 1);
     dl_plan_add(&pl, &m->q2, (size_t)(Nl * D) * es, 1, 1);
     dl_plan_add(&pl, &m->kv2, (size_t)(T * 2 * D) * es, 1, 1);
     dl_plan_add(&pl, &m->f, (size_t)(Nl * F) * es, 1, 1);
-    dl_plan_add(&pl, &m->temb, (size_t)D * 4, 0, 2);
-    dl_plan_add(&pl, &m->tproj, (size_t)(6 * D) * 4, 0, 1);
-    dl_plan_add(&pl, &m->mod, (size_t)(6 * D) * 4, 0, 2);
-    dl_plan_add(&pl, &m->tfreq, (size_t)m->freq * 4, 0, 0);
+    dl_plan_add(&pl, &m->mod, (size_t)(6 * D) * 4, 1, 2);
+    embed_plan(&m->e, &pl);
     dl_plan_add(&pl, &m->ones, (size_t)D * 4, 0, 2);
-    dl_plan_add(&pl, &m->vec_in, (size_t)vmax * es, 0, 0);
-    dl_plan_add(&pl, &m->vec_h, (size_t)vmax * es, 0, 0);
     dl_plan_add(&pl, &m->pout, (size_t)(Nl * m->Cout * PP) * 4, 2, 2);
     dl_plan_attn_scratch(&pl, &m->c.scratch, dt, keys, m->c.H, m->c.Dh, 0, 1, 1);
     if ((s = dl_plan_commit(&pl, ck, &m->arena)) != DL_OK || (s = dl_dit_alloc(&m->c)) != DL_OK) goto fail;
@@ -298,30 +378,6 @@ fail:
     return s;
 }
 
-#define RUN(l, x, y)                                         \
-    do {                                                     \
-        if ((s = lin_run((l), (x), (y))) != DL_OK) return s; \
-    } while (0)
-#define TRY(e)                            \
-    do {                                  \
-        if ((s = (e)) != DL_OK) return s; \
-    } while (0)
-
-/* temb, and tproj = time_proj(silu(temb)), for a timestep */
-static dl_status conditioning(dl_wan *m, float timestep) {
-    const int64_t D = m->c.D;
-    const dl_dtype dt = m->c.dt;
-    dl_status s;
-    dl_dit_timestep_proj(timestep, m->freq, m->tfreq);
-    dl_convert_t(dt, m->vec_in, DL_F32, m->tfreq, m->freq, 0, 1);
-    RUN(&m->t1, m->vec_in, m->vec_h);
-    RUN(&m->t2, m->vec_h, m->temb);
-    for (int64_t i = 0; i < D; i++) m->mod[i] = m->temb[i] / (1.f + expf(-m->temb[i]));
-    dl_convert_t(dt, m->vec_in, DL_F32, m->mod, D, 0, 1);
-    RUN(&m->tp, m->vec_in, m->tproj);
-    return DL_OK;
-}
-
 /* mod = sst + v (f32, as torch adds the table to the projection) */
 static void add_table(float *mod, const float *sst, const float *v, int64_t n) {
     for (int64_t i = 0; i < n; i++) mod[i] = sst[i] + v[i];
@@ -333,29 +389,17 @@ dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float ti
     const size_t es = dl_dtype_size(dt);
     dl_status s;
     if (!isfinite(timestep)) return dl_fail(DL_ERR_INVALID, "Wan transformer: the timestep is not finite");
-    TRY(conditioning(m, timestep));
+    TRY(embed_time(&m->e, timestep));
     /* text: ctx = text_embedder(txt) */
     to_dt(dt, m->txt_in, txt, T * m->Td);
     RUN(&m->x1, m->txt_in, m->txt_h);
     RUN(&m->x2, m->txt_h, m->ctx);
-    /* video tokens: the patch convolution, this rank's rows transposed into x */
-    to_dt(dt, m->lat_in, latents, m->Cin * m->Fl * m->Hl_ * m->Wl);
-    TRY(dl_conv_run(m->patch, m->lat_in, m->pe));
-    {
-        float *x = m->c.x;
-        const char *pe = m->pe;
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < Nl; r++)
-            for (int64_t d = 0; d < D; d++) {
-                const char *e = pe + (size_t)(d * N + n0 + r) * es;
-                x[r * D + d] = dt == DL_F32 ? *(const float *)e : dl_bf16_to_f32(*(const uint16_t *)e);
-            }
-    }
+    TRY(embed_patch(&m->e, latents, m->c.x)); /* this rank's video tokens */
     for (int64_t i = 0; i < D; i++) m->ones[i] = 1.f;
     for (int i = 0; i < m->nl; i++) {
         wan_block *b = &m->blk[i];
         float *md = m->mod; /* shift1, scale1, gate1, shift2, scale2, gate2 */
-        add_table(md, b->sst, m->tproj, 6 * D);
+        add_table(md, b->sst, m->e.tproj, 6 * D);
         /* self-attention */
         dl_dit_ln_mod(&m->c, NULL, NULL, md + D, md);
         RUN(&b->qkv, m->c.h, m->c.qkv);
@@ -383,8 +427,8 @@ dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float ti
         RUN(&b->ff2, m->f, m->c.o);
         dl_dit_gate_add(&m->c, NULL, md + 5 * D);
     }
-    add_table(m->mod, m->sst_out, m->temb, D); /* shift */
-    add_table(m->mod + D, m->sst_out + D, m->temb, D); /* scale */
+    add_table(m->mod, m->sst_out, m->e.temb, D); /* shift */
+    add_table(m->mod + D, m->sst_out + D, m->e.temb, D); /* scale */
     dl_dit_ln_mod(&m->c, NULL, NULL, m->mod + D, m->mod);
     RUN(&m->proj_out, m->c.h, m->pout);
     /* unpatchify: row (f, h, w), column ((pt, ph, pw), c) -> out[c, f pt + pt', ...] */
@@ -407,5 +451,107 @@ dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float ti
                     for (int64_t c = 0; c < m->Cout; c++) out[c * FHW + at] = v[c];
                 }
     }
+    return DL_OK;
+}
+
+/* ---- the probe program ------------------------------------------------------------ */
+
+struct dl_wan_probe {
+    dl_dit c;                         /* sizes and the split (no attention buffers) */
+    wan_embed e;
+    float *sst0;                      /* blocks.0.scale_shift_table [6, D] */
+    float *x, *cur, *mod;             /* [Nl, D], [Nl, D], [6D] f32 */
+    float *prev[2];                   /* [Nl, D] per CFG slot */
+    int have[2];
+    void *arena;
+};
+
+void dl_wan_probe_free(dl_wan_probe *p) {
+    if (!p) return;
+    embed_free(&p->e);
+    free(p->sst0);
+    dl_dit_free(&p->c);
+    dl_aligned_free(p->prev[0]), dl_aligned_free(p->prev[1]), dl_aligned_free(p->arena);
+    free(p);
+}
+
+void dl_wan_probe_reset(dl_wan_probe *p) { p->have[0] = p->have[1] = 0; }
+
+dl_status dl_wan_probe_load(dl_wan_probe **out, dl_model_dir *dir, const char *component, int64_t lat_frames,
+                            int64_t lat_h, int64_t lat_w, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split) {
+    *out = NULL;
+    char file[512];
+    snprintf(file, sizeof file, "%s/config.json", component);
+    const cJSON *cfg;
+    dl_status s = dl_model_dir_config(dir, component, &cfg);
+    if (s != DL_OK) return s;
+    dl_wan_probe *p = calloc(1, sizeof *p);
+    dl_wan *m = calloc(1, sizeof *m); /* the config reader's sizes */
+    dl_wsrc *ck = NULL;
+    if (!p || !m) {
+        free(m);
+        free(p);
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    }
+    if ((s = read_config(m, cfg, file))) goto fail;
+    const int64_t lat[3] = {lat_frames, lat_h, lat_w};
+    int64_t N = 1;
+    for (int i = 0; i < 3; i++) {
+        if (lat[i] <= 0 || lat[i] % m->P[i]) {
+            s = dl_fail(DL_ERR_INVALID, "Wan probe: the latent grid is not divisible by patch_size");
+            goto fail;
+        }
+        N *= lat[i] / m->P[i];
+    }
+    p->c = (dl_dit){.sp = split ? *split : (dl_dit_split){.tp = 1, .cp = 1}, .dt = dt, .D = m->c.D, .H = m->c.H,
+                    .Dh = m->c.Dh, .F = m->c.F, .N = N, .S = N};
+    if (p->c.sp.tp > 1) {
+        s = dl_fail(DL_ERR_UNSUPPORTED, "parallel split refused: Wan's probe runs on cp groups only (tp=%d)", p->c.sp.tp);
+        goto fail;
+    }
+    if ((s = dl_dit_plan(&p->c)) != DL_OK) goto fail;
+    const int64_t D = m->c.D, Nl = p->c.Nl;
+    p->e = (wan_embed){.dt = dt, .D = D, .freq = m->freq, .Cin = m->Cin, .lat = {lat_frames, lat_h, lat_w}, .N = N,
+                       .n0 = p->c.n0, .Nl = Nl};
+    int64_t bsst[3] = {1, 6, D};
+    if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK || (s = embed_load(&p->e, ck, m->P)) != DL_OK ||
+        (s = dl_param_f32(ck, "blocks.0.scale_shift_table", 3, bsst, &p->sst0)) != DL_OK)
+        goto fail;
+    act_plan pl = {0};
+    dl_plan_add(&pl, &p->x, (size_t)(Nl * D) * 4, 0, 1);
+    dl_plan_add(&pl, &p->cur, (size_t)(Nl * D) * 4, 1, 1);
+    dl_plan_add(&pl, &p->mod, (size_t)(6 * D) * 4, 1, 1);
+    embed_plan(&p->e, &pl);
+    if ((s = dl_plan_commit(&pl, ck, &p->arena)) != DL_OK) goto fail;
+    for (int i = 0; i < 2; i++)
+        if (!(p->prev[i] = dl_aligned_alloc((size_t)(Nl * D) * 4))) {
+            s = dl_fail(DL_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    dl_ws_close(ck);
+    free(m);
+    *out = p;
+    return DL_OK;
+fail:
+    dl_ws_close(ck);
+    free(m);
+    dl_wan_probe_free(p);
+    return s;
+}
+
+dl_status dl_wan_probe_run(dl_wan_probe *p, int slot, const float *latents, float timestep, double *score) {
+    const int64_t D = p->c.D, Nl = p->c.Nl;
+    dl_status s;
+    *score = 0;
+    if (slot < 0 || slot > 1) return dl_fail(DL_ERR_INVALID, "probe: slot %d (0 or 1)", slot);
+    if (!isfinite(timestep)) return dl_fail(DL_ERR_INVALID, "Wan probe: the timestep is not finite");
+    TRY(embed_time(&p->e, timestep));
+    TRY(embed_patch(&p->e, latents, p->x));
+    add_table(p->mod, p->sst0, p->e.tproj, 2 * D); /* shift1, scale1 */
+    float *cur = p->cur, *x = p->x, *sc = p->mod + D, *sh = p->mod;
+    DL_PAR(dl_layernorm_x_t(DL_F32, cur, DL_F32, x, Nl, D, NULL, NULL, sc, sh, 1e-6f, ith, nth));
+    if (p->have[slot] && (s = dl_dit_probe_score(&p->c, cur, p->prev[slot], Nl * D, score))) return s;
+    memcpy(p->prev[slot], cur, (size_t)(Nl * D) * 4);
+    p->have[slot] = 1;
     return DL_OK;
 }

@@ -9,8 +9,8 @@
  *           scheduler's step (UniPC as Wan configures it, or flow-matching Euler);
  *   decode: z = latents / (1 / latents_std) + latents_mean, the causal VAE one
  *           latent frame at a time, (x / 2 + 0.5) clamped to [0, 1], x255 rounded.
- * The loop (steps, CFG on one group or two, step caching without a probe, the ranks
- * of a CP replica) is the shared one (denoise.h). */
+ * The loop (steps, CFG on one group or two, step caching, the ranks of a CP replica)
+ * is the shared one (denoise.h); the step-caching probe is a program of its own. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,8 +26,27 @@
 #include "difflet/wan.h"
 #include "difflet/wan_vae.h"
 
-enum { C_TEXT = 0, C_VAE, C_TRANSFORMER, NCOMP };
-static const char *const k_wan_components[NCOMP] = {"text_encoder", "vae", "transformer"};
+/* programs: the probe is a separate one of the transformer's weights (Difflet §5) */
+enum { C_TEXT = 0, C_VAE, C_PROBE, C_TRANSFORMER, NCOMP };
+static const char *const k_wan_components[NCOMP] = {"text_encoder", "vae", "probe", "transformer"};
+static const char *const k_wan_folders[NCOMP] = {"text_encoder", "vae", "transformer", "transformer"};
+
+/* ---- Wan's denoiser: conditioning buf[0] = prompt_embeds [T, Td]; the probe program
+ * beside the transformer ---- */
+typedef struct {
+    dl_wan *tr;
+    dl_wan_probe *probe;
+} wan_den;
+static dl_status den_eval(void *m, const float *lat, const dl_cond *c, float t, float g, float *out) {
+    (void)g;
+    return dl_wan_run(((wan_den *)m)->tr, lat, c->buf[0], t, out);
+}
+static dl_status den_probe(void *m, int slot, const float *lat, const dl_cond *c, float t, float g, double *score) {
+    (void)c, (void)g;
+    return dl_wan_probe_run(((wan_den *)m)->probe, slot, lat, t, score);
+}
+static void den_probe_reset(void *m) { dl_wan_probe_reset(((wan_den *)m)->probe); }
+static const dl_denoiser_ops wan_denoiser = {den_eval, den_probe, den_probe_reset, NULL};
 
 typedef struct {
     dl_gen_shape shape;
@@ -35,6 +54,7 @@ typedef struct {
     dl_tokenizer *tok;
     dl_t5_encoder *te;
     dl_wan *tr;
+    dl_wan_probe *probe;
     dl_wan_vae *vae;
     int unipc;           /* the scheduler: UniPC, else flow-matching Euler */
     dl_unipc uni;
@@ -42,6 +62,7 @@ typedef struct {
     dl_unipc_state *ust; /* the multistep history, for ust_steps steps */
     int ust_steps;
     dl_denoise *loop;
+    wan_den den;
     int64_t C, lf, lh, lw, T, Td, n; /* latent channels and grid, text rows and width, latent size */
     int ts, ss;                      /* the VAE's temporal and spatial scales */
     float *sigmas, *tsteps;
@@ -54,18 +75,12 @@ typedef struct {
     int host;
 } wan_pipe;
 
-/* ---- Wan's denoiser: conditioning buf[0] = prompt_embeds [T, Td] ---- */
-static dl_status den_eval(void *m, const float *lat, const dl_cond *c, float t, float g, float *out) {
-    (void)g;
-    return dl_wan_run(m, lat, c->buf[0], t, out);
-}
-static const dl_denoiser_ops wan_denoiser = {den_eval, NULL, NULL, NULL};
 
 static void pipe_free(wan_pipe *p) {
     if (!p) return;
     dl_denoise_free(p->loop);
     dl_tokenizer_free(p->tok);
-    dl_t5_encoder_free(p->te), dl_wan_free(p->tr), dl_wan_vae_free(p->vae);
+    dl_t5_encoder_free(p->te), dl_wan_free(p->tr), dl_wan_probe_free(p->probe), dl_wan_vae_free(p->vae);
     dl_unipc_state_free(p->ust);
     for (int i = 0; i < NCOMP; i++) dl_artifact_close(p->art[i]);
     dl_model_dir_free(p->dir);
@@ -85,6 +100,9 @@ static dl_status build_component(void *ctx, dl_wsrc *ws) {
     switch (b->which) {
     case C_TEXT: return dl_t5_encoder_load(&p->te, p->dir, "text_encoder", p->T, dt, ws);
     case C_VAE: return dl_wan_vae_load(&p->vae, p->dir, "vae", p->lf, p->lh, p->lw, dt, ws);
+    case C_PROBE:
+        return dl_wan_probe_load(&p->probe, p->dir, "transformer", p->lf, p->lh, p->lw, dt, ws,
+                                 p->par ? &p->par->split : NULL);
     default:
         return dl_wan_load(&p->tr, p->dir, "transformer", p->lf, p->lh, p->lw, p->T, dt, ws,
                            p->par ? &p->par->split : NULL);
@@ -186,7 +204,7 @@ static dl_status pipe_load(wan_pipe **out, const char *model_dir, const dl_gen_s
         snprintf(path, sizeof path, "%s/tokenizer", model_dir);
         if ((s = dl_tokenizer_load(&p->tok, path))) goto fail;
     }
-    for (int c = p->host ? 0 : C_TRANSFORMER; c < NCOMP && s == DL_OK; c++) {
+    for (int c = p->host ? 0 : C_PROBE; c < NCOMP && s == DL_OK; c++) {
         char shp[256], *key = NULL, lay[96] = "";
         if (p->par && p->par->cfg.cp > 1) {
             dl_par_config one = p->par->cfg;
@@ -196,16 +214,20 @@ static dl_status pipe_load(wan_pipe **out, const char *model_dir, const dl_gen_s
         if (c == C_TEXT) snprintf(shp, sizeof shp, "{\"seq\":%lld}", (long long)p->T);
         else if (c == C_VAE)
             snprintf(shp, sizeof shp, "{\"frames\":%lld,\"height\":%d,\"width\":%d}", (long long)p->lf, shape->height, shape->width);
+        else if (c == C_PROBE)
+            snprintf(shp, sizeof shp, "{\"frames\":%d,\"height\":%d,\"width\":%d}", frames, shape->height, shape->width);
         else
             snprintf(shp, sizeof shp, "{\"frames\":%d,\"height\":%d,\"text\":%lld,\"width\":%d}", frames, shape->height,
                      (long long)p->T, shape->width);
-        if (c == C_TRANSFORMER && *lay)
-            s = dl_program_key_par(p->dir, k_wan_components[c], shp, shape->dt, 0, lay, p->par->split.cp_rank, &key, p->prog_id[c]);
+        const int probe = c == C_PROBE;
+        if (c >= C_PROBE && *lay) /* this rank's rows */
+            s = dl_program_key_par(p->dir, k_wan_folders[c], shp, shape->dt, probe, lay, p->par->split.cp_rank, &key,
+                                   p->prog_id[c]);
         else
-            s = dl_program_key(p->dir, k_wan_components[c], shp, shape->dt, 0, &key, p->prog_id[c]);
+            s = dl_program_key(p->dir, k_wan_folders[c], shp, shape->dt, probe, &key, p->prog_id[c]);
         build_ctx b = {p, c};
         if (s == DL_OK)
-            s = dl_program_get(p->dir, k_wan_components[c], key, p->prog_id[c], shape->cache, build_component, &b, &p->art[c]);
+            s = dl_program_get(p->dir, k_wan_folders[c], key, p->prog_id[c], shape->cache, build_component, &b, &p->art[c]);
         free(key);
     }
     if (s == DL_OK) s = scheduler_load(p);
@@ -236,7 +258,8 @@ static dl_status pipe_load(wan_pipe **out, const char *model_dir, const dl_gen_s
         goto fail;
     }
     {
-        dl_denoiser dn = {&wan_denoiser, p->tr, p->n};
+        p->den = (wan_den){p->tr, p->probe};
+        dl_denoiser dn = {&wan_denoiser, &p->den, p->n};
         dl_cond c0 = {{p->pe}, {p->T * p->Td}, 1}, c1 = {{p->ne}, {p->T * p->Td}, 1};
         if ((s = dl_denoise_new(&p->loop, &dn, p->par, &c0, &c1)) != DL_OK) goto fail;
     }
