@@ -41,6 +41,7 @@ typedef struct {
     int want_pixels; /* also the unrounded pixels (dl_media.pixels) */
     volatile int *cancel;
     void (*on_step)(void *ctx, int step, int steps, double elapsed);
+    void (*on_decode)(void *ctx, int done, int total); /* chunked (video) decodes: after each chunk */
     void (*on_probe)(void *ctx, int step, int branch, double probe, double change);
     void *ctx;
 } dl_gen_request;

@@ -29,6 +29,11 @@ typedef struct {
     int tty;
 } progress;
 
+static void on_decode(void *ctx, int done, int total) {
+    (void)ctx;
+    if (done == total || done % 4 == 0) fprintf(stderr, "  decode: latent frame %d/%d\n", done, total);
+}
+
 static void on_step(void *ctx, int step, int steps, double elapsed) {
     progress *p = ctx;
     double per = elapsed / step, eta = per * (steps - step);
@@ -298,7 +303,7 @@ int cli_generate(int argc, char **argv) {
             break;
         }
         dl_gen_request_from(&r, &rq);
-        r.init = init, r.cache = &sc, r.on_step = on_step, r.ctx = &pr;
+        r.init = init, r.cache = &sc, r.on_step = on_step, r.on_decode = on_decode, r.ctx = &pr;
         dl_gen_timing tm;
         dl_media media;
         if (dl_pipeline_generate(p, &r, &media, &tm) != DL_OK) {

@@ -348,7 +348,7 @@ static dl_status generate(wan_pipe *p, const dl_gen_request *r, dl_media *out, d
         float inv = 1.f / std[c];
         for (int64_t i = 0; i < per; i++) p->z[c * per + i] = lat[c * per + i] / inv + mean[c];
     }
-    if ((s = dl_wan_vae_decode(p->vae, p->z, p->video, NULL, NULL))) return s;
+    if ((s = dl_wan_vae_decode(p->vae, p->z, p->video, r->on_decode, r->ctx))) return s; /* one latent frame at a time */
     const int64_t F = p->shape.frames, H = p->shape.height, W = p->shape.width;
     *out = (dl_media){.kind = DL_MEDIA_VIDEO, .width = (int)W, .height = (int)H, .frames = (int)F,
                       .fps = r->fps > 0 ? r->fps : 16.0};
