@@ -49,10 +49,29 @@ void dl_tokenizer_pieces_free(char **pieces, int32_t n);
 /* Python's html.unescape of s[0..n) (HTML5 named and numeric character references,
  * as the standard library replaces them), NUL-terminated into *out (malloc'd). */
 dl_status dl_html_unescape(const char *s, size_t n, char **out);
-/* WanPipeline's prompt_clean without ftfy: html.unescape twice, str.strip, runs of
- * Unicode White_Space to one space, str.strip. *out malloc'd. Invalid
- * UTF-8 and prompts over DL_TOK_MAX_TEXT bytes are DL_ERR_INVALID. */
+/* WanPipeline's prompt_clean as diffusers runs it with ftfy installed (ftfy 6.3.1):
+ * ftfy.fix_text with its default settings, then html.unescape twice, str.strip,
+ * runs of Unicode White_Space to one space, str.strip. *out malloc'd. Invalid
+ * UTF-8 and prompts over DL_TOK_MAX_TEXT bytes are DL_ERR_INVALID. ftfy's
+ * mojibake repair (fix_encoding) is not reproduced: see dl_text_clean_wan_opts. */
 dl_status dl_text_clean_wan(const char *text, char **out);
+
+/* ftfy.fix_text(text) with its default settings (ftfy 6.3.1) but the mojibake
+ * repair, as dl_text_clean_wan applies it; *out malloc'd, *maybe_mojibake (may be
+ * NULL) as for dl_text_clean_wan_opts. */
+dl_status dl_text_ftfy_fix(const char *text, char **out, int *maybe_mojibake);
+
+/* dl_text_clean_wan_opts flags */
+enum {
+    DL_CLEAN_NO_FTFY = 1 /* prompt_clean as diffusers runs it without ftfy installed */
+};
+/* dl_text_clean_wan with flags (0: the same as dl_text_clean_wan). When
+ * maybe_mojibake is not NULL, *maybe_mojibake is 0 when the result is exactly
+ * Python's, and 1 when the prompt holds characters ftfy's mojibake detector looks
+ * at (Latin-1 letters and symbols, some Greek and Cyrillic, box drawing, ...): then
+ * ftfy might have re-decoded part of it, which this function does not do. Always
+ * 0 with DL_CLEAN_NO_FTFY. */
+dl_status dl_text_clean_wan_opts(const char *text, unsigned flags, char **out, int *maybe_mojibake);
 /* 1 when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points past
  * U+10FFFF). */
 int dl_utf8_valid(const char *s, size_t n);

@@ -1,16 +1,31 @@
 /* Prompt cleaning as the diffusers pipelines do it before tokenising:
  *   html.unescape (Python's: HTML5 named references, with the longest-prefix rule
  *   for names without ';'; numeric references with the HTML5 replacement rules),
- *   and WanPipeline's prompt_clean: unescape twice, str.strip (str.isspace), every
- *   run of Unicode White_Space (the `regex` module's \s) becomes one space, and
+ *   and WanPipeline's prompt_clean: ftfy.fix_text when ftfy is installed (it is in
+ *   the reference environment), unescape twice, str.strip (str.isspace), every run
+ *   of Unicode White_Space (the `regex` module's \s) becomes one space, and
  *   str.strip again.
- * ftfy.fix_text, which the pipeline also applies when ftfy is installed, is not
- * reproduced (README status table). */
+ * ftfy.fix_text (6.3.1, default TextFixerConfig) splits the text after each '\n'
+ * (and every 1,000,000 code points) and repeats on each segment, until nothing
+ * changes: its own unescape_html (only "&#?[0-9A-Za-z]{1,24};", names ending in
+ * ';' plus some all-caps ones; off for this and every later segment once a segment
+ * holds '<'), fix_encoding, fix_c1_controls, fix_latin_ligatures,
+ * fix_character_width, uncurl_quotes, fix_line_breaks, fix_surrogates,
+ * remove_terminal_escapes, remove_control_chars, NFC. All of it is reproduced but
+ * fix_encoding, the mojibake repair that re-decodes text misread as Latin-1 /
+ * Windows-125x / MacRoman: it acts only on text its detector (badness.is_bad)
+ * flags, which needs one of the characters of k_mojibake_chars, so text without
+ * them comes out exactly as Python's and text with them is reported
+ * (maybe_mojibake). fix_surrogates has nothing to do on valid UTF-8: no reference
+ * ftfy decodes yields a surrogate. Tables: ftfy_tables.inc (tools/gen/ftfy_tables.py).
+ * NFC is utf8proc's (Unicode 15) where Python 3.11 has Unicode 14: they differ only
+ * on characters new in 15. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "text/text_impl.h"
 
+#include "text/ftfy_tables.inc"
 #include "text/html_entities.inc"
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -141,13 +156,230 @@ static void strip(const char *s, size_t n, size_t *a, size_t *b) {
     *b = seen ? end : 0;
 }
 
-dl_status dl_text_clean_wan(const char *text, char **out) {
+/* ---- ftfy.fix_text without fix_encoding ---- */
+
+static int in_ranges(const struct uni_range *r, size_t n, int32_t cp) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cp < r[mid].lo) hi = mid;
+        else if (cp > r[mid].hi) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+static int cmp_ftfy_entity(const void *k, const void *e) { return strcmp(k, ((const struct ftfy_entity *)e)->name); }
+
+static int cmp_ftfy_char(const void *k, const void *e) {
+    int32_t a = *(const int32_t *)k, b = ((const struct ftfy_char *)e)->cp;
+    return (a > b) - (a < b);
+}
+
+static int is_alnum(char c) { return (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z'); }
+
+/* the length of a match of HTML_ENTITY_RE, &#?[0-9A-Za-z]{1,24};, at s (s[0] ==
+ * '&'), or 0 */
+static size_t entity_match(const char *s, size_t n) {
+    size_t i = 1 + (size_t)(n > 1 && s[1] == '#'), run = 0;
+    while (i + run < n && run < 25 && is_alnum(s[i + run])) run++;
+    return run >= 1 && run <= 24 && i + run < n && s[i + run] == ';' ? i + run + 1 : 0;
+}
+
+/* fixes.unescape_html: each match in turn, replaced when it is a name of
+ * chardata.HTML_ENTITIES, or a numeric reference html.unescape consumes whole */
+static dl_status ftfy_unescape(const char *in, size_t n, sbuf *out) {
+    out->n = 0;
+    for (size_t i = 0; i < n;) {
+        const char *amp = memchr(in + i, '&', n - i);
+        size_t at = amp ? (size_t)(amp - in) : n;
+        if (!dl_sbuf_put(out, in + i, at - i)) return dl_fail(DL_ERR_NOMEM, "out of memory");
+        if (!amp) break;
+        size_t len = entity_match(amp, n - at);
+        if (!len) {
+            if (!dl_sbuf_put(out, "&", 1)) return dl_fail(DL_ERR_NOMEM, "out of memory");
+            i = at + 1;
+            continue;
+        }
+        char name[32];
+        memcpy(name, amp + 1, len - 1);
+        name[len - 1] = 0;
+        const struct ftfy_entity *e = bsearch(name, k_ftfy_entities, NELEM(k_ftfy_entities), sizeof k_ftfy_entities[0], cmp_ftfy_entity);
+        int ok;
+        if (e) {
+            ok = dl_sbuf_put(out, e->value, strlen(e->value));
+        } else if (name[0] == '#') {
+            sbuf r = {0};
+            dl_status s = unescape(amp, len, &r);
+            if (s != DL_OK) {
+                dl_sbuf_free(&r);
+                return s;
+            }
+            /* kept as written when html.unescape leaves a ';' (it did not consume it all) */
+            if (r.n && memchr(r.p, ';', r.n)) ok = dl_sbuf_put(out, amp, len);
+            else ok = dl_sbuf_put(out, r.p ? r.p : "", r.n);
+            dl_sbuf_free(&r);
+        } else {
+            ok = dl_sbuf_put(out, amp, len);
+        }
+        if (!ok) return dl_fail(DL_ERR_NOMEM, "out of memory");
+        i = at + len;
+    }
+    return DL_OK;
+}
+
+/* fix_c1_controls, fix_latin_ligatures, fix_character_width and uncurl_quotes (one
+ * composed table), then fix_line_breaks: in -> out. The generator checks that no
+ * replacement holds a line break, so one scan does both. */
+static dl_status ftfy_chars(const char *in, size_t n, sbuf *out) {
+    out->n = 0;
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        int k = dl_utf8_next(in + i, n - i, &cp);
+        DL_ASSERT(k > 0);
+        const struct ftfy_char *m = cp >= 0x80 ? bsearch(&cp, k_ftfy_charmap, NELEM(k_ftfy_charmap), sizeof k_ftfy_charmap[0], cmp_ftfy_char) : NULL;
+        int ok;
+        if (m) ok = dl_sbuf_put(out, m->to, strlen(m->to));
+        else if (cp == '\r' || cp == 0x2028 || cp == 0x2029 || cp == 0x85) ok = dl_sbuf_put(out, "\n", 1);
+        else ok = dl_sbuf_put(out, in + i, (size_t)k);
+        if (!ok) return dl_fail(DL_ERR_NOMEM, "out of memory");
+        i += (size_t)k;
+        if (cp == '\r' && i < n && in[i] == '\n') i++; /* CRLF is one break */
+    }
+    return DL_OK;
+}
+
+/* remove_terminal_escapes (ANSI_RE: ESC '[' then \d or ';' (Python's Unicode \d)
+ * any number of times, then an ASCII letter), then remove_control_chars: in -> out.
+ * One scan gives the same: an ESC that starts no escape is a control character. */
+static dl_status ftfy_controls(const char *in, size_t n, sbuf *out) {
+    out->n = 0;
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        int k = dl_utf8_next(in + i, n - i, &cp);
+        DL_ASSERT(k > 0);
+        if (cp == 0x1b && i + 1 < n && in[i + 1] == '[') {
+            size_t j = i + 2;
+            int32_t c;
+            int l;
+            while (j < n && (l = dl_utf8_next(in + j, n - j, &c)) > 0 && (c == ';' || in_ranges(k_py_decimal, NELEM(k_py_decimal), c)))
+                j += (size_t)l;
+            if (j < n && ((in[j] | 32) >= 'a' && (in[j] | 32) <= 'z')) {
+                i = j + 1;
+                continue;
+            }
+        }
+        if (!in_ranges(k_ftfy_control, NELEM(k_ftfy_control), cp) && !dl_sbuf_put(out, in + i, (size_t)k))
+            return dl_fail(DL_ERR_NOMEM, "out of memory");
+        i += (size_t)k;
+    }
+    return DL_OK;
+}
+
+/* 1 when s[0..n) holds a character is_bad() could start from */
+static int mojibake_chars(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        int k = dl_utf8_next(s + i, n - i, &cp);
+        DL_ASSERT(k > 0);
+        if (cp >= 0x80 && in_ranges(k_mojibake_chars, NELEM(k_mojibake_chars), cp)) return 1;
+        i += (size_t)k;
+    }
+    return 0;
+}
+
+/* fix_and_explain on one segment: its rounds until one changes nothing, appended to
+ * out. cur: two scratch buffers. */
+static dl_status ftfy_segment(const char *seg, size_t n, int unescape_html, sbuf *out, sbuf cur[2], int *mojibake) {
+    sbuf *a = &cur[0], *b = &cur[1];
+    a->n = 0;
+    if (!dl_sbuf_put(a, seg, n)) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    /* Python repeats without bound; a round that changes something either settles
+     * the per-character fixes (the first rounds) or decodes a nested reference,
+     * which shortens the text, so n + 8 rounds are never reached on real input */
+    for (size_t round = 0; round < n + 8; round++) {
+        dl_status s;
+        const char *src = a->p;
+        size_t sn = a->n;
+        if (unescape_html) {
+            if ((s = ftfy_unescape(src, sn, b)) != DL_OK) return s;
+            src = b->p, sn = b->n;
+        }
+        if (mojibake_chars(src, sn)) *mojibake = 1; /* fix_encoding would look here */
+        sbuf t = {0}, u = {0};
+        s = ftfy_chars(src ? src : "", sn, &t);
+        if (s == DL_OK) s = ftfy_controls(t.p ? t.p : "", t.n, &u);
+        if (s == DL_OK) s = dl_normalize(NORM_NFC, NULL, u.p ? u.p : "", u.n, b);
+        dl_sbuf_free(&t), dl_sbuf_free(&u);
+        if (s != DL_OK) return s;
+        if (b->n == a->n && !memcmp(b->p, a->p, a->n)) {
+            if (!dl_sbuf_put(out, a->p, a->n)) return dl_fail(DL_ERR_NOMEM, "out of memory");
+            return DL_OK;
+        }
+        sbuf *x = a;
+        a = b, b = x;
+    }
+    return dl_fail(DL_ERR_INVALID, "ftfy's fixes did not settle on the prompt");
+}
+
+enum { FTFY_MAX_DECODE = 1000000 }; /* TextFixerConfig.max_decode_length, code points */
+
+/* ftfy.fix_text(s) with fix_encoding left out, into out */
+static dl_status ftfy_fix_text(const char *s, size_t n, sbuf *out, int *mojibake) {
+    sbuf scratch[2] = {{0}, {0}};
+    dl_status st = DL_OK;
+    int unescape_html = 1; /* "auto": off for good once a segment holds '<' */
+    for (size_t pos = 0; st == DL_OK && pos < n;) {
+        size_t end = pos, cps = 0;
+        while (end < n && cps < FTFY_MAX_DECODE) {
+            int32_t cp;
+            int k = dl_utf8_next(s + end, n - end, &cp);
+            DL_ASSERT(k > 0);
+            end += (size_t)k, cps++;
+            if (cp == '\n') break;
+        }
+        if (memchr(s + pos, '<', end - pos)) unescape_html = 0;
+        st = ftfy_segment(s + pos, end - pos, unescape_html, out, scratch, mojibake);
+        pos = end;
+    }
+    dl_sbuf_free(&scratch[0]), dl_sbuf_free(&scratch[1]);
+    return st;
+}
+
+dl_status dl_text_ftfy_fix(const char *text, char **out, int *maybe_mojibake) {
     *out = NULL;
+    int mojibake = 0;
+    size_t n = strlen(text);
+    if (n > DL_TOK_MAX_TEXT) return dl_fail(DL_ERR_INVALID, "text longer than %u bytes", DL_TOK_MAX_TEXT);
+    if (!dl_utf8_valid(text, n)) return dl_fail(DL_ERR_INVALID, "the text is not valid UTF-8");
+    sbuf f = {0};
+    dl_status s = ftfy_fix_text(text, n, &f, &mojibake);
+    if (s == DL_OK && !dl_sbuf_put(&f, "", 1)) s = dl_fail(DL_ERR_NOMEM, "out of memory");
+    if (s != DL_OK) {
+        dl_sbuf_free(&f);
+        return s;
+    }
+    *out = f.p;
+    if (maybe_mojibake) *maybe_mojibake = mojibake;
+    return DL_OK;
+}
+
+dl_status dl_text_clean_wan(const char *text, char **out) { return dl_text_clean_wan_opts(text, 0, out, NULL); }
+
+dl_status dl_text_clean_wan_opts(const char *text, unsigned flags, char **out, int *maybe_mojibake) {
+    *out = NULL;
+    int mojibake = 0;
+    if (maybe_mojibake) *maybe_mojibake = 0;
     size_t n = strlen(text);
     if (n > DL_TOK_MAX_TEXT) return dl_fail(DL_ERR_INVALID, "prompt longer than %u bytes", DL_TOK_MAX_TEXT);
     if (!dl_utf8_valid(text, n)) return dl_fail(DL_ERR_INVALID, "the prompt is not valid UTF-8");
-    sbuf a = {0}, b = {0}, c = {0};
-    dl_status s = unescape(text, n, &a);
+    sbuf f = {0}, a = {0}, b = {0}, c = {0};
+    dl_status s = DL_OK;
+    if (!(flags & DL_CLEAN_NO_FTFY)) {
+        s = ftfy_fix_text(text, n, &f, &mojibake);
+        text = f.p ? f.p : "", n = f.n;
+    }
+    if (s == DL_OK) s = unescape(text, n, &a);
     if (s == DL_OK) s = unescape(a.p ? a.p : "", a.n, &b);
     /* basic_clean's strip, then whitespace_clean: `regex` \s+ (White_Space) -> " ", strip */
     size_t lo, hi;
@@ -170,11 +402,12 @@ dl_status dl_text_clean_wan(const char *text, char **out) {
         c.n = hi - lo;
         if (!dl_sbuf_put(&c, "", 1)) s = dl_fail(DL_ERR_NOMEM, "out of memory");
     }
-    dl_sbuf_free(&a), dl_sbuf_free(&b);
+    dl_sbuf_free(&f), dl_sbuf_free(&a), dl_sbuf_free(&b);
     if (s != DL_OK) {
         dl_sbuf_free(&c);
         return s;
     }
     *out = c.p;
+    if (maybe_mojibake) *maybe_mojibake = mojibake;
     return DL_OK;
 }
