@@ -417,3 +417,84 @@ dl_status dl_dit_probe_score(const dl_dit *c, const float *cur, const float *pre
     *score = den > 0 ? num / den : 0;
     return DL_OK;
 }
+
+/* ---- the dual-stream block ------------------------------------------------------------ */
+
+void dl_dit_dual_free(dl_dit_dual *b) {
+    lin *bl[] = {&b->mod_img, &b->mod_txt, &b->qkv_img, &b->qkv_txt, &b->out_img, &b->out_txt,
+                 &b->ff1_img, &b->ff2_img, &b->ff1_txt, &b->ff2_txt};
+    for (size_t k = 0; k < sizeof bl / sizeof bl[0]; k++) dl_lin_free(bl[k]);
+    free(b->nq_img), free(b->nk_img), free(b->nq_txt), free(b->nk_txt);
+}
+
+dl_status dl_dit_dual_load(dl_dit_dual *b, dl_dit *c, dl_wsrc *ck, const char *p, const dl_dit_dual_names *nm) {
+    const int64_t D = c->D, T = c->T, Nl = c->Nl, Dl = c->Dl, Fl = c->Fl, F = c->F;
+    const dl_dtype dt = c->dt;
+    const int tp = c->sp.tp, tr = c->sp.tp_rank;
+    /* Megatron slices: column parallel (this rank's heads / MLP columns), row parallel
+     * (the matching input columns; the bias added by tp rank 0 only) */
+    const lin_split col_h = {.row0 = tr * Dl, .rows = Dl}, col_f = {.row0 = tr * Fl, .rows = Fl};
+    const lin_split row_h = {.nseg = 1, .seg0 = {tr * Dl}, .segn = {Dl}, .no_bias = tr != 0};
+    const lin_split row_f = {.nseg = 1, .seg0 = {tr * Fl}, .segn = {Fl}, .no_bias = tr != 0};
+    const lin_split *ch = tp > 1 ? &col_h : NULL, *cf = tp > 1 ? &col_f : NULL;
+    const lin_split *rh = tp > 1 ? &row_h : NULL, *rf = tp > 1 ? &row_f : NULL;
+    char n[12][256];
+    const char *names[12] = {nm->mod_img, nm->mod_txt, "attn.norm_q.weight", "attn.norm_k.weight",
+                             "attn.norm_added_q.weight", "attn.norm_added_k.weight", "attn.to_out.0", "attn.to_add_out",
+                             nm->ff1_img, nm->ff2_img, nm->ff1_txt, nm->ff2_txt};
+    for (int i = 0; i < 12; i++) snprintf(n[i], sizeof n[i], "%s%s", p, names[i]);
+    dl_status s;
+    if ((s = dl_lin_named(&b->mod_img, ck, n[0], 1, D, 6 * D, dt, DL_F32, DL_ACT_NONE, 0, NULL)) ||
+        (s = dl_lin_named(&b->mod_txt, ck, n[1], 1, D, 6 * D, dt, DL_F32, DL_ACT_NONE, 0, NULL)) ||
+        (s = dl_lin_qkv(&b->qkv_img, ck, p, "attn.to_q", "attn.to_k", "attn.to_v", Nl, D, dt, ch)) ||
+        (s = dl_lin_qkv(&b->qkv_txt, ck, p, "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", T, D, dt, ch)) ||
+        (s = dl_param_vec(ck, n[2], c->Dh, &b->nq_img)) || (s = dl_param_vec(ck, n[3], c->Dh, &b->nk_img)) ||
+        (s = dl_param_vec(ck, n[4], c->Dh, &b->nq_txt)) || (s = dl_param_vec(ck, n[5], c->Dh, &b->nk_txt)) ||
+        (s = dl_lin_named(&b->out_img, ck, n[6], Nl, D, D, dt, DL_F32, DL_ACT_NONE, 0, rh)) ||
+        (s = dl_lin_named(&b->out_txt, ck, n[7], T, D, D, dt, DL_F32, DL_ACT_NONE, 0, rh)) ||
+        (s = dl_lin_named(&b->ff1_img, ck, n[8], Nl, D, F, dt, dt, DL_ACT_GELU_TANH, 0, cf)) ||
+        (s = dl_lin_named(&b->ff2_img, ck, n[9], Nl, F, D, dt, DL_F32, DL_ACT_NONE, 0, rf)) ||
+        (s = dl_lin_named(&b->ff1_txt, ck, n[10], T, D, F, dt, dt, DL_ACT_GELU_TANH, 0, cf)) ||
+        (s = dl_lin_named(&b->ff2_txt, ck, n[11], T, F, D, dt, DL_F32, DL_ACT_NONE, 0, rf)))
+        return s;
+    return DL_OK;
+}
+
+#define RUN(l, x, y)                                         \
+    do {                                                     \
+        if ((s = lin_run((l), (x), (y))) != DL_OK) return s; \
+    } while (0)
+#define TRY(e)                            \
+    do {                                  \
+        if ((s = (e)) != DL_OK) return s; \
+    } while (0)
+
+dl_status dl_dit_dual_run(dl_dit *c, dl_dit_dual *b, const void *vec, float *mi, float *mt, void *f) {
+    const int64_t D = c->D, T = c->T, Dl = c->Dl, Fl = c->Fl;
+    const size_t es = dl_dtype_size(c->dt);
+    char *h_img = (char *)c->h + (size_t)(T * D) * es, *qkv_img = (char *)c->qkv + (size_t)(T * 3 * Dl) * es;
+    char *att_img = (char *)c->att + (size_t)(T * Dl) * es, *f_img = (char *)f + (size_t)(T * Fl) * es;
+    dl_status s;
+    RUN(&b->mod_img, vec, mi);
+    RUN(&b->mod_txt, vec, mt);
+    /* chunks: shift1, scale1, gate1, shift2, scale2, gate2 */
+    dl_dit_ln_mod(c, mt + D, mt, mi + D, mi);
+    TRY(dl_dit_gather_h(c));
+    RUN(&b->qkv_txt, c->h, c->qkv);
+    RUN(&b->qkv_img, h_img, qkv_img);
+    dl_dit_qk_norm_rope(c, b->nq_txt, b->nk_txt, b->nq_img, b->nk_img);
+    TRY(dl_dit_attention(c, Dl));
+    RUN(&b->out_txt, c->att, c->o);
+    RUN(&b->out_img, att_img, c->o + T * D);
+    TRY(dl_dit_reduce_out(c));
+    dl_dit_gate_add(c, mt + 2 * D, mi + 2 * D);
+    dl_dit_ln_mod(c, mt + 4 * D, mt + 3 * D, mi + 4 * D, mi + 3 * D);
+    TRY(dl_dit_gather_h(c));
+    RUN(&b->ff1_txt, c->h, f);
+    RUN(&b->ff1_img, h_img, f_img);
+    RUN(&b->ff2_txt, f, c->o);
+    RUN(&b->ff2_img, f_img, c->o + T * D);
+    TRY(dl_dit_reduce_out(c));
+    dl_dit_gate_add(c, mt + 5 * D, mi + 5 * D);
+    return DL_OK;
+}

@@ -29,13 +29,6 @@
 #include "models/models_impl.h"
 #include "difflet/flux.h"
 
-typedef struct {
-    lin mod_img, mod_txt;          /* norm1 / norm1_context: D -> 6D */
-    lin qkv_img, qkv_txt;          /* to_q|to_k|to_v, add_q|add_k|add_v: D -> 3D */
-    float *nq_img, *nk_img, *nq_txt, *nk_txt; /* [head_dim] */
-    lin out_img, out_txt;          /* to_out.0, to_add_out */
-    lin ff1_img, ff2_img, ff1_txt, ff2_txt;
-} flux_double;
 
 typedef struct {
     lin mod;                        /* D -> 3D */
@@ -51,7 +44,7 @@ struct dl_flux {
     int nd, ns, guidance;
     lin t1, t2, g1, g2, p1, p2;     /* time / guidance / pooled-text embedders */
     lin ctx, xemb;                  /* context_embedder, x_embedder */
-    flux_double *dbl;
+    dl_dit_dual *dbl;                /* the double blocks (the DiT library's dual-stream block) */
     flux_single *sgl;
     lin norm_out, proj_out;
     /* activations of FLUX's own (the joint stream's are in c) */
@@ -77,13 +70,7 @@ void dl_flux_free(dl_flux *m) {
     if (!m) return;
     lin *ls[] = {&m->t1, &m->t2, &m->g1, &m->g2, &m->p1, &m->p2, &m->ctx, &m->xemb, &m->norm_out, &m->proj_out};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) dl_lin_free(ls[i]);
-    for (int i = 0; m->dbl && i < m->nd; i++) {
-        flux_double *b = &m->dbl[i];
-        lin *bl[] = {&b->mod_img, &b->mod_txt, &b->qkv_img, &b->qkv_txt, &b->out_img, &b->out_txt,
-                     &b->ff1_img, &b->ff2_img, &b->ff1_txt, &b->ff2_txt};
-        for (size_t k = 0; k < sizeof bl / sizeof bl[0]; k++) dl_lin_free(bl[k]);
-        free(b->nq_img), free(b->nk_img), free(b->nq_txt), free(b->nk_txt);
-    }
+    for (int i = 0; m->dbl && i < m->nd; i++) dl_dit_dual_free(&m->dbl[i]);
     for (int i = 0; m->sgl && i < m->ns; i++) {
         flux_single *b = &m->sgl[i];
         dl_lin_free(&b->mod), dl_lin_free(&b->qkv), dl_lin_free(&b->mlp), dl_lin_free(&b->out);
@@ -96,39 +83,9 @@ void dl_flux_free(dl_flux *m) {
     free(m);
 }
 
-/* one linear with bias, named `<base>.weight` / `<base>.bias`, output rows ldy apart,
- * optionally this rank's tensor-parallel slice */
-static dl_status lin1s(lin *l, dl_wsrc *ck, const char *base, int64_t m, int64_t k, int64_t n, dl_dtype dt,
-                       dl_dtype dst, dl_act act, int64_t ldy, const lin_split *sp) {
-    char w[256], b[256];
-    snprintf(w, sizeof w, "%s.weight", base);
-    snprintf(b, sizeof b, "%s.bias", base);
-    const char *wn[1] = {w}, *bn[1] = {b};
-    return dl_lin_load_split(l, ck, wn, bn, 1, &n, m, k, dt, dst, act, ldy, sp);
-}
-
 static dl_status lin1(lin *l, dl_wsrc *ck, const char *base, int64_t m, int64_t k, int64_t n, dl_dtype dt,
                       dl_dtype dst, dl_act act) {
-    return lin1s(l, ck, base, m, k, n, dt, dst, act, 0, NULL);
-}
-
-/* fused q|k|v of three checkpoint linears; with a split, this rank's heads of each */
-static dl_status lin3(lin *l, dl_wsrc *ck, const char *p, const char *a, const char *b, const char *c,
-                      int64_t m, int64_t D, dl_dtype dt, const lin_split *sp) {
-    char w[3][256], bb[3][256];
-    const char *names[3] = {a, b, c};
-    for (int i = 0; i < 3; i++) {
-        snprintf(w[i], sizeof w[i], "%s%s.weight", p, names[i]);
-        snprintf(bb[i], sizeof bb[i], "%s%s.bias", p, names[i]);
-    }
-    const char *wn[3] = {w[0], w[1], w[2]}, *bn[3] = {bb[0], bb[1], bb[2]};
-    int64_t parts[3] = {D, D, D};
-    return dl_lin_load_split(l, ck, wn, bn, 3, parts, m, D, dt, dt, DL_ACT_NONE, 0, sp);
-}
-
-static dl_status vecp(dl_wsrc *ck, const char *name, int64_t n, float **out) {
-    int64_t shape[1] = {n};
-    return dl_param_f32(ck, name, 1, shape, out);
+    return dl_lin_named(l, ck, base, m, k, n, dt, dst, act, 0, NULL);
 }
 
 int64_t dl_flux_heads(const dl_flux *m) { return m->c.H; }
@@ -222,12 +179,9 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
     /* Megatron slices: column parallel (this rank's heads / MLP columns), row parallel
      * (the matching input columns; the bias added by tp rank 0 only) */
     const lin_split col_h = {.row0 = tr * Dl, .rows = Dl}, col_f = {.row0 = tr * Fl, .rows = Fl};
-    const lin_split row_h = {.nseg = 1, .seg0 = {tr * Dl}, .segn = {Dl}, .no_bias = tr != 0};
-    const lin_split row_f = {.nseg = 1, .seg0 = {tr * Fl}, .segn = {Fl}, .no_bias = tr != 0};
     /* single blocks' proj_out reads [attention (D) | mlp (F)]: this rank's columns of both */
     const lin_split row_1 = {.nseg = 2, .seg0 = {tr * Dl, D + tr * Fl}, .segn = {Dl, Fl}, .no_bias = tr != 0};
-    const lin_split *ch = tp > 1 ? &col_h : NULL, *cf = tp > 1 ? &col_f : NULL;
-    const lin_split *rh = tp > 1 ? &row_h : NULL, *rf = tp > 1 ? &row_f : NULL, *r1 = tp > 1 ? &row_1 : NULL;
+    const lin_split *ch = tp > 1 ? &col_h : NULL, *cf = tp > 1 ? &col_f : NULL, *r1 = tp > 1 ? &row_1 : NULL;
     /* embedders: one-row matmuls */
     if ((s = lin1(&m->t1, ck, "time_text_embed.timestep_embedder.linear_1", 1, 256, D, dt, dt, DL_ACT_SILU)) ||
         (s = lin1(&m->t2, ck, "time_text_embed.timestep_embedder.linear_2", 1, D, D, dt, DL_F32, DL_ACT_NONE)) ||
@@ -250,38 +204,25 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
         s = dl_fail(DL_ERR_NOMEM, "out of memory");
         goto fail;
     }
+    static const dl_dit_dual_names dual = {"norm1.linear", "norm1_context.linear", "ff.net.0.proj", "ff.net.2",
+                                           "ff_context.net.0.proj", "ff_context.net.2"};
     for (int i = 0; i < m->nd; i++) {
-        flux_double *b = &m->dbl[i];
         snprintf(p, sizeof p, "transformer_blocks.%d.", i);
-#define NM(x) (snprintf(nm, sizeof nm, "%s%s", p, x), nm)
-        if ((s = lin1(&b->mod_img, ck, NM("norm1.linear"), 1, D, 6 * D, dt, DL_F32, DL_ACT_NONE)) ||
-            (s = lin1(&b->mod_txt, ck, NM("norm1_context.linear"), 1, D, 6 * D, dt, DL_F32, DL_ACT_NONE)) ||
-            (s = lin3(&b->qkv_img, ck, p, "attn.to_q", "attn.to_k", "attn.to_v", Nl, D, dt, ch)) ||
-            (s = lin3(&b->qkv_txt, ck, p, "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", T, D, dt, ch)) ||
-            (s = vecp(ck, NM("attn.norm_q.weight"), m->c.Dh, &b->nq_img)) ||
-            (s = vecp(ck, NM("attn.norm_k.weight"), m->c.Dh, &b->nk_img)) ||
-            (s = vecp(ck, NM("attn.norm_added_q.weight"), m->c.Dh, &b->nq_txt)) ||
-            (s = vecp(ck, NM("attn.norm_added_k.weight"), m->c.Dh, &b->nk_txt)) ||
-            (s = lin1s(&b->out_img, ck, NM("attn.to_out.0"), Nl, D, D, dt, DL_F32, DL_ACT_NONE, 0, rh)) ||
-            (s = lin1s(&b->out_txt, ck, NM("attn.to_add_out"), T, D, D, dt, DL_F32, DL_ACT_NONE, 0, rh)) ||
-            (s = lin1s(&b->ff1_img, ck, NM("ff.net.0.proj"), Nl, D, m->c.F, dt, dt, DL_ACT_GELU_TANH, 0, cf)) ||
-            (s = lin1s(&b->ff2_img, ck, NM("ff.net.2"), Nl, m->c.F, D, dt, DL_F32, DL_ACT_NONE, 0, rf)) ||
-            (s = lin1s(&b->ff1_txt, ck, NM("ff_context.net.0.proj"), T, D, m->c.F, dt, dt, DL_ACT_GELU_TANH, 0, cf)) ||
-            (s = lin1s(&b->ff2_txt, ck, NM("ff_context.net.2"), T, m->c.F, D, dt, DL_F32, DL_ACT_NONE, 0, rf)))
-            goto fail;
+        if ((s = dl_dit_dual_load(&m->dbl[i], &m->c, ck, p, &dual))) goto fail;
     }
+#define NM(x) (snprintf(nm, sizeof nm, "%s%s", p, x), nm)
     for (int i = 0; i < m->ns; i++) {
         flux_single *b = &m->sgl[i];
         snprintf(p, sizeof p, "single_transformer_blocks.%d.", i);
         if ((s = lin1(&b->mod, ck, NM("norm.linear"), 1, D, 3 * D, dt, DL_F32, DL_ACT_NONE)) ||
-            (s = lin3(&b->qkv, ck, p, "attn.to_q", "attn.to_k", "attn.to_v", Sl, D, dt, ch)) ||
-            (s = vecp(ck, NM("attn.norm_q.weight"), m->c.Dh, &b->nq)) ||
-            (s = vecp(ck, NM("attn.norm_k.weight"), m->c.Dh, &b->nk)))
+            (s = dl_lin_qkv(&b->qkv, ck, p, "attn.to_q", "attn.to_k", "attn.to_v", Sl, D, dt, ch)) ||
+            (s = dl_param_vec(ck, NM("attn.norm_q.weight"), m->c.Dh, &b->nq)) ||
+            (s = dl_param_vec(ck, NM("attn.norm_k.weight"), m->c.Dh, &b->nk)))
             goto fail;
         /* proj_mlp writes columns [Dl, Dl + Fl) of the [Sl, Dl + Fl] concat buffer that
          * the attention fills at [0, Dl); proj_out reads all of it */
-        if ((s = lin1s(&b->mlp, ck, NM("proj_mlp"), Sl, D, m->c.F, dt, dt, DL_ACT_GELU_TANH, Dl + Fl, cf)) ||
-            (s = lin1s(&b->out, ck, NM("proj_out"), Sl, 5 * D, D, dt, DL_F32, DL_ACT_NONE, 0, r1)))
+        if ((s = dl_lin_named(&b->mlp, ck, NM("proj_mlp"), Sl, D, m->c.F, dt, dt, DL_ACT_GELU_TANH, Dl + Fl, cf)) ||
+            (s = dl_lin_named(&b->out, ck, NM("proj_out"), Sl, 5 * D, D, dt, DL_F32, DL_ACT_NONE, 0, r1)))
             goto fail;
 #undef NM
     }
@@ -373,33 +314,10 @@ dl_status dl_flux_run(dl_flux *m, const float *latents, const float *txt, const 
     RUN(&m->ctx, m->in_txt, emb);
     RUN(&m->xemb, m->in_lat, emb + T * D);
     if (dl_dit_sp_on(&m->c)) memcpy(m->c.x, m->c.o + m->c.xa * D, (size_t)(m->c.xn * D) * 4);
-    char *h_img = (char *)m->c.h + (size_t)(T * D) * es, *qkv_img = (char *)m->c.qkv + (size_t)(T * 3 * Dl) * es;
-    char *att_img = (char *)m->c.att + (size_t)(T * Dl) * es, *f_img = (char *)m->f + (size_t)(T * Fl) * es;
+    char *h_img = (char *)m->c.h + (size_t)(T * D) * es;
     int nb = 0;
     for (int i = 0; i < m->nd; i++) {
-        flux_double *b = &m->dbl[i];
-        RUN(&b->mod_img, m->vec_in, m->mod_img);
-        RUN(&b->mod_txt, m->vec_in, m->mod_txt);
-        /* chunks: shift1, scale1, gate1, shift2, scale2, gate2 */
-        float *mi = m->mod_img, *mt = m->mod_txt;
-        dl_dit_ln_mod(&m->c, mt + D, mt, mi + D, mi);
-        TRY(dl_dit_gather_h(&m->c));
-        RUN(&b->qkv_txt, m->c.h, m->c.qkv);
-        RUN(&b->qkv_img, h_img, qkv_img);
-        dl_dit_qk_norm_rope(&m->c, b->nq_txt, b->nk_txt, b->nq_img, b->nk_img);
-        TRY(dl_dit_attention(&m->c, Dl));
-        RUN(&b->out_txt, m->c.att, m->c.o);
-        RUN(&b->out_img, att_img, m->c.o + T * D);
-        TRY(dl_dit_reduce_out(&m->c));
-        dl_dit_gate_add(&m->c, mt + 2 * D, mi + 2 * D);
-        dl_dit_ln_mod(&m->c, mt + 4 * D, mt + 3 * D, mi + 4 * D, mi + 3 * D);
-        TRY(dl_dit_gather_h(&m->c));
-        RUN(&b->ff1_txt, m->c.h, m->f);
-        RUN(&b->ff1_img, h_img, f_img);
-        RUN(&b->ff2_txt, m->f, m->c.o);
-        RUN(&b->ff2_img, f_img, m->c.o + T * D);
-        TRY(dl_dit_reduce_out(&m->c));
-        dl_dit_gate_add(&m->c, mt + 5 * D, mi + 5 * D);
+        TRY(dl_dit_dual_run(&m->c, &m->dbl[i], m->vec_in, m->mod_img, m->mod_txt, m->f));
         if (block_out) memcpy(block_out + (size_t)(nb++) * (size_t)(S * D), m->c.x, (size_t)(S * D) * 4);
     }
     for (int i = 0; i < m->ns; i++) {

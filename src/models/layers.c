@@ -310,3 +310,30 @@ dl_status dl_param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t
     ws->rec = rec;
     return s;
 }
+
+dl_status dl_lin_named(lin *l, dl_wsrc *ck, const char *base, int64_t m, int64_t k, int64_t n, dl_dtype dt,
+                       dl_dtype dst, dl_act act, int64_t ldy, const lin_split *sp) {
+    char w[256], b[256];
+    snprintf(w, sizeof w, "%s.weight", base);
+    snprintf(b, sizeof b, "%s.bias", base);
+    const char *wn[1] = {w}, *bn[1] = {b};
+    return dl_lin_load_split(l, ck, wn, bn, 1, &n, m, k, dt, dst, act, ldy, sp);
+}
+
+dl_status dl_lin_qkv(lin *l, dl_wsrc *ck, const char *p, const char *a, const char *b, const char *c, int64_t m,
+                     int64_t D, dl_dtype dt, const lin_split *sp) {
+    char w[3][256], bb[3][256];
+    const char *names[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        snprintf(w[i], sizeof w[i], "%s%s.weight", p, names[i]);
+        snprintf(bb[i], sizeof bb[i], "%s%s.bias", p, names[i]);
+    }
+    const char *wn[3] = {w[0], w[1], w[2]}, *bn[3] = {bb[0], bb[1], bb[2]};
+    int64_t parts[3] = {D, D, D};
+    return dl_lin_load_split(l, ck, wn, bn, 3, parts, m, D, dt, dt, DL_ACT_NONE, 0, sp);
+}
+
+dl_status dl_param_vec(dl_wsrc *ck, const char *name, int64_t n, float **out) {
+    int64_t shape[1] = {n};
+    return dl_param_f32(ck, name, 1, shape, out);
+}

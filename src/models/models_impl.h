@@ -69,6 +69,16 @@ dl_status dl_lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const
                          const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
                          int64_t ldy, const lin_split *sp);
 void dl_lin_free(lin *l);
+/* one linear with bias named `<base>.weight` / `<base>.bias` (output rows ldy apart,
+ * 0: n), optionally this rank's tensor-parallel slice (sp NULL: whole) */
+dl_status dl_lin_named(lin *l, dl_wsrc *ck, const char *base, int64_t m, int64_t k, int64_t n, dl_dtype dt,
+                       dl_dtype dst, dl_act act, int64_t ldy, const lin_split *sp);
+/* fused q|k|v of the linears `<p><a>`, `<p><b>`, `<p><c>` (each [D, D]); with a split,
+ * this rank's heads of each */
+dl_status dl_lin_qkv(lin *l, dl_wsrc *ck, const char *p, const char *a, const char *b, const char *c, int64_t m,
+                     int64_t D, dl_dtype dt, const lin_split *sp);
+/* a float vector parameter of n elements */
+dl_status dl_param_vec(dl_wsrc *ck, const char *name, int64_t n, float **out);
 static inline dl_status lin_run(lin *l, const void *x, void *y) { return dl_matmul_run(l->mm, x, y); }
 
 /* Convolution `<base>.weight` / `<base>.bias` for desc d. */
@@ -168,6 +178,30 @@ void dl_dit_swiglu(dl_dit *c, void *y, int64_t ldy, const void *ab, int64_t rows
 /* every cp rank's image rows of a [N, cols] f32 output (each computed [Nl, cols] at
  * its n0): all-gathered in place */
 dl_status dl_dit_gather_image_rows(dl_dit *c, float *out, int64_t cols);
+
+/* ---- the dual-stream (MMDiT) block: FLUX's double block, Qwen-Image's block ----------
+ * per stream s in {txt, img}, own weights, one joint attention:
+ *   shift1, scale1, gate1, shift2, scale2, gate2 = mod_s(silu(temb))
+ *   h = LN(x_s)(1 + scale1) + shift1;  q, k, v = qkv_s(h);  q, k = RMS(q), RMS(k) (per head)
+ *   x_s += gate1 * out_s(attention over [txt; img] with RoPE);  x_s += gate2 * ff_s(LN(x_s)(1 + scale2) + shift2)
+ * with the MLP D -> F (GELU-tanh) -> D. Names differ per model (mod, MLP); the
+ * attention's are diffusers' Attention with added (context) projections. */
+typedef struct {
+    lin mod_img, mod_txt;                     /* D -> 6D */
+    lin qkv_img, qkv_txt;                     /* to_q|to_k|to_v, add_q|add_k|add_v_proj: D -> 3D */
+    float *nq_img, *nk_img, *nq_txt, *nk_txt; /* [head_dim] */
+    lin out_img, out_txt;                     /* to_out.0, to_add_out */
+    lin ff1_img, ff2_img, ff1_txt, ff2_txt;
+} dl_dit_dual;
+typedef struct {
+    const char *mod_img, *mod_txt, *ff1_img, *ff2_img, *ff1_txt, *ff2_txt; /* under the block's prefix */
+} dl_dit_dual_names;
+/* block `prefix` ("transformer_blocks.3."), this rank's TP slices */
+dl_status dl_dit_dual_load(dl_dit_dual *b, dl_dit *c, dl_wsrc *ck, const char *prefix, const dl_dit_dual_names *nm);
+void dl_dit_dual_free(dl_dit_dual *b);
+/* one block on the stream: vec is silu(temb) in the stream's dtype [D]; mod_img,
+ * mod_txt [6D] f32 and f [Sl, Fl] (dt) are the caller's scratch */
+dl_status dl_dit_dual_run(dl_dit *c, dl_dit_dual *b, const void *vec, float *mod_img, float *mod_txt, void *f);
 
 /* The step-caching probe's score (TeaCache's relative L1 change): sum |cur - prev| /
  * sum |prev| over this rank's n values, summed over the cp group in rank order so
