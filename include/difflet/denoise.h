@@ -25,6 +25,8 @@ typedef struct {
     float *buf[DL_COND_MAX];
     int64_t numel[DL_COND_MAX];
     int n;
+    int64_t valid; /* this branch's valid text rows (models whose branches differ in prompt
+                      length, e.g. Qwen-Image); set per request by dl_denoise_set_valid */
 } dl_cond;
 
 /* A model's step evaluation. Every function runs on every rank of the model's split
@@ -53,6 +55,9 @@ typedef struct dl_denoise dl_denoise;
  * pipeline never runs true CFG). The loop owns the latents (dl_denoise_latents). */
 dl_status dl_denoise_new(dl_denoise **out, const dl_denoiser *d, const dl_par_place *par, const dl_cond *cond0,
                          const dl_cond *cond1);
+/* Host, before dl_denoise_run: branch b's valid text rows, sent with its conditioning
+ * and seen by the model in dl_cond.valid. */
+void dl_denoise_set_valid(dl_denoise *d, int branch, int64_t valid);
 /* The host's free also releases the replica's workers. */
 void dl_denoise_free(dl_denoise *d);
 int dl_denoise_is_host(const dl_denoise *d);

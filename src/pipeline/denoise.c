@@ -70,10 +70,16 @@ static double comm_seconds(const dl_denoise *d) {
 /* the request's conditioning, host to every rank: branch 0, then branch 1 with two passes */
 static dl_status send_cond(dl_denoise *d, int two) {
     dl_status s = DL_OK;
-    for (int b = 0; b <= two && s == DL_OK; b++)
+    for (int b = 0; b <= two && s == DL_OK; b++) {
         for (int i = 0; i < d->cond[b].n && s == DL_OK; i++)
             s = dl_comm_bcast(d->par->replica_comm, d->cond[b].buf[i], (size_t)d->cond[b].numel[i] * 4, 0);
+        if (s == DL_OK) s = dl_comm_bcast(d->par->replica_comm, &d->cond[b].valid, sizeof d->cond[b].valid, 0);
+    }
     return s;
+}
+
+void dl_denoise_set_valid(dl_denoise *d, int branch, int64_t valid) {
+    if (branch == 0 || branch == 1) d->cond[branch].valid = valid;
 }
 
 /* End of a request: every rank's per-branch hash of the steps it ran, checked

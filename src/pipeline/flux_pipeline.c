@@ -214,7 +214,7 @@ dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, c
     }
     {
         dl_denoiser dn = {&flux_denoiser, p->tr, p->N * p->Cp};
-        dl_cond c0 = {{p->pe, p->pooled}, {p->T * D2, D1}, 2}, c1 = {{p->ne, p->npooled}, {p->T * D2, D1}, 2};
+        dl_cond c0 = {{p->pe, p->pooled}, {p->T * D2, D1}, 2, 0}, c1 = {{p->ne, p->npooled}, {p->T * D2, D1}, 2, 0};
         if ((s = dl_denoise_new(&p->loop, &dn, p->par, &c0, &c1)) != DL_OK) goto fail;
     }
     *out = p;

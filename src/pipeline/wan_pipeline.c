@@ -260,7 +260,7 @@ static dl_status pipe_load(wan_pipe **out, const char *model_dir, const dl_gen_s
     {
         p->den = (wan_den){p->tr, p->probe};
         dl_denoiser dn = {&wan_denoiser, &p->den, p->n};
-        dl_cond c0 = {{p->pe}, {p->T * p->Td}, 1}, c1 = {{p->ne}, {p->T * p->Td}, 1};
+        dl_cond c0 = {{p->pe}, {p->T * p->Td}, 1, 0}, c1 = {{p->ne}, {p->T * p->Td}, 1, 0};
         if ((s = dl_denoise_new(&p->loop, &dn, p->par, &c0, &c1)) != DL_OK) goto fail;
     }
     *out = p;

