@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "difflet/qwenimage.h"
+#include "difflet/wan_vae.h"
 #include "test_util.h"
 
 static dl_checkpoint *g_vec;
@@ -71,6 +72,33 @@ static void test_step(const char *v, int W, int H, int scale, dl_dtype dt, int64
     dl_model_dir_free(dir);
 }
 
+/* AutoencoderKLQwenImage: the causal VAE on one frame */
+static void test_vae(const char *v, dl_dtype dt) {
+    char path[256], name[64];
+    snprintf(path, sizeof path, DATA_DIR "/qwenimage/%s", v);
+    dl_model_dir *dir;
+    if (dl_model_dir_open(&dir, path) != DL_OK) return;
+    int64_t zs[8] = {0}, is[8] = {0};
+    snprintf(name, sizeof name, "%s.vae.z", v);
+    float *z = vec(name, zs);
+    snprintf(name, sizeof name, "%s.vae.image", v);
+    float *want = vec(name, is);
+    dl_wan_vae *m = NULL;
+    if (z && want && dl_wan_vae_load(&m, dir, "vae", zs[1], zs[2], zs[3], dt, NULL) == DL_OK) {
+        int64_t n = is[0] * is[1] * is[2] * is[3];
+        float *got = calloc((size_t)n, 4);
+        CHECK(dl_wan_vae_frames(m) == 1 && dl_wan_vae_decode(m, z, got, NULL, NULL) == DL_OK, "%s vae: %s", v, dl_last_error());
+        double e = rel_err(got, want, n);
+        printf("qwen-image %s vae %s: max err %.3g of max|ref|\n", v, dl_dtype_name(dt), e);
+        CHECK(e <= (dt == DL_F32 ? 1e-4 : 3e-2), "%s vae %s: %.3g", v, dl_dtype_name(dt), e);
+        free(got);
+        dl_wan_vae_free(m);
+    } else
+        CHECK(0, "%s vae load: %s", v, dl_last_error());
+    free(z), free(want);
+    dl_model_dir_free(dir);
+}
+
 int main(void) {
     if (dl_ckpt_open(&g_vec, DATA_DIR "/qwenimage/vectors.safetensors", "vectors") != DL_OK) {
         CHECK(0, "vectors: %s", dl_last_error());
@@ -82,6 +110,9 @@ int main(void) {
     test_step("b", 32, 64, 8, DL_F32, 0);
     test_step("b", 32, 64, 8, DL_F32, 9);
     test_step("b", 32, 64, 8, DL_BF16, 0);
+    test_vae("a", DL_F32);
+    test_vae("b", DL_F32);
+    test_vae("a", DL_BF16);
     dl_ckpt_free(g_vec);
     return test_done("test_qwenimage");
 }

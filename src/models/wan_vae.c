@@ -1,4 +1,5 @@
-/* AutoencoderKLWan decoder (diffusers 0.42, the Wan 2.1 video VAE), channels-first
+/* AutoencoderKLWan decoder (diffusers 0.42, the Wan 2.1 video VAE; also AutoencoderKLQwenImage,
+ * the same decoder Qwen-Image runs on one frame), channels-first
  * activations [C, T, H, W] (T frames of one chunk).
  *
  *   z: [z_dim, F, h, w] -> for each latent frame i (a chunk):
@@ -226,11 +227,15 @@ static dl_status read_config(dl_wan_vae *m, const cJSON *cfg, const char *file, 
     int nm, nt, resid, clip;
     const char *cls;
     if ((s = dl_cfg_str(cfg, file, "_class_name", "AutoencoderKLWan", &cls))) return s;
-    if (strcmp(cls, "AutoencoderKLWan"))
-        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: _class_name \"%s\" is not AutoencoderKLWan", file, cls);
+    /* AutoencoderKLQwenImage is this decoder (non-residual), with `input_channels` for
+     * the output and no scale_factor_* fields (the pipeline derives them) */
+    const int qwen = !strcmp(cls, "AutoencoderKLQwenImage");
+    if (strcmp(cls, "AutoencoderKLWan") && !qwen)
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: _class_name \"%s\" is not AutoencoderKLWan or AutoencoderKLQwenImage", file, cls);
     if ((s = dl_cfg_int(cfg, file, "base_dim", 96, &base)) || (s = dl_cfg_int(cfg, file, "decoder_base_dim", base, &dbase)) ||
         (s = dl_cfg_int(cfg, file, "z_dim", 16, &m->zd)) || (s = dl_cfg_int(cfg, file, "num_res_blocks", 2, &m->nrb)) ||
-        (s = dl_cfg_int(cfg, file, "out_channels", 3, &outc)) || (s = dl_cfg_int(cfg, file, "patch_size", 0, &patch)) ||
+        (s = dl_cfg_int(cfg, file, qwen ? "input_channels" : "out_channels", 3, &outc)) ||
+        (s = dl_cfg_int(cfg, file, "patch_size", 0, &patch)) ||
         (s = dl_cfg_int(cfg, file, "scale_factor_temporal", 4, &sft)) ||
         (s = dl_cfg_int(cfg, file, "scale_factor_spatial", 8, &sfs)) || (s = dl_cfg_bool(cfg, file, "is_residual", 0, &resid)) ||
         (s = dl_cfg_bool(cfg, file, "clip_output", 1, &clip)) || (s = cfg_list(cfg, file, "dim_mult", 0, mult, &nm)) ||
@@ -259,6 +264,8 @@ static dl_status read_config(dl_wan_vae *m, const cJSON *cfg, const char *file, 
         if (tup[i]) m->st *= 2;
     }
     m->ss = 1 << (nm - 1);
+    if (qwen) /* no such fields: the decoder's own */
+        sft = m->st, sfs = m->ss;
     if (sft != m->st || sfs != m->ss)
         return dl_fail(DL_ERR_FORMAT, "`%s`: scale_factor_temporal %lld / scale_factor_spatial %lld, but the decoder upsamples %dx / %dx",
                        file, (long long)sft, (long long)sfs, m->st, m->ss);
