@@ -17,6 +17,7 @@
 #include "test_util.h"
 #include "difflet/flux.h"
 #include "difflet/wan.h"
+#include "difflet/qwenimage.h"
 
 static int g_rank;
 
@@ -476,6 +477,75 @@ static void wan_model(dl_comm *world, const char *dir, const char *name, int64_t
     dl_model_dir_free(md);
 }
 
+/* Qwen-Image: every layout that fits the world size against the unsplit
+ * transformer, at every valid text length 1..T (the prompt's own length is the
+ * valid key count), with the split's error far below what one more text token
+ * changes (Difflet §7.4) */
+static void qwen_model(dl_comm *world, const char *dir, const char *name, int64_t gh, int64_t gw) {
+    const int n = dl_comm_size(world);
+    dl_model_dir *md;
+    if (dl_model_dir_open(&md, dir) != DL_OK) {
+        CHECK(0, "%s: %s", name, dl_last_error());
+        return;
+    }
+    const int64_t T = 12;
+    dl_qwenimage *ref = NULL;
+    if (dl_qwenimage_load(&ref, md, "transformer", gh, gw, T, DL_F32, NULL, NULL) != DL_OK) {
+        CHECK(0, "%s: %s", name, dl_last_error());
+        dl_model_dir_free(md);
+        return;
+    }
+    const int64_t N = gh * gw, C = dl_qwenimage_in_channels(ref), nl = N * C, nt = T * dl_qwenimage_text_dim(ref);
+    float *lat = malloc((size_t)nl * 4), *txt = malloc((size_t)nt * 4), *a = malloc((size_t)nl * 4);
+    float *b = malloc((size_t)nl * 4), *prev = malloc((size_t)nl * 4);
+    fill(lat, nl, 7), fill(txt, nt, 8);
+    char spec[4][64];
+    int ns = 0;
+    if (n > 1) {
+        snprintf(spec[ns++], 64, "cp=%d:ring", n);
+        snprintf(spec[ns++], 64, "cp=%d:gather", n);
+        snprintf(spec[ns++], 64, "cp=%d:ulysses", n);
+        if (n == 2 || n == 4) snprintf(spec[ns++], 64, n == 2 ? "tp=2,sp" : "tp=2,cp=2:ring");
+    }
+    for (int k = 0; k < ns; k++) {
+        char why[512];
+        dl_par_config pc;
+        dl_par_parse(spec[k], &pc);
+        dl_dit_split sp = {.tp = pc.tp, .cp = pc.cp, .sp = pc.sp, .cp_mode = pc.cp_mode};
+        const char *bad = dl_dit_split_check(&sp, dl_qwenimage_heads(ref), why, sizeof why);
+        if (bad) {
+            if (g_rank == 0) printf("  %-10s %-22s refused: %s\n", name, spec[k], bad);
+            continue;
+        }
+        dl_par_place pl;
+        if (dl_par_place_new(world, &pc, &pl) != DL_OK) continue;
+        dl_qwenimage *m = NULL;
+        int ok = dl_qwenimage_load(&m, md, "transformer", gh, gw, T, DL_F32, NULL, &pl.split) == DL_OK;
+        CHECK(ok, "%s %s: load: %s", name, spec[k], dl_last_error());
+        double worst = 0, least = INFINITY;
+        for (int64_t L = T; ok && L >= 1; L--) {
+            ok = dl_qwenimage_run(ref, lat, txt, L, 0.55f, a) == DL_OK && dl_qwenimage_run(m, lat, txt, L, 0.55f, b) == DL_OK;
+            if (!ok) break;
+            double mr = max_abs(a, nl), e = max_diff(a, b, nl) / mr;
+            worst = fmax(worst, e);
+            CHECK(e <= 1e-5, "%s %s L=%lld: rel err %.3g", name, spec[k], (long long)L, e);
+            if (L < T) least = fmin(least, max_diff(a, prev, nl) / mr);
+            memcpy(prev, a, (size_t)nl * 4);
+        }
+        CHECK(ok, "%s %s: run: %s", name, spec[k], dl_last_error());
+        CHECK(!ok || least >= 100 * worst, "%s %s: split error %.3g is not far below the length change %.3g", name, spec[k],
+              worst, least);
+        if (all_ok(world, ok) && g_rank == 0)
+            printf("  %-10s %-22s ok: max rel err %.2e over L = 1..%lld; one text token changes >= %.2e\n", name, spec[k],
+                   worst, (long long)T, least);
+        dl_qwenimage_free(m);
+        dl_par_place_free(&pl);
+    }
+    free(lat), free(txt), free(a), free(b), free(prev);
+    dl_qwenimage_free(ref);
+    dl_model_dir_free(md);
+}
+
 int main(void) {
     dl_comm *world;
     if (dl_comm_world(&world) != DL_OK) {
@@ -491,6 +561,8 @@ int main(void) {
     pipelines(world);
     wan_model(world, DATA_DIR "/wan/a", "wan-a", 3, 8, 12);
     wan_model(world, DATA_DIR "/wan/b", "wan-b", 2, 6, 4);
+    qwen_model(world, DATA_DIR "/qwenimage/a", "qwen-a", 4, 6);
+    qwen_model(world, DATA_DIR "/qwenimage/b", "qwen-b", 4, 2);
     /* layouts the parser refuses, by name */
     dl_par_config pc;
     CHECK(dl_par_parse("tp=0", &pc) != DL_OK, "tp=0 accepted");
