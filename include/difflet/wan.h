@@ -30,6 +30,20 @@ void dl_wan_patch(const dl_wan *m, int64_t patch[3]);
 dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float timestep, float *out);
 void dl_wan_free(dl_wan *m);
 
+/* Wall seconds of dl_wan_run's parts, for benchmarks: added to (never cleared) by
+ * every run while attached with dl_wan_set_phase_times (NULL detaches; detached, the
+ * default, no clock is read). Each layer's three sublayers are timed from their first
+ * norm to their residual add. */
+typedef struct {
+    double self_attn_s;  /* the self-attention kernel alone: softmax(q k^T) v over the video tokens */
+    double self_s;       /* the self-attention sublayer: LN, QKV, Q/K norm + RoPE, attention, to_out, gate */
+    double cross_s;      /* the cross-attention sublayer (its text K/V projection included) */
+    double ffn_s;        /* the feed-forward sublayer */
+    double total_s;      /* the whole dl_wan_run (embedders and proj_out included) */
+    int64_t runs;
+} dl_wan_phase_times;
+void dl_wan_set_phase_times(dl_wan *m, dl_wan_phase_times *t);
+
 /* The step-caching probe (Difflet §5), a separate program of the transformer's
  * weights (its patch embedding, time conditioning and first block's modulation
  * table): the first block's modulated input LN(x)(1 + scale1) + shift1 of this rank's

@@ -72,6 +72,7 @@ struct dl_wan {
     float *pout;                      /* [Nl, Cout * prod(P)] f32 */
     float *full;                      /* [N, Cout * prod(P)] f32: every rank's rows (cp > 1) */
     void *arena;
+    dl_wan_phase_times *pt;           /* the caller's phase timer, or NULL */
 };
 
 int64_t dl_wan_in_channels(const dl_wan *m) { return m->Cin; }
@@ -79,6 +80,14 @@ int64_t dl_wan_out_channels(const dl_wan *m) { return m->Cout; }
 int64_t dl_wan_heads(const dl_wan *m) { return m->c.H; }
 int64_t dl_wan_text_dim(const dl_wan *m) { return m->Td; }
 void dl_wan_patch(const dl_wan *m, int64_t patch[3]) { memcpy(patch, m->P, sizeof m->P); }
+void dl_wan_set_phase_times(dl_wan *m, dl_wan_phase_times *t) { m->pt = t; }
+
+/* seconds since *t0 added to *acc, and *t0 restarted (only with a timer attached) */
+static void phase(double *acc, double *t0) {
+    double t = dl_now();
+    *acc += t - *t0;
+    *t0 = t;
+}
 
 static void embed_free(wan_embed *e) {
     dl_lin_free(&e->t1), dl_lin_free(&e->t2), dl_lin_free(&e->tp);
@@ -389,6 +398,9 @@ dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float ti
     const size_t es = dl_dtype_size(dt);
     dl_status s;
     if (!isfinite(timestep)) return dl_fail(DL_ERR_INVALID, "Wan transformer: the timestep is not finite");
+    dl_wan_phase_times *pt = m->pt;
+    const double t_run = pt ? dl_now() : 0;
+    double t0 = t_run, ta = 0;
     TRY(embed_time(&m->e, timestep));
     /* text: ctx = text_embedder(txt) */
     to_dt(dt, m->txt_in, txt, T * m->Td);
@@ -400,13 +412,17 @@ dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float ti
         wan_block *b = &m->blk[i];
         float *md = m->mod; /* shift1, scale1, gate1, shift2, scale2, gate2 */
         add_table(md, b->sst, m->e.tproj, 6 * D);
+        if (pt) t0 = dl_now(); /* the sublayers' clocks start here */
         /* self-attention */
         dl_dit_ln_mod(&m->c, NULL, NULL, md + D, md);
         RUN(&b->qkv, m->c.h, m->c.qkv);
         dl_dit_qk_norm_full_rope(&m->c, b->nq, b->nk, m->eps);
+        if (pt) ta = dl_now();
         TRY(dl_dit_attention(&m->c, D));
+        if (pt) pt->self_attn_s += dl_now() - ta;
         RUN(&b->out, m->c.att, m->c.o);
         dl_dit_gate_add(&m->c, NULL, md + 2 * D);
+        if (pt) phase(&pt->self_s, &t0);
         /* cross-attention to every text row */
         if (m->cross_norm)
             DL_PAR(dl_layernorm_x_t(dt, m->c.h, DL_F32, m->c.x, Nl, D, b->n2w, b->n2b, NULL, NULL, m->eps, ith, nth));
@@ -421,11 +437,13 @@ dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float ti
         dl_dit_cross_attention(&m->c, m->q2, D, m->kv2, (char *)m->kv2 + (size_t)D * es, 2 * D, T, T, m->c.att, D);
         RUN(&b->out2, m->c.att, m->c.o);
         dl_dit_gate_add(&m->c, NULL, m->ones);
+        if (pt) phase(&pt->cross_s, &t0);
         /* feed-forward */
         dl_dit_ln_mod(&m->c, NULL, NULL, md + 4 * D, md + 3 * D);
         RUN(&b->ff1, m->c.h, m->f);
         RUN(&b->ff2, m->f, m->c.o);
         dl_dit_gate_add(&m->c, NULL, md + 5 * D);
+        if (pt) phase(&pt->ffn_s, &t0);
     }
     add_table(m->mod, m->sst_out, m->e.temb, D); /* shift */
     add_table(m->mod + D, m->sst_out + D, m->e.temb, D); /* scale */
@@ -450,6 +468,10 @@ dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float ti
                     int64_t at = ((f * m->P[0] + a) * H + h * m->P[1] + bb) * W + w * m->P[2] + cc;
                     for (int64_t c = 0; c < m->Cout; c++) out[c * FHW + at] = v[c];
                 }
+    }
+    if (pt) {
+        pt->total_s += dl_now() - t_run;
+        pt->runs++;
     }
     return DL_OK;
 }
