@@ -1,0 +1,41 @@
+/* Qwen-Image's text encoder: the language-model path of transformers'
+ * Qwen2_5_VLForConditionalGeneration for text-only prompts (src/models/qwen2.c).
+ * The vision tower and lm_head are never loaded. */
+#ifndef DIFFLET_QWEN_H
+#define DIFFLET_QWEN_H
+
+#include "difflet/models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Qwen2.5-VL text decoder (transformers) ---------------------------------------
+ * Token embedding; per layer RMSNorm, causal grouped-query self-attention (q/k/v with
+ * biases, o without) with rotary embeddings (multimodal RoPE, which for text alone is
+ * rotate_half RoPE at the 1-D position), RMSNorm, SwiGLU MLP; final RMSNorm.
+ * Config from <component>/config.json: the text fields in `text_config` (transformers
+ * 5) or at the top level (transformers 4, the published Qwen/Qwen-Image). Tensor
+ * names `model.language_model.*` or `model.*`, whichever the checkpoint has (one file
+ * or shards). Built for at most max_len tokens (1..65536); f32, or bf16 weights and
+ * matmul inputs with an f32 residual stream and norms. */
+typedef struct dl_qwen2_text dl_qwen2_text;
+dl_status dl_qwen2_text_load(dl_qwen2_text **out, dl_model_dir *dir, const char *component, int64_t max_len,
+                             dl_dtype dt, dl_wsrc *src);
+int64_t dl_qwen2_text_width(const dl_qwen2_text *m);   /* hidden_size */
+int64_t dl_qwen2_text_vocab(const dl_qwen2_text *m);   /* vocab_size: ids must be below it */
+int64_t dl_qwen2_text_max_len(const dl_qwen2_text *m); /* max_len it was built for */
+int dl_qwen2_text_layers(const dl_qwen2_text *m);
+/* ids [n], 1 <= n <= max_len, one unpadded prompt: hidden [n, D] = transformers'
+ * hidden_states[-1] (after the final norm) of input_ids = ids. Only rows [0, n) of
+ * hidden are written; the work done scales with n (attention over [0, n), matmuls
+ * on n rounded up to whole chunks of min(max_len, 128) rows). DL_ERR_INVALID for n
+ * outside 1..max_len or an id outside the vocabulary (naming its position).
+ * Allocates nothing. */
+dl_status dl_qwen2_text_run(dl_qwen2_text *m, const int32_t *ids, int64_t n, float *hidden);
+void dl_qwen2_text_free(dl_qwen2_text *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
