@@ -77,6 +77,9 @@ if [ "$got" = "16/1" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL
 expect 2 "makes videos: write .mp4" "${wgen[@]}" -o "$tmpd/v.png"
 expect 1 "multiples of 16" generate --model "$data/wan/a" --prompt x --width 40 --height 32 --frames 5 --steps 1 -o "$tmpd/x.mp4"
 expect 2 "tensor and sequence parallelism are not supported" "${wgen[@]}" --parallel tp=2 -o "$tmpd/x.mp4"
+expect 2 "both place the two CFG branches" "${wgen[@]}" --negative-prompt x --cfg-batch --parallel cfg=2 -o "$tmpd/x.mp4"
+expect 0 "" "${wgen[@]}" --negative-prompt x --cfg-batch -o "$tmpd/batched.mp4"
+expect 1 "batched CFG is not supported for FluxPipeline" "${gen[@]}" --true-cfg 2 --negative-prompt x --cfg-batch -o "$tmpd/x.png"
 out=$(DIFFLET_CACHE="$tmpd/wcache" "$bin" compile --model "$data/wan/a" --size 48x32 --frames 9 --max-sequence-length 16 --probe 2>/dev/null)
 if [[ "$out" == *"probe "* && "$out" == *"transformer "* && "$out" == *"4 compiled"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: compile --probe of Wan: $out"; fi
 # a Hub repository id, resolved offline in a Hugging Face cache laid out as the hub

@@ -190,6 +190,72 @@ static void test_cache(void) {
     dl_pipeline_free(p);
 }
 
+/* Batched CFG: one program for both branches gives each branch what the one-branch
+ * program gives (the same linears over twice the rows; attention per branch) */
+static void test_batch(const char *v, dl_dtype dt) {
+    char path[256], name[64];
+    snprintf(path, sizeof path, DATA_DIR "/wan/%s", v);
+    dl_model_dir *dir;
+    if (dl_model_dir_open(&dir, path) != DL_OK) return;
+    int64_t shape[8] = {0}, n = 0, ne = 0, tsh[8] = {0};
+    snprintf(name, sizeof name, "%s.step.latents", v);
+    float *lat = vec(name, &n, shape);
+    snprintf(name, sizeof name, "%s.text.embeds", v);
+    float *emb = vec(name, &ne, tsh);
+    float *neg = malloc((size_t)ne * 4), *a0 = malloc((size_t)n * 4), *a1 = malloc((size_t)n * 4);
+    float *b0 = malloc((size_t)n * 4), *b1 = malloc((size_t)n * 4), *c0 = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < ne; i++) neg[i] = i < ne / 3 ? 0.5f * emb[ne - 1 - i] : 0.f; /* another, shorter text */
+    dl_wan *one = NULL, *two = NULL;
+    int ok = lat && emb && dl_wan_load(&one, dir, "transformer", shape[1], shape[2], shape[3], tsh[0], dt, NULL, NULL) == DL_OK &&
+             dl_wan_load_batch(&two, dir, "transformer", shape[1], shape[2], shape[3], tsh[0], dt, NULL, NULL, 2) == DL_OK;
+    CHECK(ok, "%s batch load: %s", v, dl_last_error());
+    if (ok) {
+        ok = dl_wan_run(one, lat, emb, 500.f, a0) == DL_OK && dl_wan_run(one, lat, neg, 500.f, a1) == DL_OK &&
+             dl_wan_run2(two, lat, emb, neg, 500.f, b0, b1) == DL_OK && dl_wan_run(two, lat, emb, 500.f, c0) == DL_OK;
+        CHECK(ok, "%s batch run: %s", v, dl_last_error());
+        double e0 = rel_err(b0, a0, n), e1 = rel_err(b1, a1, n), e2 = rel_err(c0, a0, n), d = rel_err(a1, a0, n);
+        printf("wan %s batched CFG %s: branch 0 %.2g, branch 1 %.2g, one-branch call %.2g (the branches differ by %.2g)\n", v,
+               dl_dtype_name(dt), e0, e1, e2, d);
+        double bound = dt == DL_F32 ? 1e-6 : 1e-2;
+        CHECK(ok && e0 <= bound && e1 <= bound && e2 <= bound && d > 0.1, "%s batch: %g %g %g (branches %g)", v, e0, e1, e2, d);
+        CHECK(dl_wan_batch(two) == 2 && dl_wan_run2(one, lat, emb, neg, 500.f, b0, b1) == DL_ERR_INVALID,
+              "run2 needs a batch-2 program");
+    }
+    dl_wan_free(one), dl_wan_free(two);
+    free(lat), free(emb), free(neg), free(a0), free(a1), free(b0), free(b1), free(c0);
+    dl_model_dir_free(dir);
+}
+
+/* Batched CFG through the pipeline: the same video as sequential CFG (branch 1's rows
+ * sit at another matmul row offset: rounding only), the same denoiser evaluations */
+static void test_batch_pipeline(void) {
+    dl_gen_shape sh = {.width = 48, .height = 32, .frames = 9, .max_sequence_length = 16, .dt = DL_F32};
+    dl_pipeline *p1 = NULL, *p2 = NULL;
+    dl_gen_shape sb = sh;
+    sb.cfg_batch = 1;
+    int ok = dl_pipeline_load(&p1, DATA_DIR "/wan/a", &sh) == DL_OK && dl_pipeline_load(&p2, DATA_DIR "/wan/a", &sb) == DL_OK;
+    CHECK(ok, "batched pipeline load: %s", dl_last_error());
+    dl_stepcache_config cad;
+    dl_stepcache_parse("cadence:2", &cad);
+    cad.keep_first = cad.keep_last = 2;
+    for (int k = 0; ok && k < 2; k++) {
+        dl_gen_request r = {.prompt = "a red circle moving", .negative_prompt = "blurry", .steps = 8, .guidance = 5.f,
+                            .seed = 4, .want_pixels = 1, .cache = k ? &cad : NULL};
+        dl_media a, b;
+        dl_gen_timing ta, tb;
+        ok = dl_pipeline_generate(p1, &r, &a, &ta) == DL_OK && dl_pipeline_generate(p2, &r, &b, &tb) == DL_OK;
+        CHECK(ok, "batched generate: %s", dl_last_error());
+        if (!ok) break;
+        double db = psnr_range(a.pixels, b.pixels, (int64_t)a.frames * a.width * a.height * 3, 1.0);
+        printf("wan batched CFG pipeline%s: %.1f dB against sequential, %d / %d evaluations\n", k ? " (cadence:2)" : "", db,
+               tb.denoiser_calls, ta.denoiser_calls);
+        CHECK(db >= 100 && ta.denoiser_calls == tb.denoiser_calls, "batched vs sequential: %.1f dB, %d vs %d calls", db,
+              tb.denoiser_calls, ta.denoiser_calls);
+        dl_media_free(&a), dl_media_free(&b);
+    }
+    dl_pipeline_free(p1), dl_pipeline_free(p2);
+}
+
 static void test_refusals(void) {
     dl_model_dir *dir;
     if (dl_model_dir_open(&dir, DATA_DIR "/wan/a") != DL_OK) return;
@@ -220,6 +286,10 @@ int main(void) {
         test_pipeline(i ? "b" : "a", DL_BF16, 2);
     }
     test_pipeline("a_euler", DL_F32, 1); /* FlowMatchEulerDiscreteScheduler, set_timesteps(steps) */
+    test_batch("a", DL_F32);
+    test_batch("b", DL_F32);
+    test_batch("a", DL_BF16);
+    test_batch_pipeline();
     test_cache();
     test_refusals();
     dl_ckpt_free(g_vec);

@@ -3,7 +3,7 @@
  * owns what is the same for every DiT family: the step protocol between the ranks
  * of a replica, the worker loop of the non-host ranks, the end-of-request check
  * that every rank ran exactly the decided steps, classifier-free guidance (two
- * branches, sequential on one group or on separate cfg groups), step caching, the
+ * branches: sequential or batched on one group, or on separate cfg groups), step caching, the
  * scheduler update, cancellation and progress. A pipeline keeps only what is its
  * own: encoding the prompt into conditioning, the initial latents and their
  * packing, the schedule, and decoding. */
@@ -40,12 +40,17 @@ typedef struct {
     void (*probe_reset)(void *model);
     /* valid text tokens of the conditioning (NULL: the model attends all of them) */
     dl_status (*set_text_valid)(void *model, int64_t valid);
+    /* batched CFG (NULL: none): both branches in one call, out0 / out1 */
+    dl_status (*eval2)(void *model, const float *latents, const dl_cond *c0, const dl_cond *c1, float t, float guidance,
+                       float *out0, float *out1);
 } dl_denoiser_ops;
 
 typedef struct {
     const dl_denoiser_ops *ops;
     void *model;
     int64_t latent_numel; /* the latents the loop steps, flattened */
+    int batched;          /* the model was built for both CFG branches per call (ops->eval2): a step
+                             running both on one group makes one call */
 } dl_denoiser;
 
 typedef struct dl_denoise dl_denoise;
@@ -76,6 +81,8 @@ typedef struct {
     float guidance;        /* passed to the model (distilled guidance) */
     int cfg;               /* 1: two branches per step, v = v1 + cfg_scale * (v0 - v1) */
     float cfg_scale;
+    int64_t cfg_renorm;    /* > 0: each row of this many values of the combined v rescaled to the
+                              norm of the prompt's row (Qwen-Image's norm-preserving CFG) */
     int64_t text_valid;    /* valid text tokens of the conditioning (models with set_text_valid) */
     const dl_stepcache_config *cache; /* NULL or off: every step runs the denoiser */
     volatile int *cancel;  /* checked before every step: nonzero stops with DL_ERR_CANCELLED */

@@ -23,6 +23,7 @@ typedef struct {
     int max_sequence_length;    /* 0: the pipeline's own default */
     dl_dtype dt;
     int cache;                  /* dl_cache_mode */
+    int cfg_batch;              /* 1: the denoiser built for both CFG branches per call (batched CFG) */
     const dl_par_place *par;    /* NULL: one rank */
 } dl_gen_shape;
 
@@ -61,6 +62,7 @@ struct dl_model_entry {
     dl_media_kind output;
     int default_steps;          /* the pipeline __call__'s num_inference_steps default */
     float default_guidance;     /* its guidance_scale default */
+    float default_true_cfg;     /* its true_cfg_scale default (0: none, 1 is used) */
     int guidance_cfg;           /* 1: classifier-free guidance whenever guidance_scale > 1 (Wan);
                                    0: guidance is distilled, CFG is true_cfg_scale > 1 with a negative prompt (FLUX) */
     const char *const *components; /* its programs, in load order; the denoiser (the one every rank runs) last */

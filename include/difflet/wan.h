@@ -29,6 +29,16 @@ void dl_wan_patch(const dl_wan *m, int64_t patch[3]);
  * scheduler gives it (0..1000); out: [C_out, F, H, W] on every rank. */
 dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float timestep, float *out);
 void dl_wan_free(dl_wan *m);
+/* Batched CFG: the same model built for `batch` (1 or 2) branches per call, every
+ * linear over both branches' rows at once, attention per branch. A batch-2 model runs
+ * a one-branch call as two identical branches (no saving). */
+dl_status dl_wan_load_batch(dl_wan **out, dl_model_dir *dir, const char *component, int64_t lat_frames, int64_t lat_h,
+                            int64_t lat_w, int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split, int batch);
+int dl_wan_batch(const dl_wan *m);
+/* both CFG branches of one step (batch 2): the same latents and timestep, prompt
+ * embeds txt0 / txt1, outputs out0 / out1 */
+dl_status dl_wan_run2(dl_wan *m, const float *latents, const float *txt0, const float *txt1, float timestep, float *out0,
+                      float *out1);
 
 /* Wall seconds of dl_wan_run's parts, for benchmarks: added to (never cleared) by
  * every run while attached with dl_wan_set_phase_times (NULL detaches; detached, the

@@ -89,8 +89,8 @@ int cli_generate(int argc, char **argv) {
     const char *prompts[64], *par_spec = NULL;
     int nprompts = 0;
     long width = 0, height = 0, steps = LONG_MIN, maxseq = 0, threads = 0, seed = 0; /* LONG_MIN, NAN: the model's defaults */
-    float guidance = NAN, true_cfg = 1.f;
-    int cache = DL_CACHE_USE, have_sc = 0, keep_a = -1, keep_b = -1;
+    float guidance = NAN, true_cfg = NAN;
+    int cache = DL_CACHE_USE, have_sc = 0, keep_a = -1, keep_b = -1, cfg_batch = 0;
     dl_stepcache_config sc;
     dl_stepcache_parse("off", &sc);
     dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
@@ -110,6 +110,7 @@ int cli_generate(int argc, char **argv) {
         return 2;                                                               \
     } while (0)
         if (!strcmp(a, "--model")) { NEED(); model = v; }
+        else if (!strcmp(a, "--cfg-batch")) cfg_batch = 1; /* a flag: no value */
         else if (!strcmp(a, "--prompt")) {
             NEED();
             if (nprompts == 64) BAD("at most 64 prompts");
@@ -182,6 +183,7 @@ int cli_generate(int argc, char **argv) {
     }
     if (steps == LONG_MIN) steps = entry->default_steps; /* the pipeline's own defaults */
     if (isnan(guidance)) guidance = entry->default_guidance;
+    if (isnan(true_cfg)) true_cfg = entry->default_true_cfg > 0 ? entry->default_true_cfg : 1.f;
     /* the typed request, validated once (the same checks the HTTP API makes) */
     dl_request rq;
     dl_request_init(&rq);
@@ -210,6 +212,10 @@ int cli_generate(int argc, char **argv) {
         return 2;
     }
     const int ranks = dl_par_ranks(&pc), passes = (entry->guidance_cfg ? guidance > 1.f : true_cfg > 1.f && neg) ? 2 : 1;
+    if (cfg_batch && pc.cfg == 2) {
+        fprintf(stderr, "difflet: generate: --cfg-batch and --parallel cfg=2 both place the two CFG branches: choose one\n");
+        return 2;
+    }
     if (ranks > 1) { /* feasibility before anything is compiled, with the reason */
         if (!cli_layout_ok("generate", model, par_spec, &pc, passes)) return 2;
         if (!dl_comm_launched()) {
@@ -256,7 +262,7 @@ int cli_generate(int argc, char **argv) {
     if (!height) height = width;
     dl_gen_shape shape = {.width = (int)width, .height = (int)height, .frames = frames ? (int)frames : dframes,
                           .max_sequence_length = (int)maxseq,
-                          .dt = dt, .cache = cache, .par = parallel ? &place : NULL};
+                          .dt = dt, .cache = cache, .cfg_batch = cfg_batch, .par = parallel ? &place : NULL};
     int host = !parallel || dl_comm_rank(place.replica_comm) == 0;
     char lay[96];
     dl_par_format(&pc, lay, sizeof lay);

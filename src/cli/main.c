@@ -22,7 +22,7 @@ static void usage(FILE *f) {
             "                       --model DIR --prompt TEXT [--negative-prompt TEXT]\n"
             "                       [--width W --height H] [--steps N] [--guidance G]\n"
             "                       [--true-cfg S] [--seed S] [--dtype f32|bf16] [--threads N]\n"
-            "                       [--max-sequence-length N] [--latents FILE]\n"
+            "                       [--max-sequence-length N] [--latents FILE] [--cfg-batch]\n"
             "                       [--frames F] [--fps R] [--save-frames DIR] [--save-audio FILE.wav]\n"
             "                       [--output-compression 0..100] [-o OUT.png|jpg|webp|mp4]\n"
             "                       [--no-cache] [--recompile-on-mismatch]\n"

@@ -54,6 +54,7 @@ typedef struct {
 
 struct dl_wan {
     dl_dit c;                         /* the video stream (T = 0): sizes, split, shared activations */
+    int B;                            /* CFG branches per call (1, or 2: batched CFG) */
     wan_embed e;
     int64_t Cin, Cout, P[3];          /* latent channels, patch (t, h, w) */
     int64_t Fl, Hl_, Wl;              /* latent grid (frames, height, width) */
@@ -71,6 +72,7 @@ struct dl_wan {
     float *mod, *ones;                /* [6D], [D] */
     float *pout;                      /* [Nl, Cout * prod(P)] f32 */
     float *full;                      /* [N, Cout * prod(P)] f32: every rank's rows (cp > 1) */
+    float *spare;                     /* a batch-2 program's discarded second output (one-branch calls) */
     void *arena;
     dl_wan_phase_times *pt;           /* the caller's phase timer, or NULL */
 };
@@ -179,7 +181,7 @@ void dl_wan_free(dl_wan *m) {
         for (size_t k = 0; k < sizeof bl / sizeof bl[0]; k++) dl_lin_free(bl[k]);
         free(b->nq), free(b->nk), free(b->nq2), free(b->nk2), free(b->n2w), free(b->n2b), free(b->sst);
     }
-    free(m->blk), free(m->sst_out);
+    free(m->blk), free(m->sst_out), free(m->spare);
     dl_dit_free(&m->c);
     dl_aligned_free(m->arena);
     dl_aligned_free(m->full);
@@ -258,7 +260,13 @@ static dl_status read_config(dl_wan *m, const cJSON *cfg, const char *file) {
 
 dl_status dl_wan_load(dl_wan **out, dl_model_dir *dir, const char *component, int64_t lat_frames, int64_t lat_h,
                       int64_t lat_w, int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split) {
+    return dl_wan_load_batch(out, dir, component, lat_frames, lat_h, lat_w, txt_len, dt, src, split, 1);
+}
+
+dl_status dl_wan_load_batch(dl_wan **out, dl_model_dir *dir, const char *component, int64_t lat_frames, int64_t lat_h,
+                            int64_t lat_w, int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split, int batch) {
     *out = NULL;
+    if (batch != 1 && batch != 2) return dl_fail(DL_ERR_INVALID, "Wan transformer: a batch of %d branches (1 or 2)", batch);
     char file[512], p[128];
     snprintf(file, sizeof file, "%s/config.json", component);
     const cJSON *cfg;
@@ -268,6 +276,7 @@ dl_status dl_wan_load(dl_wan **out, dl_model_dir *dir, const char *component, in
     if (!m) return dl_fail(DL_ERR_NOMEM, "out of memory");
     dl_wsrc *ck = NULL;
     m->c.sp = split ? *split : (dl_dit_split){.tp = 1, .cp = 1};
+    m->B = batch;
     if ((s = read_config(m, cfg, file))) goto fail;
     int64_t rope_max;
     if ((s = dl_cfg_int(cfg, file, "rope_max_seq_len", 1024, &rope_max))) goto fail;
@@ -309,13 +318,14 @@ dl_status dl_wan_load(dl_wan **out, dl_model_dir *dir, const char *component, in
     if ((s = dl_dit_plan(&m->c)) != DL_OK) goto fail;
     if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t D = m->c.D, F = m->c.F, Nl = m->c.Nl, N = m->c.N, T = txt_len, PP = m->P[0] * m->P[1] * m->P[2];
+    const int64_t BN = batch * Nl, BT = batch * T; /* rows of every branch in one matmul */
     m->e = (wan_embed){.dt = dt, .D = D, .freq = m->freq, .Cin = m->Cin, .lat = {lat_frames, lat_h, lat_w}, .N = N,
                        .n0 = m->c.n0, .Nl = Nl};
     static const char *qkv_n[3] = {"attn1.to_q", "attn1.to_k", "attn1.to_v"}, *kv_n[2] = {"attn2.to_k", "attn2.to_v"};
     if ((s = embed_load(&m->e, ck, m->P)) ||
-        (s = lin_one(&m->x1, ck, "condition_embedder.text_embedder.", "linear_1", T, m->Td, D, dt, dt, DL_ACT_GELU_TANH)) ||
-        (s = lin_one(&m->x2, ck, "condition_embedder.text_embedder.", "linear_2", T, D, D, dt, dt, DL_ACT_NONE)) ||
-        (s = lin_one(&m->proj_out, ck, "", "proj_out", Nl, D, m->Cout * PP, dt, DL_F32, DL_ACT_NONE)))
+        (s = lin_one(&m->x1, ck, "condition_embedder.text_embedder.", "linear_1", BT, m->Td, D, dt, dt, DL_ACT_GELU_TANH)) ||
+        (s = lin_one(&m->x2, ck, "condition_embedder.text_embedder.", "linear_2", BT, D, D, dt, dt, DL_ACT_NONE)) ||
+        (s = lin_one(&m->proj_out, ck, "", "proj_out", BN, D, m->Cout * PP, dt, DL_F32, DL_ACT_NONE)))
         goto fail;
     int64_t sst_shape[3] = {1, 2, D}, bsst[3] = {1, 6, D};
     if ((s = dl_param_f32(ck, "scale_shift_table", 3, sst_shape, &m->sst_out))) goto fail;
@@ -328,16 +338,16 @@ dl_status dl_wan_load(dl_wan **out, dl_model_dir *dir, const char *component, in
         char nm[256];
         snprintf(p, sizeof p, "blocks.%d.", i);
         snprintf(nm, sizeof nm, "%sscale_shift_table", p);
-        if ((s = linp(&b->qkv, ck, p, qkv_n, 3, Nl, D, D, dt, dt, DL_ACT_NONE)) ||
+        if ((s = linp(&b->qkv, ck, p, qkv_n, 3, BN, D, D, dt, dt, DL_ACT_NONE)) ||
             (s = vec(ck, p, "attn1.norm_q.weight", D, &b->nq)) || (s = vec(ck, p, "attn1.norm_k.weight", D, &b->nk)) ||
-            (s = lin_one(&b->out, ck, p, "attn1.to_out.0", Nl, D, D, dt, DL_F32, DL_ACT_NONE)) ||
+            (s = lin_one(&b->out, ck, p, "attn1.to_out.0", BN, D, D, dt, DL_F32, DL_ACT_NONE)) ||
             (m->cross_norm && ((s = vec(ck, p, "norm2.weight", D, &b->n2w)) || (s = vec(ck, p, "norm2.bias", D, &b->n2b)))) ||
-            (s = lin_one(&b->q2, ck, p, "attn2.to_q", Nl, D, D, dt, dt, DL_ACT_NONE)) ||
-            (s = linp(&b->kv2, ck, p, kv_n, 2, T, D, D, dt, dt, DL_ACT_NONE)) ||
+            (s = lin_one(&b->q2, ck, p, "attn2.to_q", BN, D, D, dt, dt, DL_ACT_NONE)) ||
+            (s = linp(&b->kv2, ck, p, kv_n, 2, BT, D, D, dt, dt, DL_ACT_NONE)) ||
             (s = vec(ck, p, "attn2.norm_q.weight", D, &b->nq2)) || (s = vec(ck, p, "attn2.norm_k.weight", D, &b->nk2)) ||
-            (s = lin_one(&b->out2, ck, p, "attn2.to_out.0", Nl, D, D, dt, DL_F32, DL_ACT_NONE)) ||
-            (s = lin_one(&b->ff1, ck, p, "ffn.net.0.proj", Nl, D, F, dt, dt, DL_ACT_GELU_TANH)) ||
-            (s = lin_one(&b->ff2, ck, p, "ffn.net.2", Nl, F, D, dt, DL_F32, DL_ACT_NONE)) ||
+            (s = lin_one(&b->out2, ck, p, "attn2.to_out.0", BN, D, D, dt, DL_F32, DL_ACT_NONE)) ||
+            (s = lin_one(&b->ff1, ck, p, "ffn.net.0.proj", BN, D, F, dt, dt, DL_ACT_GELU_TANH)) ||
+            (s = lin_one(&b->ff2, ck, p, "ffn.net.2", BN, F, D, dt, DL_F32, DL_ACT_NONE)) ||
             (s = dl_param_f32(ck, nm, 3, bsst, &b->sst)))
             goto fail;
     }
@@ -357,21 +367,21 @@ dl_status dl_wan_load(dl_wan **out, dl_model_dir *dir, const char *component, in
     const size_t es = dl_dtype_size(dt);
     const int64_t keys = N > T ? N : T;
     act_plan pl = {0};
-    dl_plan_add(&pl, &m->c.x, (size_t)(m->c.xn * D) * 4, 0, 2);
-    dl_plan_add(&pl, &m->c.o, (size_t)(Nl * D) * 4, 1, 1);
-    dl_plan_add(&pl, &m->c.h, (size_t)(Nl * D) * es, 1, 2);
-    dl_plan_add(&pl, &m->c.qkv, (size_t)(Nl * 3 * D) * es, 1, 1);
-    dl_plan_add(&pl, &m->c.att, (size_t)(Nl * D) * es, 1, 1);
-    dl_plan_add(&pl, &m->txt_in, (size_t)(T * m->Td) * es, 0, 0);
-    dl_plan_add(&pl, &m->txt_h, (size_t)(T * D) * es, 0, 0);
-    dl_plan_add(&pl, &m->ctx, (size_t)(T * D) * es, 0, 1);
-    dl_plan_add(&pl, &m->q2, (size_t)(Nl * D) * es, 1, 1);
-    dl_plan_add(&pl, &m->kv2, (size_t)(T * 2 * D) * es, 1, 1);
-    dl_plan_add(&pl, &m->f, (size_t)(Nl * F) * es, 1, 1);
+    dl_plan_add(&pl, &m->c.x, (size_t)(batch * m->c.xn * D) * 4, 0, 2);
+    dl_plan_add(&pl, &m->c.o, (size_t)(BN * D) * 4, 1, 1);
+    dl_plan_add(&pl, &m->c.h, (size_t)(BN * D) * es, 1, 2);
+    dl_plan_add(&pl, &m->c.qkv, (size_t)(BN * 3 * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->c.att, (size_t)(BN * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->txt_in, (size_t)(BT * m->Td) * es, 0, 0);
+    dl_plan_add(&pl, &m->txt_h, (size_t)(BT * D) * es, 0, 0);
+    dl_plan_add(&pl, &m->ctx, (size_t)(BT * D) * es, 0, 1);
+    dl_plan_add(&pl, &m->q2, (size_t)(BN * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->kv2, (size_t)(BT * 2 * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->f, (size_t)(BN * F) * es, 1, 1);
     dl_plan_add(&pl, &m->mod, (size_t)(6 * D) * 4, 1, 2);
     embed_plan(&m->e, &pl);
     dl_plan_add(&pl, &m->ones, (size_t)D * 4, 0, 2);
-    dl_plan_add(&pl, &m->pout, (size_t)(Nl * m->Cout * PP) * 4, 2, 2);
+    dl_plan_add(&pl, &m->pout, (size_t)(BN * m->Cout * PP) * 4, 2, 2);
     dl_plan_attn_scratch(&pl, &m->c.scratch, dt, keys, m->c.H, m->c.Dh, 0, 1, 1);
     if ((s = dl_plan_commit(&pl, ck, &m->arena)) != DL_OK || (s = dl_dit_alloc(&m->c)) != DL_OK) goto fail;
     if (m->c.sp.cp > 1 && !(m->full = dl_aligned_alloc((size_t)(N * m->Cout * PP) * 4))) {
@@ -392,7 +402,22 @@ static void add_table(float *mod, const float *sst, const float *v, int64_t n) {
     for (int64_t i = 0; i < n; i++) mod[i] = sst[i] + v[i];
 }
 
-dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float timestep, float *out) {
+/* batch 1's view of the stream: the same split and scratch, its own rows of every
+ * activation (branch b's rows follow branch 0's in each buffer) */
+static dl_dit view(const dl_dit *c, int b) {
+    dl_dit v = *c;
+    const size_t es = dl_dtype_size(c->dt);
+    v.x = c->x + (int64_t)b * c->xn * c->D;
+    v.o = c->o + (int64_t)b * c->Nl * c->D;
+    v.h = (char *)c->h + (size_t)((int64_t)b * c->Nl * c->D) * es;
+    v.qkv = (char *)c->qkv + (size_t)((int64_t)b * c->Nl * 3 * c->Dl) * es;
+    v.att = (char *)c->att + (size_t)((int64_t)b * c->Nl * c->Dl) * es;
+    return v;
+}
+
+/* the B branches' outputs (same latents and timestep, text txt[b]) into out[b] */
+static dl_status run_batch(dl_wan *m, const float *latents, const float *const *txt, float timestep, float *const *out) {
+    const int B = m->B;
     const int64_t D = m->c.D, N = m->c.N, Nl = m->c.Nl, n0 = m->c.n0, T = m->Tt, PP = m->P[0] * m->P[1] * m->P[2];
     const dl_dtype dt = m->c.dt;
     const size_t es = dl_dtype_size(dt);
@@ -401,79 +426,111 @@ dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float ti
     dl_wan_phase_times *pt = m->pt;
     const double t_run = pt ? dl_now() : 0;
     double t0 = t_run, ta = 0;
+    dl_dit v[2] = {m->c, B > 1 ? view(&m->c, 1) : m->c};
     TRY(embed_time(&m->e, timestep));
-    /* text: ctx = text_embedder(txt) */
-    to_dt(dt, m->txt_in, txt, T * m->Td);
+    /* text: ctx = text_embedder(txt), every branch's rows in one matmul */
+    for (int b = 0; b < B; b++) to_dt(dt, (char *)m->txt_in + (size_t)(b * T * m->Td) * es, txt[b], T * m->Td);
     RUN(&m->x1, m->txt_in, m->txt_h);
     RUN(&m->x2, m->txt_h, m->ctx);
-    TRY(embed_patch(&m->e, latents, m->c.x)); /* this rank's video tokens */
+    TRY(embed_patch(&m->e, latents, m->c.x)); /* this rank's video tokens, the same for every branch */
+    for (int b = 1; b < B; b++) memcpy(v[b].x, m->c.x, (size_t)(Nl * D) * 4);
     for (int64_t i = 0; i < D; i++) m->ones[i] = 1.f;
     for (int i = 0; i < m->nl; i++) {
-        wan_block *b = &m->blk[i];
+        wan_block *bl = &m->blk[i];
         float *md = m->mod; /* shift1, scale1, gate1, shift2, scale2, gate2 */
-        add_table(md, b->sst, m->e.tproj, 6 * D);
+        add_table(md, bl->sst, m->e.tproj, 6 * D);
         if (pt) t0 = dl_now(); /* the sublayers' clocks start here */
-        /* self-attention */
-        dl_dit_ln_mod(&m->c, NULL, NULL, md + D, md);
-        RUN(&b->qkv, m->c.h, m->c.qkv);
-        dl_dit_qk_norm_full_rope(&m->c, b->nq, b->nk, m->eps);
+        /* self-attention, per branch over its own tokens */
+        for (int b = 0; b < B; b++) dl_dit_ln_mod(&v[b], NULL, NULL, md + D, md);
+        RUN(&bl->qkv, m->c.h, m->c.qkv);
+        for (int b = 0; b < B; b++) dl_dit_qk_norm_full_rope(&v[b], bl->nq, bl->nk, m->eps);
         if (pt) ta = dl_now();
-        TRY(dl_dit_attention(&m->c, D));
+        for (int b = 0; b < B; b++) TRY(dl_dit_attention(&v[b], D));
         if (pt) pt->self_attn_s += dl_now() - ta;
-        RUN(&b->out, m->c.att, m->c.o);
-        dl_dit_gate_add(&m->c, NULL, md + 2 * D);
+        RUN(&bl->out, m->c.att, m->c.o);
+        for (int b = 0; b < B; b++) dl_dit_gate_add(&v[b], NULL, md + 2 * D);
         if (pt) phase(&pt->self_s, &t0);
-        /* cross-attention to every text row */
+        /* cross-attention to every text row of the branch's own text */
         if (m->cross_norm)
-            DL_PAR(dl_layernorm_x_t(dt, m->c.h, DL_F32, m->c.x, Nl, D, b->n2w, b->n2b, NULL, NULL, m->eps, ith, nth));
+            DL_PAR(dl_layernorm_x_t(dt, m->c.h, DL_F32, m->c.x, B * Nl, D, bl->n2w, bl->n2b, NULL, NULL, m->eps, ith, nth));
         else
-            to_dt(dt, m->c.h, m->c.x, Nl * D);
-        RUN(&b->q2, m->c.h, m->q2);
-        RUN(&b->kv2, m->ctx, m->kv2);
+            to_dt(dt, m->c.h, m->c.x, B * Nl * D);
+        RUN(&bl->q2, m->c.h, m->q2);
+        RUN(&bl->kv2, m->ctx, m->kv2);
         DL_PAR({
-            dl_rmsnorm_heads_t(dt, m->q2, Nl, D, 1, D, b->nq2, m->eps, ith, nth);
-            dl_rmsnorm_heads_t(dt, m->kv2, T, 2 * D, 1, D, b->nk2, m->eps, ith, nth);
+            dl_rmsnorm_heads_t(dt, m->q2, B * Nl, D, 1, D, bl->nq2, m->eps, ith, nth);
+            dl_rmsnorm_heads_t(dt, m->kv2, B * T, 2 * D, 1, D, bl->nk2, m->eps, ith, nth);
         });
-        dl_dit_cross_attention(&m->c, m->q2, D, m->kv2, (char *)m->kv2 + (size_t)D * es, 2 * D, T, T, m->c.att, D);
-        RUN(&b->out2, m->c.att, m->c.o);
-        dl_dit_gate_add(&m->c, NULL, m->ones);
+        for (int b = 0; b < B; b++) {
+            const char *q = (const char *)m->q2 + (size_t)(b * Nl * D) * es, *kv = (const char *)m->kv2 + (size_t)(b * T * 2 * D) * es;
+            dl_dit_cross_attention(&v[b], q, D, kv, kv + (size_t)D * es, 2 * D, T, T, v[b].att, D);
+        }
+        RUN(&bl->out2, m->c.att, m->c.o);
+        for (int b = 0; b < B; b++) dl_dit_gate_add(&v[b], NULL, m->ones);
         if (pt) phase(&pt->cross_s, &t0);
         /* feed-forward */
-        dl_dit_ln_mod(&m->c, NULL, NULL, md + 4 * D, md + 3 * D);
-        RUN(&b->ff1, m->c.h, m->f);
-        RUN(&b->ff2, m->f, m->c.o);
-        dl_dit_gate_add(&m->c, NULL, md + 5 * D);
+        for (int b = 0; b < B; b++) dl_dit_ln_mod(&v[b], NULL, NULL, md + 4 * D, md + 3 * D);
+        RUN(&bl->ff1, m->c.h, m->f);
+        RUN(&bl->ff2, m->f, m->c.o);
+        for (int b = 0; b < B; b++) dl_dit_gate_add(&v[b], NULL, md + 5 * D);
         if (pt) phase(&pt->ffn_s, &t0);
     }
     add_table(m->mod, m->sst_out, m->e.temb, D); /* shift */
     add_table(m->mod + D, m->sst_out + D, m->e.temb, D); /* scale */
-    dl_dit_ln_mod(&m->c, NULL, NULL, m->mod + D, m->mod);
+    for (int b = 0; b < B; b++) dl_dit_ln_mod(&v[b], NULL, NULL, m->mod + D, m->mod);
     RUN(&m->proj_out, m->c.h, m->pout);
     /* unpatchify: row (f, h, w), column ((pt, ph, pw), c) -> out[c, f pt + pt', ...] */
-    const float *rows = m->pout;
-    if (m->c.sp.cp > 1) {
-        memcpy(m->full + n0 * m->Cout * PP, m->pout, (size_t)(Nl * m->Cout * PP) * 4);
-        TRY(dl_dit_gather_image_rows(&m->c, m->full, m->Cout * PP));
-        rows = m->full;
-    }
-    const int64_t G1 = m->G[1], G2 = m->G[2], H = m->Hl_, W = m->Wl, FHW = m->Fl * H * W;
+    for (int b = 0; b < B; b++) {
+        const float *rows = m->pout + b * Nl * m->Cout * PP;
+        if (m->c.sp.cp > 1) {
+            memcpy(m->full + n0 * m->Cout * PP, rows, (size_t)(Nl * m->Cout * PP) * 4);
+            TRY(dl_dit_gather_image_rows(&m->c, m->full, m->Cout * PP));
+            rows = m->full;
+        }
+        const int64_t G1 = m->G[1], G2 = m->G[2], H = m->Hl_, W = m->Wl, FHW = m->Fl * H * W;
+        float *o = out[b];
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; r++) {
-        int64_t f = r / (G1 * G2), h = r / G2 % G1, w = r % G2;
-        const float *row = rows + r * m->Cout * PP;
-        for (int64_t a = 0; a < m->P[0]; a++)
-            for (int64_t bb = 0; bb < m->P[1]; bb++)
-                for (int64_t cc = 0; cc < m->P[2]; cc++) {
-                    const float *v = row + ((a * m->P[1] + bb) * m->P[2] + cc) * m->Cout;
-                    int64_t at = ((f * m->P[0] + a) * H + h * m->P[1] + bb) * W + w * m->P[2] + cc;
-                    for (int64_t c = 0; c < m->Cout; c++) out[c * FHW + at] = v[c];
-                }
+        for (int64_t r = 0; r < N; r++) {
+            int64_t f = r / (G1 * G2), h = r / G2 % G1, w = r % G2;
+            const float *row = rows + r * m->Cout * PP;
+            for (int64_t a = 0; a < m->P[0]; a++)
+                for (int64_t bb = 0; bb < m->P[1]; bb++)
+                    for (int64_t cc = 0; cc < m->P[2]; cc++) {
+                        const float *vv = row + ((a * m->P[1] + bb) * m->P[2] + cc) * m->Cout;
+                        int64_t at = ((f * m->P[0] + a) * H + h * m->P[1] + bb) * W + w * m->P[2] + cc;
+                        for (int64_t c = 0; c < m->Cout; c++) o[c * FHW + at] = vv[c];
+                    }
+        }
     }
     if (pt) {
         pt->total_s += dl_now() - t_run;
         pt->runs++;
     }
     return DL_OK;
+}
+
+int dl_wan_batch(const dl_wan *m) { return m->B; }
+
+dl_status dl_wan_run(dl_wan *m, const float *latents, const float *txt, float timestep, float *out) {
+    if (m->B == 1) {
+        const float *t1[1] = {txt};
+        float *o1[1] = {out};
+        return run_batch(m, latents, t1, timestep, o1);
+    }
+    /* a program built for two branches runs one as two identical ones (no saving) */
+    if (!m->spare && !(m->spare = malloc((size_t)(m->Cout * m->Fl * m->Hl_ * m->Wl) * 4)))
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    const float *t2[2] = {txt, txt};
+    float *o2[2] = {out, m->spare};
+    return run_batch(m, latents, t2, timestep, o2);
+}
+
+dl_status dl_wan_run2(dl_wan *m, const float *latents, const float *txt0, const float *txt1, float timestep, float *out0,
+                      float *out1) {
+    if (m->B != 2) return dl_fail(DL_ERR_INVALID, "Wan transformer: built for %d branch(es), not a CFG batch of 2", m->B);
+    const float *t2[2] = {txt0, txt1};
+    float *o2[2] = {out0, out1};
+    return run_batch(m, latents, t2, timestep, o2);
 }
 
 /* ---- the probe program ------------------------------------------------------------ */

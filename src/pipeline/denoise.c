@@ -165,6 +165,17 @@ static dl_status eval_branch(dl_denoise *d, int op, int b, int step, float tin, 
     return s;
 }
 
+/* a step's two branches as one batched call (both run, one group, a batched model) */
+static int batched(const dl_denoise *d, int op, int mask) {
+    return op == OP_RUN && mask == 3 && d->d.batched && d->d.ops->eval2 && (!d->par || d->par->cfg.cfg == 1);
+}
+
+static dl_status eval_pair(dl_denoise *d, int step, float tin, float g) {
+    dl_status s = d->d.ops->eval2(d->d.model, d->lat, &d->cond[0], &d->cond[1], tin, g, d->v, d->v2);
+    if (s == DL_OK) note_ran(d, 0, step), note_ran(d, 1, step);
+    return s;
+}
+
 static void probe_reset(dl_denoise *d) {
     if (d->d.ops->probe_reset) d->d.ops->probe_reset(d->d.model);
 }
@@ -188,6 +199,10 @@ dl_status dl_denoise_worker_one(dl_denoise *d, int *stopped) {
         case OP_RUN:
             if ((s = dl_comm_bcast(d->par->replica_comm, d->lat, (size_t)d->n * 4, 0))) return s;
             if (d->d.ops->set_text_valid && (s = d->d.ops->set_text_valid(d->d.model, m.L))) return s;
+            if (batched(d, m.op, m.mask)) {
+                if ((s = eval_pair(d, m.step, m.t, m.guidance))) return s;
+                break;
+            }
             for (int b = 0; b < 2; b++) {
                 double score = 0;
                 if ((m.mask >> b & 1) && serves(d, b) && (s = eval_branch(d, m.op, b, m.step, m.t, m.guidance, d->v, &score)))
@@ -273,11 +288,13 @@ dl_status dl_denoise_run(dl_denoise *d, const dl_denoise_request *r, dl_denoise_
         for (int b = 0; b < nb; b++)
             if (!dl_stepcache_decide(sc, &st[b], i, r->steps, score[b])) run |= 1 << b;
         if (run && (s = send_msg(d, OP_RUN, run, cfg, i, tin, r->guidance))) break;
+        const int pair = batched(d, OP_RUN, run);
+        if (pair && (s = eval_pair(d, i, tin, r->guidance))) break;
         for (int b = 0; b < nb; b++) {
             float *out = b ? d->v2 : d->v;
             double change = -1;
             if (run >> b & 1) {
-                if ((s = eval_branch(d, OP_RUN, b, i, tin, r->guidance, out, NULL))) break;
+                if (!pair && (s = eval_branch(d, OP_RUN, b, i, tin, r->guidance, out, NULL))) break;
                 tm.calls++;
                 change = dl_stepcache_full(sc, &st[b], out);
             } else {
@@ -289,7 +306,20 @@ dl_status dl_denoise_run(dl_denoise *d, const dl_denoise_request *r, dl_denoise_
             if (r->on_probe) r->on_probe(r->ctx, i, b, score[b], change);
         }
         if (s != DL_OK) break;
-        if (cfg)
+        if (cfg && r->cfg_renorm > 0) /* comb = vn + s (vc - vn); comb *= |vc| / |comb| per row */
+            for (int64_t row = 0; row + r->cfg_renorm <= n; row += r->cfg_renorm) {
+                float *vc = d->v + row, *vn = d->v2 + row;
+                double nc = 0, nm = 0;
+                for (int64_t k = 0; k < r->cfg_renorm; k++) {
+                    float comb = vn[k] + r->cfg_scale * (vc[k] - vn[k]);
+                    nc += (double)vc[k] * vc[k];
+                    nm += (double)comb * comb;
+                    vn[k] = comb;
+                }
+                float ratio = (float)sqrt(nc) / (float)sqrt(nm);
+                for (int64_t k = 0; k < r->cfg_renorm; k++) vc[k] = vn[k] * ratio;
+            }
+        else if (cfg)
             for (int64_t k = 0; k < n; k++) d->v[k] = d->v2[k] + r->cfg_scale * (d->v[k] - d->v2[k]);
         if (r->sched_step) {
             if ((s = r->sched_step(r->sched_ctx, i, d->v, d->lat))) break;

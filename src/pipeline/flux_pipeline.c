@@ -58,7 +58,7 @@ static dl_status den_probe(void *m, int slot, const float *lat, const dl_cond *c
 }
 static void den_probe_reset(void *m) { dl_flux_probe_reset(m); }
 static dl_status den_text_valid(void *m, int64_t valid) { return dl_flux_set_text_valid(m, valid); }
-static const dl_denoiser_ops flux_denoiser = {den_eval, den_probe, den_probe_reset, den_text_valid};
+static const dl_denoiser_ops flux_denoiser = {den_eval, den_probe, den_probe_reset, den_text_valid, NULL};
 
 void dl_flux_pipeline_free(dl_flux_pipeline *p) {
     if (!p) return;
@@ -213,7 +213,7 @@ dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, c
         goto fail;
     }
     {
-        dl_denoiser dn = {&flux_denoiser, p->tr, p->N * p->Cp};
+        dl_denoiser dn = {&flux_denoiser, p->tr, p->N * p->Cp, 0};
         dl_cond c0 = {{p->pe, p->pooled}, {p->T * D2, D1}, 2, 0}, c1 = {{p->ne, p->npooled}, {p->T * D2, D1}, 2, 0};
         if ((s = dl_denoise_new(&p->loop, &dn, p->par, &c0, &c1)) != DL_OK) goto fail;
     }
@@ -335,6 +335,8 @@ static const char *entry_split_check(const char *dir, const dl_par_config *c, ch
 static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) {
     if (g->frames > 1)
         return dl_fail(DL_ERR_INVALID, "FluxPipeline makes images: %d frames asked for", g->frames);
+    if (g->cfg_batch) /* true CFG's branches differ in modulation (pooled text): sequential only */
+        return dl_fail(DL_ERR_UNSUPPORTED, "batched CFG is not supported for FluxPipeline (true CFG's branches differ in their modulation)");
     dl_flux_shape shape = {.width = g->width, .height = g->height, .max_sequence_length = g->max_sequence_length,
                            .dt = g->dt, .cache = g->cache, .par = g->par};
     return dl_flux_pipeline_load((dl_flux_pipeline **)impl, dir, &shape);

@@ -46,7 +46,12 @@ static dl_status den_probe(void *m, int slot, const float *lat, const dl_cond *c
     return dl_wan_probe_run(((wan_den *)m)->probe, slot, lat, t, score);
 }
 static void den_probe_reset(void *m) { dl_wan_probe_reset(((wan_den *)m)->probe); }
-static const dl_denoiser_ops wan_denoiser = {den_eval, den_probe, den_probe_reset, NULL};
+static dl_status den_eval2(void *m, const float *lat, const dl_cond *c0, const dl_cond *c1, float t, float g, float *o0,
+                           float *o1) {
+    (void)g;
+    return dl_wan_run2(((wan_den *)m)->tr, lat, c0->buf[0], c1->buf[0], t, o0, o1);
+}
+static const dl_denoiser_ops wan_denoiser = {den_eval, den_probe, den_probe_reset, NULL, den_eval2};
 
 typedef struct {
     dl_gen_shape shape;
@@ -104,8 +109,8 @@ static dl_status build_component(void *ctx, dl_wsrc *ws) {
         return dl_wan_probe_load(&p->probe, p->dir, "transformer", p->lf, p->lh, p->lw, dt, ws,
                                  p->par ? &p->par->split : NULL);
     default:
-        return dl_wan_load(&p->tr, p->dir, "transformer", p->lf, p->lh, p->lw, p->T, dt, ws,
-                           p->par ? &p->par->split : NULL);
+        return dl_wan_load_batch(&p->tr, p->dir, "transformer", p->lf, p->lh, p->lw, p->T, dt, ws,
+                                 p->par ? &p->par->split : NULL, p->shape.cfg_batch ? 2 : 1);
     }
 }
 
@@ -194,6 +199,10 @@ static dl_status pipe_load(wan_pipe **out, const char *model_dir, const dl_gen_s
         frames = r;
     }
     p->shape.frames = frames;
+    if (shape->cfg_batch && p->shape.par && p->shape.par->cfg.cfg == 2) {
+        s = dl_fail(DL_ERR_INVALID, "batched CFG and cfg=2 both place the two CFG branches: choose one");
+        goto fail;
+    }
     p->lf = (frames - 1) / p->ts + 1;
     p->lh = shape->height / p->ss;
     p->lw = shape->width / p->ss;
@@ -217,8 +226,8 @@ static dl_status pipe_load(wan_pipe **out, const char *model_dir, const dl_gen_s
         else if (c == C_PROBE)
             snprintf(shp, sizeof shp, "{\"frames\":%d,\"height\":%d,\"width\":%d}", frames, shape->height, shape->width);
         else
-            snprintf(shp, sizeof shp, "{\"frames\":%d,\"height\":%d,\"text\":%lld,\"width\":%d}", frames, shape->height,
-                     (long long)p->T, shape->width);
+            snprintf(shp, sizeof shp, "{%s\"frames\":%d,\"height\":%d,\"text\":%lld,\"width\":%d}",
+                     shape->cfg_batch ? "\"cfg_batch\":2," : "", frames, shape->height, (long long)p->T, shape->width);
         const int probe = c == C_PROBE;
         if (c >= C_PROBE && *lay) /* this rank's rows */
             s = dl_program_key_par(p->dir, k_wan_folders[c], shp, shape->dt, probe, lay, p->par->split.cp_rank, &key,
@@ -259,7 +268,7 @@ static dl_status pipe_load(wan_pipe **out, const char *model_dir, const dl_gen_s
     }
     {
         p->den = (wan_den){p->tr, p->probe};
-        dl_denoiser dn = {&wan_denoiser, &p->den, p->n};
+        dl_denoiser dn = {&wan_denoiser, &p->den, p->n, p->shape.cfg_batch};
         dl_cond c0 = {{p->pe}, {p->T * p->Td}, 1, 0}, c1 = {{p->ne}, {p->T * p->Td}, 1, 0};
         if ((s = dl_denoise_new(&p->loop, &dn, p->par, &c0, &c1)) != DL_OK) goto fail;
     }
