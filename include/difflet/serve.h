@@ -20,6 +20,15 @@ typedef struct {
     int port, queue_capacity, max_steps, max_prompt_bytes, nsizes, no_compile;
     int replicas;           /* data parallel: model processes, each on its own cores */
     int sizes[8][2];        /* width, height */
+    /* a video model: the frame counts served (each size x frame count is one loaded
+       pipeline, at most 16 in all), as the pipeline rounds them (frame_step k + 1);
+       not given: the model's own default. An image model serves {1}. */
+    int nframes, frames[8], frames_given;
+    int video;              /* the model makes videos (set by dl_deployment_set_model) */
+    int frame_step;         /* a video model's valid counts are frame_step * k + 1 (the VAE's
+                               temporal scale factor); 1 for an image model */
+    double fps;             /* a video request's frame rate when it does not say (16) */
+    int max_sequence_length; /* the text encoder's padded length (0: the pipeline's default) */
     double timeout_s, grace_s, result_ttl_s;
     double idle_timeout_s;      /* a connection idle this long (headers included) is closed */
     int max_connections, max_connections_per_ip;
@@ -34,9 +43,14 @@ typedef struct {
  * the model reference is resolved (a folder, or a Hub id in the local cache). */
 dl_status dl_deployment_load(dl_deployment *p, const char *path);
 /* The model: a folder or a Hub id (resolved in the local cache); model_id becomes
- * the id given or the folder's name. */
+ * the id given or the folder's name. Also what it makes (video, frame_step) and the
+ * frame counts it serves: the model's default when none were given, each rounded as
+ * the pipeline rounds it; frames for an image model are refused. */
 dl_status dl_deployment_set_model(dl_deployment *p, const char *ref);
 cJSON *dl_deployment_to_json(const dl_deployment *p);
+/* A requested frame count as the served pipeline would make it: rounded down to
+ * frame_step * k + 1, as WanPipeline rounds num_frames (1 for an image model). */
+int dl_deployment_round_frames(const dl_deployment *p, int frames);
 dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j);
 
 /* The API process: listens, validates, queues, supervises the model processes.

@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "difflet/comm.h"
+#include "difflet/request.h"
 #include "difflet/serve.h"
 
 int cli_serve(int argc, char **argv) {
@@ -45,6 +46,37 @@ int cli_serve(int argc, char **argv) {
             free(k);
         }
         else if (!strcmp(a, "--model")) snprintf(p.model, sizeof p.model, "%s", v), p.model_id[0] = 0;
+        else if (!strcmp(a, "--sizes") || !strcmp(a, "--frames")) { /* comma lists: WxH,... / N,... */
+            int sizes = a[2] == 's', n = 0;
+            for (const char *t = v; *t && n <= 8; n++) {
+                char item[32];
+                size_t k = strcspn(t, ",");
+                snprintf(item, sizeof item, "%.*s", (int)(k < sizeof item - 1 ? k : sizeof item - 1), t);
+                char *end;
+                long f = sizes ? 0 : strtol(item, &end, 10);
+                if (n == 8 || k >= sizeof item || (sizes ? !dl_parse_size(item, &p.sizes[n][0], &p.sizes[n][1])
+                                                         : (!item[0] || *end || f < 1 || f > 100000))) {
+                    fprintf(stderr, "difflet: serve: %s %s: up to 8 comma-separated %s\n", a, v,
+                            sizes ? "sizes WxH" : "frame counts in 1..100000");
+                    return 2;
+                }
+                if (!sizes) p.frames[n] = (int)f;
+                t += k + (t[k] == ',');
+            }
+            if (!n) {
+                fprintf(stderr, "difflet: serve: %s needs at least one value\n", a);
+                return 2;
+            }
+            if (sizes) p.nsizes = n;
+            else p.nframes = n, p.frames_given = 1;
+        } else if (!strcmp(a, "--fps")) {
+            char *end;
+            p.fps = strtod(v, &end);
+            if (*end || !(p.fps > 0 && p.fps <= 1000)) {
+                fprintf(stderr, "difflet: serve: --fps must be a number in (0, 1000]\n");
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--results")) {
             snprintf(p.results, sizeof p.results, "%s", v);
             snprintf(p.db, sizeof p.db, "%.1000s/jobs.sqlite", v);

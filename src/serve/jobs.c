@@ -107,6 +107,7 @@ dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
     /* stores made before model_s existed: add it (an error means it is there) */
     sqlite3_exec(js->db, "ALTER TABLE jobs ADD COLUMN model_s REAL DEFAULT 0;", NULL, NULL, NULL);
     sqlite3_exec(js->db, "ALTER TABLE jobs ADD COLUMN cancel_requested INTEGER DEFAULT 0;", NULL, NULL, NULL);
+    sqlite3_exec(js->db, "ALTER TABLE jobs ADD COLUMN kind TEXT DEFAULT 'image';", NULL, NULL, NULL);
     *out = js;
     return DL_OK;
 }
@@ -126,8 +127,16 @@ int dl_jobs_recover(dl_jobstore *js, double ttl_s) {
     exec(js, sql);
     exec(js, "UPDATE jobs SET status='queued', started=NULL, step=0 WHERE status='in_progress';");
     int n = sqlite3_changes(js->db);
-    snprintf(sql, sizeof sql, "DELETE FROM jobs WHERE status IN ('completed','failed','cancelled') AND finished < %.3f;",
-             wall() - ttl_s);
+    /* expired jobs go with their result files (a video's MP4 is large) */
+    double before = wall() - ttl_s;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(js->db, "SELECT result FROM jobs WHERE status='completed' AND finished < ? AND result IS NOT NULL;", -1,
+                           &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_double(st, 1, before);
+        while (sqlite3_step(st) == SQLITE_ROW) unlink((const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+    }
+    snprintf(sql, sizeof sql, "DELETE FROM jobs WHERE status IN ('completed','failed','cancelled') AND finished < %.3f;", before);
     exec(js, sql);
     return n;
 }
@@ -156,15 +165,16 @@ int dl_jobs_expire(dl_jobstore *js, double now) {
     return rc == SQLITE_DONE ? sqlite3_changes(js->db) : 0;
 }
 
-dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *req, double deadline) {
+dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *kind, const char *req, double deadline) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(js->db, "INSERT INTO jobs (id, status, request, created, deadline) VALUES (?, 'queued', ?, ?, ?);",
+    if (sqlite3_prepare_v2(js->db, "INSERT INTO jobs (id, status, request, created, deadline, kind) VALUES (?, 'queued', ?, ?, ?, ?);",
                            -1, &st, NULL) != SQLITE_OK)
         return dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
     sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, req, -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 3, wall());
     sqlite3_bind_double(st, 4, deadline);
+    sqlite3_bind_text(st, 5, kind, -1, SQLITE_TRANSIENT);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
@@ -240,7 +250,8 @@ dl_status dl_jobs_progress(dl_jobstore *js, const char *id, int step, int steps,
 cJSON *dl_jobs_get(dl_jobstore *js, const char *id) {
     sqlite3_stmt *st;
     cJSON *j = NULL;
-    if (sqlite3_prepare_v2(js->db, "SELECT status, created, error, result, step, steps, cached, request, model_s, started FROM jobs WHERE id=?;", -1,
+    if (sqlite3_prepare_v2(js->db, "SELECT status, created, error, result, step, steps, cached, request, model_s, started, kind, finished "
+                                   "FROM jobs WHERE id=?;", -1,
                            &st, NULL) != SQLITE_OK)
         return NULL;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
@@ -261,6 +272,8 @@ cJSON *dl_jobs_get(dl_jobstore *js, const char *id) {
             cJSON_AddNumberToObject(j, "queue_seconds", sqlite3_column_double(st, 9) - sqlite3_column_double(st, 1));
         cJSON *req = cJSON_Parse((const char *)sqlite3_column_text(st, 7));
         if (req) cJSON_AddItemToObject(j, "request", req);
+        cJSON_AddStringToObject(j, "kind", sqlite3_column_type(st, 10) == SQLITE_NULL ? "image" : (const char *)sqlite3_column_text(st, 10));
+        if (sqlite3_column_type(st, 11) != SQLITE_NULL) cJSON_AddNumberToObject(j, "finished", (double)(int64_t)sqlite3_column_double(st, 11));
     }
     sqlite3_finalize(st);
     return j;
@@ -278,4 +291,45 @@ int dl_jobs_position(dl_jobstore *js, const char *id) {
     if (sqlite3_step(st) == SQLITE_ROW) pos = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
     return pos;
+}
+
+cJSON *dl_jobs_list(dl_jobstore *js, const char *kind, const char *after, int limit, int ascending, int *has_more) {
+    /* newest first (or oldest): ties in `created` are broken by id, so pages never overlap */
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT id FROM jobs WHERE kind=?1 AND (?2 IS NULL OR (SELECT created FROM jobs WHERE id=?2) IS NULL OR "
+             "(created, id) %s (SELECT created, id FROM jobs WHERE id=?2)) ORDER BY created %s, id %s LIMIT ?3;",
+             ascending ? ">" : "<", ascending ? "ASC" : "DESC", ascending ? "ASC" : "DESC");
+    sqlite3_stmt *st;
+    *has_more = 0;
+    if (sqlite3_prepare_v2(js->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+        return NULL;
+    }
+    sqlite3_bind_text(st, 1, kind, -1, SQLITE_TRANSIENT);
+    if (after) sqlite3_bind_text(st, 2, after, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 2);
+    sqlite3_bind_int(st, 3, limit + 1);
+    cJSON *out = cJSON_CreateArray();
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n++ == limit) {
+            *has_more = 1;
+            break;
+        }
+        cJSON *j = dl_jobs_get(js, (const char *)sqlite3_column_text(st, 0));
+        if (j) cJSON_AddItemToArray(out, j);
+    }
+    sqlite3_finalize(st);
+    return out;
+}
+
+dl_status dl_jobs_delete(dl_jobstore *js, const char *id) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(js->db, "DELETE FROM jobs WHERE id=?;", -1, &st, NULL) != SQLITE_OK)
+        return dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
 }

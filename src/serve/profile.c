@@ -1,11 +1,14 @@
 /* The serving profile: one JSON file (all fields optional), defaults serve
- * difflet-tiny at 64x64 on 127.0.0.1:8080. */
+ * difflet-tiny at 64x64 on 127.0.0.1:8080. A video model also serves a list of frame
+ * counts (`frames`, default the model's own) at a default `fps`. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "difflet/io.h"
 #include "difflet/pipeline.h"
+#include "difflet/registry.h"
 #include "serve/serve_impl.h"
 
 #ifndef DIFFLET_SOURCE_DIR
@@ -26,6 +29,8 @@ static void defaults(dl_deployment *p) {
     p->max_prompt_bytes = 2000;
     p->nsizes = 1;
     p->sizes[0][0] = p->sizes[0][1] = 64;
+    p->frame_step = 1;
+    p->fps = 16; /* WanPipeline's export rate */
     p->timeout_s = 300;
     p->grace_s = 5;
     p->result_ttl_s = 86400;
@@ -68,8 +73,6 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
         !num_field(j, "health_port", &hp))
         return dl_fail(DL_ERR_FORMAT, "serving profile: a field has the wrong type");
     if (!str_field(j, "model_id", p->model_id, sizeof p->model_id)) return dl_fail(DL_ERR_FORMAT, "serving deployment: model_id must be a string");
-    dl_status rs = dl_deployment_set_model(p, p->model);
-    if (rs != DL_OK) return rs;
     const cJSON *sizes = cJSON_GetObjectItemCaseSensitive(j, "sizes"), *e;
     if (sizes) {
         p->nsizes = 0;
@@ -82,6 +85,27 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
         }
         if (!p->nsizes) return dl_fail(DL_ERR_FORMAT, "serving profile: no sizes");
     }
+    const cJSON *frames = cJSON_GetObjectItemCaseSensitive(j, "frames");
+    if (frames) {
+        p->nframes = 0;
+        cJSON_ArrayForEach(e, frames) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 1 ||
+                e->valuedouble > 100000 || p->nframes == 8)
+                return dl_fail(DL_ERR_FORMAT, "serving deployment: frames must be up to 8 integers in 1..100000");
+            p->frames[p->nframes++] = (int)e->valuedouble;
+        }
+        if (!cJSON_IsArray(frames) || !p->nframes) return dl_fail(DL_ERR_FORMAT, "serving deployment: frames must be a non-empty list");
+        p->frames_given = 1;
+    }
+    double msl = p->max_sequence_length;
+    if (!num_field(j, "fps", &p->fps) || !num_field(j, "max_sequence_length", &msl))
+        return dl_fail(DL_ERR_FORMAT, "serving deployment: fps and max_sequence_length must be numbers");
+    if (!(p->fps > 0 && p->fps <= 1000) || msl != floor(msl) || msl < 0 || msl > 4096)
+        return dl_fail(DL_ERR_FORMAT, "serving deployment: fps must be in (0, 1000] and max_sequence_length in 0..4096 "
+                                      "(0: the pipeline's default)");
+    p->max_sequence_length = (int)msl;
+    dl_status rs = dl_deployment_set_model(p, p->model);
+    if (rs != DL_OK) return rs;
     p->port = (int)port, p->queue_capacity = (int)qc, p->max_steps = (int)ms, p->max_prompt_bytes = (int)mp;
     p->no_compile = (int)nc;
     p->max_connections = (int)mc, p->max_connections_per_ip = (int)mci, p->health_port = (int)hp;
@@ -103,6 +127,47 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
     return DL_OK;
 }
 
+/* What the model makes and the frame counts served. A folder that is not a model
+ * difflet knows is left to the model process to refuse (with its reason). */
+static dl_status resolve_frames(dl_deployment *p) {
+    const dl_model_entry *e = NULL;
+    p->video = 0, p->frame_step = 1;
+    if (dl_registry_lookup(p->model, &e) == DL_OK && e->output != DL_MEDIA_IMAGE) {
+        p->video = 1;
+        p->frame_step = 4; /* diffusers' video pipelines: the VAE's temporal scale factor */
+        dl_model_dir *d;
+        const cJSON *vae;
+        int64_t ts;
+        if (dl_model_dir_open(&d, p->model) == DL_OK) {
+            if (dl_model_dir_config(d, "vae", &vae) == DL_OK &&
+                dl_cfg_int(vae, "vae/config.json", "scale_factor_temporal", 4, &ts) == DL_OK && ts >= 1 && ts <= 64)
+                p->frame_step = (int)ts;
+            dl_model_dir_free(d);
+        }
+    }
+    if (!p->frames_given) { /* the model's own: 81 frames for Wan, one for an image */
+        int w, h, f = 1;
+        if (p->video) e->default_shape(p->model, &w, &h, &f);
+        p->nframes = 1, p->frames[0] = f > 0 ? f : 1;
+    }
+    int n = 0;
+    for (int i = 0; i < p->nframes; i++) {
+        if (!p->video && p->frames[i] != 1)
+            return dl_fail(DL_ERR_INVALID, "serving deployment: `%s` makes images: frames must be [1] (or left out)", p->model);
+        int f = dl_deployment_round_frames(p, p->frames[i]), seen = 0;
+        if (f != p->frames[i])
+            DL_WARN("serving deployment: %d frames rounded to %d (valid counts are %d k + 1, as the pipeline rounds them)",
+                    p->frames[i], f, p->frame_step);
+        for (int k = 0; k < n; k++) seen |= p->frames[k] == f;
+        if (!seen) p->frames[n++] = f;
+    }
+    p->nframes = n;
+    if (p->nsizes * p->nframes > 16)
+        return dl_fail(DL_ERR_INVALID, "serving deployment: %d sizes x %d frame counts is %d pipelines; at most 16", p->nsizes,
+                       p->nframes, p->nsizes * p->nframes);
+    return DL_OK;
+}
+
 dl_status dl_deployment_set_model(dl_deployment *p, const char *ref) {
     char resolved[sizeof p->model], given[sizeof p->model];
     snprintf(given, sizeof given, "%s", ref);
@@ -119,7 +184,13 @@ dl_status dl_deployment_set_model(dl_deployment *p, const char *ref) {
         }
     }
     snprintf(p->model, sizeof p->model, "%s", resolved);
-    return DL_OK;
+    return resolve_frames(p);
+}
+
+int dl_deployment_round_frames(const dl_deployment *p, int frames) {
+    int t = p->frame_step > 1 ? p->frame_step : 1;
+    if (!p->video) return 1;
+    return frames % t == 1 % t ? frames : frames / t * t + 1;
 }
 
 dl_status dl_deployment_load(dl_deployment *p, const char *path) {
@@ -163,6 +234,10 @@ cJSON *dl_deployment_to_json(const dl_deployment *p) {
     cJSON_AddNumberToObject(j, "max_connections", p->max_connections);
     cJSON_AddNumberToObject(j, "max_connections_per_ip", p->max_connections_per_ip);
     cJSON_AddNumberToObject(j, "health_port", p->health_port);
+    cJSON_AddNumberToObject(j, "fps", p->fps);
+    cJSON_AddNumberToObject(j, "max_sequence_length", p->max_sequence_length);
+    cJSON *fr = cJSON_AddArrayToObject(j, "frames");
+    for (int i = 0; i < p->nframes; i++) cJSON_AddItemToArray(fr, cJSON_CreateNumber(p->frames[i]));
     for (int i = 0; i < p->nsizes; i++) {
         char s[32];
         snprintf(s, sizeof s, "%dx%d", p->sizes[i][0], p->sizes[i][1]);

@@ -23,7 +23,8 @@ dl_status dl_jobs_open(dl_jobstore **js, const char *path);
 void dl_jobs_close(dl_jobstore *js);
 /* After a restart: jobs left in_progress go back to the queue; expired results go. */
 int dl_jobs_recover(dl_jobstore *js, double ttl_s);
-dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *request_json, double deadline);
+/* kind: "image" or "video" (which API lists and shows the job) */
+dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *kind, const char *request_json, double deadline);
 int dl_jobs_count(dl_jobstore *js, const char *status);
 /* The oldest queued job (id and request), or 0. */
 int dl_jobs_next(dl_jobstore *js, char *id, size_t idn, char **request_json, double *deadline);
@@ -33,13 +34,37 @@ void dl_jobs_rollback(dl_jobstore *js);
 dl_status dl_jobs_set(dl_jobstore *js, const char *id, const char *status, const char *error, const char *result);
 dl_status dl_jobs_progress(dl_jobstore *js, const char *id, int step, int steps, int cached);
 dl_status dl_jobs_model_seconds(dl_jobstore *js, const char *id, double secs);
-/* The job as JSON (id, status, progress...), NULL when unknown. */
+/* The job as JSON (id, status, progress, kind, finished...), NULL when unknown. */
 cJSON *dl_jobs_get(dl_jobstore *js, const char *id);
+/* Up to `limit` jobs of one kind (each as dl_jobs_get has it), newest first (oldest
+ * with ascending), after the job `after` (NULL: from the start); *has_more when more
+ * follow. NULL on a store error. */
+cJSON *dl_jobs_list(dl_jobstore *js, const char *kind, const char *after, int limit, int ascending, int *has_more);
+/* The job's row goes (its result file is the caller's). */
+dl_status dl_jobs_delete(dl_jobstore *js, const char *id);
 /* A running job's cancel, kept across a crash of the API process (recover ends it). */
 dl_status dl_jobs_request_cancel(dl_jobstore *js, const char *id);
 /* Queued jobs past their deadline fail (no model process took them); how many. */
 int dl_jobs_expire(dl_jobstore *js, double now);
 /* Queue position of a queued job (1 = next), 0 otherwise. */
 int dl_jobs_position(dl_jobstore *js, const char *id);
+
+
+/* ---- the videos API (videos.c) ---- */
+/* A form body (multipart/form-data or x-www-form-urlencoded, by the Content-Type) as
+ * a JSON object of strings; a file part becomes {"filename": ...}; the fields named in
+ * `numeric` (NULL-terminated) become numbers where they read as one. NULL with err. */
+cJSON *dl_form_parse(const char *content_type, const char *body, size_t len, const char *const *numeric, char *err, size_t en);
+/* POST /v1/videos: a body's fields into the job request (request.h's JSON with
+ * width, height, frames and fps set and output mp4), with the model's step and
+ * guidance defaults. 0 with err and param on bad input (a `model` that is not the
+ * served one says "does not exist": a 404). */
+int dl_video_request(const cJSON *body, const dl_deployment *p, int default_steps, double default_guidance, cJSON **norm,
+                     char *err, size_t en, char *param, size_t pn);
+/* The video object of a job (dl_jobs_get's JSON): OpenAI's fields plus frames and
+ * fps; live_steps > 0: the running job's progress as the model process reports it. */
+cJSON *dl_video_object(const cJSON *job, const char *model_id, int live_step, int live_steps, double ttl_s);
+/* `seconds` as a video reports it: (frames - 1) / fps, "%g" */
+void dl_video_seconds(int frames, double fps, char *out, size_t n);
 
 #endif

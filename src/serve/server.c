@@ -33,6 +33,7 @@
 #include "difflet/comm.h"
 #include "difflet/io.h"
 #include "difflet/pipeline.h"
+#include "difflet/registry.h"
 #include "difflet/request.h"
 #include "serve/serve_impl.h"
 
@@ -58,6 +59,7 @@ typedef struct {
 
 typedef struct {
     dl_deployment pr;
+    const dl_model_entry *entry; /* the served model's registry entry (NULL: not one difflet knows) */
     const char *exe, *profile_path;
     dl_jobstore *js;
     pthread_mutex_t mu;
@@ -263,6 +265,7 @@ static void handle_msg(worker *w, cJSON *m) {
             A.steps_full += calls, A.steps_cached += cached;
             cJSON *j = dl_jobs_get(A.js, id);
             int steps = j ? (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps")) : 0;
+            if (!j) unlink(path); /* deleted while it ran (DELETE /v1/videos/ID): its result goes too */
             cJSON_Delete(j);
             int tx = dl_jobs_begin(A.js, 0) == DL_OK;
             dl_jobs_progress(A.js, id, steps, steps, cached);
@@ -294,7 +297,7 @@ static void dispatch(void) {
         cJSON *m = cJSON_CreateObject(), *rq = cJSON_Parse(req);
         const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "output_format"));
         snprintf(w->out, sizeof w->out, "%s/%s.%s", A.pr.results, id,
-                 fmt && !strcmp(fmt, "jpeg") ? "jpg" : fmt && !strcmp(fmt, "webp") ? "webp" : "png");
+                 fmt && !strcmp(fmt, "jpeg") ? "jpg" : fmt && !strcmp(fmt, "webp") ? "webp" : fmt && !strcmp(fmt, "mp4") ? "mp4" : "png");
         cJSON_AddStringToObject(m, "type", "job");
         cJSON_AddStringToObject(m, "id", id);
         cJSON_AddStringToObject(m, "out", w->out);
@@ -459,6 +462,28 @@ static enum MHD_Result json_reply(struct MHD_Connection *c, int status, cJSON *j
     return r;
 }
 
+/* A result file streamed from its descriptor (a video may be large); *ok 0 when it
+ * cannot be opened (nothing was queued) */
+static enum MHD_Result file_reply(struct MHD_Connection *c, const char *path, const char *type, int *ok) {
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    *ok = 0;
+    if (fd < 0) return MHD_NO;
+    struct MHD_Response *r = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? MHD_create_response_from_fd((uint64_t)sb.st_size, fd) : NULL;
+    if (!r) {
+        close(fd);
+        return MHD_NO;
+    }
+    *ok = 1;
+    MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    pthread_mutex_lock(&A.mu);
+    A.requests[200]++;
+    pthread_mutex_unlock(&A.mu);
+    return ret;
+}
+
 static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const char *type, const char *param,
                                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const char *type, const char *param,
@@ -497,18 +522,30 @@ static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const c
     return json_reply(c, status, j);
 }
 
-/* Validate a generation request; on success *norm is the normalised job request
- * (the typed request as JSON: what the job store keeps and the model process gets). */
-static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64, char *err, size_t en, char *param, size_t pn) {
+/* one JSON value and nothing after it, or NULL */
+static cJSON *parse_json_body(const char *body, size_t len) {
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    *norm = NULL;
-    param[0] = 0;
     while (j && end && end < body + len && strchr(" \t\r\n", *end)) end++;
-    if (j && end && end < body + len) { /* one JSON value and nothing after it */
+    if (j && end && end < body + len) {
         cJSON_Delete(j);
         j = NULL;
     }
+    return j;
+}
+
+/* what the served model makes, for messages: "`a` makes videos (WanPipeline)" */
+static void model_kind(char *out, size_t n) {
+    snprintf(out, n, "`%s` makes %s (%s)", A.pr.model_id, A.pr.video ? "videos" : "images",
+             A.entry ? A.entry->pipeline_class : "an unknown pipeline");
+}
+
+/* Validate a generation request; on success *norm is the normalised job request
+ * (the typed request as JSON: what the job store keeps and the model process gets). */
+static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64, char *err, size_t en, char *param, size_t pn) {
+    cJSON *j = parse_json_body(body, len);
+    *norm = NULL;
+    param[0] = 0;
 #define FAIL(p, ...)                               \
     do {                                           \
         snprintf(param, pn, "%s", p);              \
@@ -544,6 +581,11 @@ static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64
     if (v && v->valuestring[0] && strcmp(v->valuestring, A.pr.model_id)) /* the callers answer 404 */
         FAIL("model", "The model `%.200s` does not exist (this server serves `%s`)", v->valuestring, A.pr.model_id);
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "user")) && !cJSON_IsString(v)) FAIL("user", "`user` must be a string");
+    if (A.pr.video) {
+        char what[400];
+        model_kind(what, sizeof what);
+        FAIL("model", "%s: use POST /v1/videos", what);
+    }
     dl_request_limits lim = {A.pr.max_steps, A.pr.max_prompt_bytes, 0};
     dl_request r;
     if (dl_request_from_json(j, &lim, &r, param, pn) != DL_OK) {
@@ -580,9 +622,10 @@ static void new_id(char *id) {
     for (int i = 0; i < 8; i++) sprintf(id + 2 * i, "%02x", b[i]);
 }
 
-/* Enqueue n jobs (seed s, s+1, ... when given; random otherwise). 0 when the queue is
- * full, -1 when the job store could not record them (nothing was accepted). */
-static int enqueue(cJSON *req, int n, char ids[][24]) {
+/* Enqueue n jobs of a kind ("image", "video"; seed s, s+1, ... when given; random
+ * otherwise). 0 when the queue is full, -1 when the job store could not record them
+ * (nothing was accepted). */
+static int enqueue(cJSON *req, int n, char ids[][24], const char *kind) {
     pthread_mutex_lock(&A.mu);
     int queued = dl_jobs_count(A.js, "queued");
     if (queued + n > A.pr.queue_capacity) {
@@ -600,7 +643,7 @@ static int enqueue(cJSON *req, int n, char ids[][24]) {
         cJSON_DeleteItemFromObject(req, "seed"); /* each job its own: seed, seed + 1, ... or drawn here */
         cJSON_AddNumberToObject(req, "seed", (double)(sd & (uint64_t)(DL_SEED_MAX - 1)));
         char *t = cJSON_PrintUnformatted(req);
-        ok = t && dl_jobs_insert(A.js, ids[i], t, wall() + A.pr.timeout_s) == DL_OK;
+        ok = t && dl_jobs_insert(A.js, ids[i], kind, t, wall() + A.pr.timeout_s) == DL_OK;
         free(t);
     }
     if (!ok || dl_jobs_commit(A.js) != DL_OK) {
@@ -630,19 +673,22 @@ static char *b64(const uint8_t *d, size_t n) {
 }
 
 /* The web page: ids are looked up explicitly (window.prompt and window.status are
- * built-ins that named access would not override). */
+ * built-ins that named access would not override). A video model (the model object's
+ * `output`) gets a length choice, POST /v1/videos, and a <video> player. */
 static const char *PAGE =
     "<!doctype html><html><head><meta charset=utf-8><title>difflet</title><style>"
     "body{font-family:sans-serif;max-width:640px;margin:2em auto}input,select{margin:.2em}"
-    "#bar{height:10px;background:#4a7;width:0}#wrap{border:1px solid #999;width:100%}img{image-rendering:pixelated;width:256px}"
+    "#bar{height:10px;background:#4a7;width:0}#wrap{border:1px solid #999;width:100%}img,video{image-rendering:pixelated;width:256px}"
     "</style></head><body><h1>difflet</h1><form id=form>"
     "<input id=q_prompt size=60 value='a large red circle in the centre on a blue background'><br>"
-    "size <select id=q_size></select> steps <input id=q_steps type=number value=20 min=1 size=4> "
+    "size <select id=q_size></select> <span id=q_len hidden>length <select id=q_frames></select></span> "
+    "steps <input id=q_steps type=number value=20 min=1 size=4> "
     "seed <input id=q_seed type=number value=1 size=6> cache <select id=q_cache><option>off<option>cadence:2"
     "<option>online-delta</select> <button>Generate</button><br>"
     "API key <input id=q_key type=password size=24 placeholder='(none)'> <small>kept in this browser</small></form>"
     "<div id=wrap><div id=bar></div></div><p id=q_status></p><img id=q_img alt=''>"
-    "<script>const $=i=>document.getElementById(i);"
+    "<video id=q_video controls loop hidden></video>"
+    "<script>const $=i=>document.getElementById(i);let V=0;"
     /* a key given as #key=... is stored and taken out of the address bar */
     "const hk=new URLSearchParams(location.hash.slice(1)).get('key');"
     "if(hk){localStorage.setItem('difflet_key',hk);history.replaceState(null,'',location.pathname+location.search)}"
@@ -651,17 +697,25 @@ static const char *PAGE =
     "const H=()=>{const k=$('q_key').value;return k?{'Authorization':'Bearer '+k,'Content-Type':'application/json'}"
     ":{'Content-Type':'application/json'}};"
     "const api=(u,o)=>fetch(u,Object.assign({headers:H()},o||{}));"
+    "const opt=(sel,v,t)=>{const o=document.createElement('option');o.value=v;o.textContent=t;$(sel).appendChild(o)};"
     "api('/v1/models').then(r=>r.json()).then(m=>{if(!m.data){$('q_status').textContent=m.error.message;return}"
-    "for(const s of m.data[0].sizes){const o=document.createElement('option');"
-    "o.textContent=s;$('q_size').appendChild(o)}if(location.search.includes('autorun'))$('form').requestSubmit()});"
+    "const d=m.data[0];for(const s of d.sizes)opt('q_size',s,s);V=d.output=='video';"
+    "if(V){$('q_len').hidden=false;d.frames.forEach((f,i)=>opt('q_frames',f,d.seconds[i]+' s ('+f+' frames)'))}"
+    "if(location.search.includes('autorun'))$('form').requestSubmit()});"
+    /* a finished video plays from its content route (as a blob when a key is needed) */
+    "const result=id=>{if(!V){api('/v1/jobs/'+id+'/content').then(r=>r.blob()).then(b=>{$('q_img').src=URL.createObjectURL(b)});return}"
+    "const u='/v1/videos/'+id+'/content';$('q_video').hidden=false;"
+    "if(!$('q_key').value)$('q_video').src=u;else api(u).then(r=>r.blob()).then(b=>{$('q_video').src=URL.createObjectURL(b)})};"
     "const show=(id,s)=>{$('bar').style.width=s.progress+'%';$('q_status').textContent=s.status+' '+s.steps_done+'/'+s.steps;"
-    "if(s.status=='completed'){api('/v1/jobs/'+id+'/content').then(r=>r.blob()).then(b=>{$('q_img').src=URL.createObjectURL(b)});return 1}"
+    "if(s.status=='completed'){result(id);return 1}"
     "if(s.status=='failed'||s.status=='cancelled'){$('q_status').textContent=s.status+': '+(s.error||'');return 1}return 0};"
     "$('form').onsubmit=async e=>{e.preventDefault();$('q_status').textContent='queued';$('bar').style.width='0';"
-    "const r=await api('/v1/jobs',{method:'POST',body:JSON.stringify({prompt:$('q_prompt').value,size:$('q_size').value,"
-    "steps:+$('q_steps').value,seed:+$('q_seed').value,cache:$('q_cache').value})});const j=await r.json();"
+    "const b={prompt:$('q_prompt').value,size:$('q_size').value,steps:+$('q_steps').value,seed:+$('q_seed').value,"
+    "cache:$('q_cache').value};if(V)b.frames=+$('q_frames').value;"
+    "const r=await api(V?'/v1/videos':'/v1/jobs',{method:'POST',body:JSON.stringify(b)});const j=await r.json();"
     "if(!r.ok){$('q_status').textContent=j.error.message;return}"
-    /* without a key: server-sent events; with one (EventSource sends no headers): polling */
+    /* without a key: server-sent events; with one (EventSource sends no headers): polling.
+       A video's id names its job on /v1/jobs too. */
     "if(!$('q_key').value){const ev=new EventSource('/v1/jobs/'+j.id+'/events');"
     "for(const k of ['progress','completed','failed','cancelled'])ev.addEventListener(k,m=>{if(show(j.id,JSON.parse(m.data)))ev.close()})}"
     "else{const poll=async()=>{const s=await (await api('/v1/jobs/'+j.id)).json();if(!show(j.id,s))setTimeout(poll,250)};poll()}}"
@@ -782,7 +836,7 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
     if (!validate(cn->body ? cn->body : "", cn->len, &req, &n, &want_b64, err, sizeof err, param, sizeof param))
         return error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
     char ids[4][24];
-    int q = enqueue(req, n, ids);
+    int q = enqueue(req, n, ids, "image");
     if (q < 0) {
         cJSON_Delete(req);
         return error_reply(c, 500, "server_error", NULL, "the job store could not record the request: %s", dl_last_error());
@@ -856,6 +910,7 @@ typedef struct {
     int last_step;
     char last_status[24];
     int done;
+    int video; /* /v1/videos/ID/events: each event's data is the video object */
 } sse;
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -873,11 +928,17 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
             /* running: an event for every step done since the last one sent */
             size_t n = 0;
             while (e->last_step < w->live_step && n + 256 < max) {
-                int st = ++e->last_step;
-                n += (size_t)snprintf(buf + n, max - n,
-                                      "event: progress\ndata: {\"id\":\"%s\",\"status\":\"in_progress\",\"steps_done\":%d,"
-                                      "\"steps\":%d,\"progress\":%d}\n\n",
-                                      e->id, st, w->live_steps, w->live_steps ? 100 * st / w->live_steps : 0);
+                int st = ++e->last_step, pc = w->live_steps ? 100 * st / w->live_steps : 0;
+                if (e->video) /* the video object's fields that change while it runs */
+                    n += (size_t)snprintf(buf + n, max - n,
+                                          "event: progress\ndata: {\"id\":\"video_%s\",\"object\":\"video\",\"status\":\"in_progress\","
+                                          "\"progress\":%d,\"steps_done\":%d,\"steps\":%d}\n\n",
+                                          e->id, pc < 99 ? pc : 99, st, w->live_steps);
+                else
+                    n += (size_t)snprintf(buf + n, max - n,
+                                          "event: progress\ndata: {\"id\":\"%s\",\"status\":\"in_progress\",\"steps_done\":%d,"
+                                          "\"steps\":%d,\"progress\":%d}\n\n",
+                                          e->id, st, w->live_steps, pc);
             }
             pthread_mutex_unlock(&A.mu);
             return (ssize_t)n;
@@ -891,14 +952,20 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         const char *st = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : "in_progress";
         int step = w ? w->live_step : (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps_done"));
         if (j && (strcmp(st, e->last_status) || step > e->last_step || quiet)) { /* a change, or a keep-alive */
+            /* the video object, progress as the model process reports it */
+            cJSON *v = e->video ? dl_video_object(j, A.pr.model_id, w ? w->live_step : 0, w ? w->live_steps : 0, A.pr.result_ttl_s) : NULL;
             pthread_mutex_unlock(&A.mu);
             e->last_step = step > e->last_step ? step : e->last_step;
             snprintf(e->last_status, sizeof e->last_status, "%s", st);
             e->done = strcmp(st, "queued") && strcmp(st, "in_progress");
+            if (v) {
+                cJSON_Delete(j);
+                j = v;
+            }
             cJSON_DeleteItemFromObject(j, "result");
             cJSON_DeleteItemFromObject(j, "request");
             char *t = cJSON_PrintUnformatted(j);
-            int n = snprintf(buf, max, "event: %s\ndata: %s\n\n", e->done ? st : "progress", t ? t : "{}");
+            int n = snprintf(buf, max, "event: %s\ndata: %s\n\n", e->done ? e->last_status : "progress", t ? t : "{}");
             free(t);
             cJSON_Delete(j);
             return n < (int)max ? n : (ssize_t)max;
@@ -911,10 +978,11 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     }
 }
 
-static enum MHD_Result events(struct MHD_Connection *c, const char *id) {
+static enum MHD_Result events(struct MHD_Connection *c, const char *id, int video) {
     sse *e = calloc(1, sizeof *e);
     if (!e) return MHD_NO;
     snprintf(e->id, sizeof e->id, "%s", id);
+    e->video = video;
     e->last_step = -1;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, e, free);
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
@@ -937,7 +1005,214 @@ static cJSON *model_object(void) {
         snprintf(t, sizeof t, "%dx%d", A.pr.sizes[i][0], A.pr.sizes[i][1]);
         cJSON_AddItemToArray(s, cJSON_CreateString(t));
     }
+    cJSON_AddStringToObject(m, "output", A.pr.video ? "video" : "image"); /* which API it answers */
+    if (A.pr.video) { /* the lengths served: frame counts, and as `seconds` at the default fps */
+        cJSON *f = cJSON_AddArrayToObject(m, "frames"), *sec = cJSON_AddArrayToObject(m, "seconds");
+        for (int i = 0; i < A.pr.nframes; i++) {
+            char t[32];
+            dl_video_seconds(A.pr.frames[i], A.pr.fps, t, sizeof t);
+            cJSON_AddItemToArray(f, cJSON_CreateNumber(A.pr.frames[i]));
+            cJSON_AddItemToArray(sec, cJSON_CreateString(t));
+        }
+        cJSON_AddNumberToObject(m, "fps", A.pr.fps);
+    }
     return m;
+}
+
+/* ---- the videos API (OpenAI's /v1/videos) ------------------------------------------
+ * A video is a job of kind "video": id "video_" + the job's id, the MP4 written by the
+ * model process into the results folder beside the images, the same store, queue,
+ * events and restart recovery. */
+
+/* "video_<16 hex>" at s into hex; the rest of the path in *tail */
+static int video_id(const char *s, char hex[17], const char **tail) {
+    if (strncmp(s, "video_", 6)) return 0;
+    s += 6;
+    for (int i = 0; i < 16; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    memcpy(hex, s, 16);
+    hex[16] = 0;
+    *tail = s + 16;
+    return **tail == 0 || **tail == '/';
+}
+
+/* the video object of job hex (NULL: no such video), progress live while it runs;
+ * under A.mu */
+static cJSON *video_get(const char *hex) {
+    cJSON *j = dl_jobs_get(A.js, hex);
+    const char *kind = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "kind")) : NULL;
+    if (!kind || strcmp(kind, "video")) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    int step = 0, steps = 0;
+    for (int i = 0; i < A.nworkers; i++)
+        if (!strcmp(A.w[i].inflight, hex)) step = A.w[i].live_step, steps = A.w[i].live_steps;
+    cJSON *v = dl_video_object(j, A.pr.model_id, step, steps, A.pr.result_ttl_s);
+    cJSON_Delete(j);
+    return v;
+}
+
+static enum MHD_Result video_create(struct MHD_Connection *c, conn *cn) {
+    static const char *const numeric[] = {"frames", "fps", "seed", "steps", "guidance_scale", NULL};
+    const char *ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    char err[1024] = "", param[64] = "", what[400];
+    /* JSON, or a form (OpenAI's SDK sends multipart/form-data); `curl -d '{...}'` labels
+       JSON as urlencoded, so a urlencoded body is JSON when it reads as JSON */
+    int multipart = ctype && !strncasecmp(ctype, "multipart/", 10);
+    int urlenc = ctype && !strncasecmp(ctype, "application/x-www-form-urlencoded", 33);
+    cJSON *body = multipart ? NULL : parse_json_body(cn->body ? cn->body : "", cn->len);
+    if (!body && (multipart || urlenc) && !(body = dl_form_parse(ctype, cn->body ? cn->body : "", cn->len, numeric, err, sizeof err)))
+        return error_reply(c, 400, "invalid_request_error", NULL, "%s", err);
+    if (!body) return error_reply(c, 400, "invalid_request_error", NULL, "the body is not valid JSON (or a form)");
+    if (!A.pr.video) {
+        cJSON_Delete(body);
+        model_kind(what, sizeof what);
+        return error_reply(c, 400, "invalid_request_error", "model", "%s: use POST /v1/images/generations", what);
+    }
+    cJSON *req;
+    int ok = dl_video_request(body, &A.pr, A.entry ? A.entry->default_steps : 50, A.entry ? A.entry->default_guidance : 5.0,
+                              &req, err, sizeof err, param, sizeof param);
+    cJSON_Delete(body);
+    if (!ok)
+        return error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error",
+                           param[0] ? param : NULL, "%s", err);
+    char ids[1][24];
+    int q = enqueue(req, 1, ids, "video");
+    cJSON_Delete(req);
+    if (q < 0) return error_reply(c, 500, "server_error", NULL, "the job store could not record the video: %s", dl_last_error());
+    if (!q) return error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", A.pr.queue_capacity);
+    pthread_mutex_lock(&A.mu);
+    cJSON *v = video_get(ids[0]);
+    pthread_mutex_unlock(&A.mu);
+    return v ? json_reply(c, 200, v) : error_reply(c, 500, "server_error", NULL, "video %s vanished from the job store", ids[0]);
+}
+
+/* GET /v1/videos?limit=&after=&order=: newest first by default */
+static enum MHD_Result video_list(struct MHD_Connection *c) {
+    const char *ls = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+    char *e = NULL, hex[17];
+    const char *tail;
+    long limit = ls ? strtol(ls, &e, 10) : 20;
+    if (ls && (!*ls || *e || limit < 1 || limit > 100))
+        return error_reply(c, 400, "invalid_request_error", "limit", "`limit` must be an integer from 1 to 100");
+    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+        return error_reply(c, 400, "invalid_request_error", "order", "`order` must be \"asc\" or \"desc\"");
+    if (after && (!video_id(after, hex, &tail) || *tail))
+        return error_reply(c, 400, "invalid_request_error", "after", "`after` must be a video id (video_...)");
+    int more = 0;
+    pthread_mutex_lock(&A.mu);
+    cJSON *known = after ? video_get(hex) : NULL;
+    if (after && !known) {
+        pthread_mutex_unlock(&A.mu);
+        return error_reply(c, 400, "invalid_request_error", "after", "`after`: no video %.60s", after);
+    }
+    cJSON_Delete(known);
+    cJSON *jobs = dl_jobs_list(A.js, "video", after ? hex : NULL, (int)limit, order && !strcmp(order, "asc"), &more);
+    cJSON *out = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(out, "data"), *j;
+    cJSON_ArrayForEach(j, jobs) {
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "id"));
+        int step = 0, steps = 0;
+        for (int i = 0; id && i < A.nworkers; i++)
+            if (!strcmp(A.w[i].inflight, id)) step = A.w[i].live_step, steps = A.w[i].live_steps;
+        cJSON_AddItemToArray(data, dl_video_object(j, A.pr.model_id, step, steps, A.pr.result_ttl_s));
+    }
+    pthread_mutex_unlock(&A.mu);
+    if (!jobs) {
+        cJSON_Delete(out);
+        return error_reply(c, 500, "server_error", NULL, "%s", dl_last_error());
+    }
+    cJSON_Delete(jobs);
+    cJSON_AddStringToObject(out, "object", "list");
+    int n = cJSON_GetArraySize(data);
+    const char *first = n ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, 0), "id")) : NULL;
+    const char *last = n ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, n - 1), "id")) : NULL;
+    if (first) cJSON_AddStringToObject(out, "first_id", first);
+    else cJSON_AddNullToObject(out, "first_id");
+    if (last) cJSON_AddStringToObject(out, "last_id", last);
+    else cJSON_AddNullToObject(out, "last_id");
+    cJSON_AddBoolToObject(out, "has_more", more);
+    return json_reply(c, 200, out);
+}
+
+/* DELETE /v1/videos/ID: a queued video is dropped, a running one cancelled (its
+ * result, should it still arrive, is removed), a finished one's MP4 removed; the
+ * row goes with one durable commit. */
+static enum MHD_Result video_delete(struct MHD_Connection *c, const char *hex) {
+    pthread_mutex_lock(&A.mu);
+    cJSON *j = dl_jobs_get(A.js, hex);
+    const char *kind = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "kind")) : NULL;
+    if (!kind || strcmp(kind, "video")) {
+        pthread_mutex_unlock(&A.mu);
+        cJSON_Delete(j);
+        return error_reply(c, 404, "not_found_error", NULL, "no video video_%s", hex);
+    }
+    const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status"));
+    const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "result"));
+    if (st && !strcmp(st, "in_progress"))
+        for (int i = 0; i < A.nworkers; i++)
+            if (!strcmp(A.w[i].inflight, hex)) A.w[i].cancel_wanted = 1;
+    dl_status s = dl_jobs_begin(A.js, 1);
+    if (s == DL_OK && (s = dl_jobs_delete(A.js, hex)) == DL_OK) s = dl_jobs_commit(A.js);
+    if (s != DL_OK) dl_jobs_rollback(A.js);
+    else if (path) unlink(path);
+    pthread_cond_broadcast(&A.cv);
+    pthread_mutex_unlock(&A.mu);
+    cJSON_Delete(j);
+    if (s != DL_OK) return error_reply(c, 500, "server_error", NULL, "the job store could not delete it: %s", dl_last_error());
+    cJSON *out = cJSON_CreateObject();
+    char id[32];
+    snprintf(id, sizeof id, "video_%s", hex);
+    cJSON_AddStringToObject(out, "id", id);
+    cJSON_AddStringToObject(out, "object", "video.deleted"); /* OpenAI's VideoDeleteResponse */
+    cJSON_AddBoolToObject(out, "deleted", 1);
+    return json_reply(c, 200, out);
+}
+
+static enum MHD_Result videos(struct MHD_Connection *c, conn *cn, const char *url, int get, int post, int del) {
+    if (!strcmp(url, "/v1/videos")) {
+        if (post) return video_create(c, cn);
+        if (get) return video_list(c);
+        return error_reply(c, 405, "invalid_request_error", NULL, "/v1/videos takes GET or POST");
+    }
+    char hex[17];
+    const char *tail;
+    if (!video_id(url + 11, hex, &tail)) return error_reply(c, 404, "not_found_error", NULL, "no video %.100s", url + 11);
+    if (del && !*tail) return video_delete(c, hex);
+    if (!get) return error_reply(c, 405, "invalid_request_error", NULL, "method not allowed on %.100s", url);
+    pthread_mutex_lock(&A.mu);
+    cJSON *v = video_get(hex);
+    cJSON *job = v && !strcmp(tail, "/content") ? dl_jobs_get(A.js, hex) : NULL;
+    pthread_mutex_unlock(&A.mu);
+    if (!v) return error_reply(c, 404, "not_found_error", NULL, "no video video_%s", hex);
+    if (!*tail) return json_reply(c, 200, v);
+    if (!strcmp(tail, "/events")) {
+        cJSON_Delete(v);
+        return events(c, hex, 1);
+    }
+    if (!strcmp(tail, "/content")) {
+        const char *variant = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "variant");
+        const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(job, "status"));
+        const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(job, "result"));
+        char status[32];
+        snprintf(status, sizeof status, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "status")));
+        cJSON_Delete(v);
+        enum MHD_Result r = MHD_NO;
+        int ok = 0;
+        if (variant && strcmp(variant, "video")) {
+            cJSON_Delete(job);
+            return error_reply(c, 400, "invalid_request_error", "variant",
+                               "`variant` must be \"video\": this server keeps the MP4 only (no thumbnail or spritesheet)");
+        }
+        if (st && !strcmp(st, "completed") && path) r = file_reply(c, path, "video/mp4", &ok);
+        cJSON_Delete(job);
+        return ok ? r : error_reply(c, 404, "not_found_error", NULL, "video video_%s has no content (status %s)", hex, status);
+    }
+    cJSON_Delete(v);
+    cJSON_Delete(job);
+    return error_reply(c, 404, "not_found_error", NULL, "no route GET %.200s", url);
 }
 
 /* 200 when a model process is ready, else 503 with the reason */
@@ -1001,16 +1276,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *upload_size = 0;
         return MHD_YES;
     }
-    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
     enum MHD_Result r;
     if (!strcmp(version, MHD_HTTP_VERSION_1_1) && !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"))
         return error_reply(c, 400, "invalid_request_error", NULL, "HTTP/1.1 requests need a Host header");
-    if (!get && !post)
-        return error_reply(c, 405, "invalid_request_error", NULL, "method %s is not allowed (GET or POST)", method);
+    if (!get && !post && !del)
+        return error_reply(c, 405, "invalid_request_error", NULL, "method %s is not allowed (GET, POST or DELETE)", method);
     if (!strcmp(url, "/health")) return json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
     if (get && !strcmp(url, "/")) /* the page holds no data: it asks for the key itself */
         return respond(c, 200, "text/html; charset=utf-8", PAGE, strlen(PAGE), NULL, NULL);
-    if (post) { /* another site's page may not make this server generate or cancel (browsers send Origin) */
+    if (post || del) { /* another site's page may not make this server generate, cancel or delete (browsers send Origin) */
         const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
         char self[300];
@@ -1034,6 +1309,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return error_reply(c, 404, "invalid_request_error", "model", "The model `%.200s` does not exist", url + 11);
         return json_reply(c, 200, model_object());
     }
+    if (!strcmp(url, "/v1/videos") || !strncmp(url, "/v1/videos/", 11)) {
+        r = videos(c, cn, url, get, post, del);
+        if (post) observe(dl_now() - cn->t0);
+        return r;
+    }
+    if (del) return error_reply(c, 405, "invalid_request_error", NULL, "DELETE is for /v1/videos/ID");
     if (post && !strcmp(url, "/v1/images/generations")) {
         r = generations(c, cn);
         observe(dl_now() - cn->t0);
@@ -1050,7 +1331,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return error_reply(c, 400, "invalid_request_error", "n", "a job makes one image: `n` must be 1");
         }
         char ids[1][24];
-        int ok = enqueue(req, 1, ids);
+        int ok = enqueue(req, 1, ids, "image");
         cJSON_Delete(req);
         if (ok < 0) return error_reply(c, 500, "server_error", NULL, "the job store could not record the job: %s", dl_last_error());
         if (!ok) return error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", A.pr.queue_capacity);
@@ -1067,7 +1348,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (!strncmp(url, "/v1/jobs/", 9)) {
         char id[64], tail[64] = "";
-        if (sscanf(url + 9, "%63[0-9a-f]%63s", id, tail) < 1 || strlen(id) != 16)
+        const char *at = url + 9 + (strncmp(url + 9, "video_", 6) ? 0 : 6); /* a video's id names its job too */
+        if (sscanf(at, "%63[0-9a-f]%63s", id, tail) < 1 || strlen(id) != 16)
             return error_reply(c, 404, "not_found_error", NULL, "no such job");
         pthread_mutex_lock(&A.mu);
         cJSON *j = dl_jobs_get(A.js, id);
@@ -1084,22 +1366,17 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         }
         if (get && !strcmp(tail, "/events")) {
             cJSON_Delete(j);
-            return events(c, id);
+            return events(c, id, 0);
         }
         if (get && !strcmp(tail, "/content")) {
-            char *data;
-            size_t len;
             const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "result"));
-            if (strcmp(st, "completed") || !path || dl_file_read(path, 64u << 20, &data, &len) != DL_OK) {
-                cJSON_Delete(j);
-                return error_reply(c, 404, "not_found_error", NULL, "job %s has no content (status %s)", id, st);
-            }
-            const char *ext = strrchr(path, '.'); /* path lives in j */
-            const char *type = ext && !strcmp(ext, ".jpg") ? "image/jpeg" : ext && !strcmp(ext, ".webp") ? "image/webp" : "image/png";
+            const char *ext = path ? strrchr(path, '.') : NULL; /* path lives in j */
+            const char *type = ext && !strcmp(ext, ".jpg") ? "image/jpeg" : ext && !strcmp(ext, ".webp") ? "image/webp"
+                               : ext && !strcmp(ext, ".mp4") ? "video/mp4" : "image/png";
+            int ok = 0;
+            r = !strcmp(st, "completed") && path ? file_reply(c, path, type, &ok) : MHD_NO;
             cJSON_Delete(j);
-            r = respond(c, 200, type, data, len, NULL, NULL);
-            free(data);
-            return r;
+            return ok ? r : error_reply(c, 404, "not_found_error", NULL, "job %s has no content (status %s)", id, st);
         }
         if (post && !strcmp(tail, "/cancel")) {
             pthread_mutex_lock(&A.mu);
@@ -1161,6 +1438,7 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
         return 1;
     }
     A.started = wall();
+    if (dl_registry_lookup(pr->model, &A.entry) != DL_OK) A.entry = NULL; /* its model process says why */
     if (dl_mkdir_p(pr->results) != DL_OK || dl_jobs_open(&A.js, pr->db) != DL_OK) {
         fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
         return 1;

@@ -1,11 +1,12 @@
-/* The resident model process: loads every program of the profile once, proves it
+/* The resident model process: loads every program of the profile once (one pipeline
+ * per served size, and for a video model per size and frame count), proves it
  * works with a test generation, then serves one job at a time from the API process
  * (framed JSON over a Unix socket). A reader thread takes cancel messages while a
  * job runs; the generation stops at the next step boundary.
  *
  * With a parallel layout the model process is an mpirun job: its first rank (the
  * host) connects to the API process's socket and runs the pipelines; before each
- * generation it broadcasts which pipeline (size) runs, and the other ranks serve
+ * generation it broadcasts which pipeline (size, frames) runs, and the other ranks serve
  * that request's steps. -1 ends the job. */
 #include <math.h>
 #include <pthread.h>
@@ -88,8 +89,10 @@ static void send_simple(int fd, const char *type, const char *id, const char *ke
 /* The start-up check: a finite picture of the right size that is not flat; for
  * difflet-tiny, a blue background for "... on a blue background". */
 static dl_status test_generation(dl_pipeline *p, const dl_deployment *pr, int w, int h) {
+    /* a video's steps cost frames times an image's: fewer prove the programs as well */
     dl_gen_request r = {.prompt = "a large red circle in the centre on a blue background", .negative_prompt = "",
-                        .steps = 12, .true_cfg = 3.f, .guidance = 3.5f, .seed = 0, .want_pixels = 1};
+                        .steps = pr->video ? 4 : 12, .true_cfg = 3.f, .guidance = 3.5f, .seed = 0, .want_pixels = 1,
+                        .fps = pr->fps};
     dl_media media;
     dl_status s = dl_pipeline_generate(p, &r, &media, NULL);
     const uint8_t *rgb = media.rgb;
@@ -157,7 +160,8 @@ static int serve_ranks(dl_pipeline **pipes, int n, const dl_par_place *pl) {
 }
 
 int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr) {
-    dl_pipeline *pipes[8] = {0};
+    dl_pipeline *pipes[16] = {0}; /* size i, frame count k: pipes[i * nframes + k] */
+    const int npipes = pr->nsizes * pr->nframes;
     dl_dtype dt = strcmp(pr->dtype, "bf16") ? DL_F32 : DL_BF16;
     double t0 = dl_now();
     dl_par_config pc;
@@ -178,14 +182,20 @@ int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr)
         if (pl) dl_comm_abort(1);
         return 1;
     }
-    for (int i = 0; i < pr->nsizes; i++) {
-        dl_gen_shape shape = {.width = pr->sizes[i][0], .height = pr->sizes[i][1], .frames = 1, .dt = dt,
-                              .par = pl,
+    if (npipes < 1 || npipes > 16) {
+        if (host) send_simple(fd, "fatal", NULL, "message", "the deployment serves no pipeline (or more than 16)");
+        if (pl) dl_comm_abort(1);
+        return 1;
+    }
+    for (int i = 0; i < npipes; i++) {
+        const int *sz = pr->sizes[i / pr->nframes];
+        dl_gen_shape shape = {.width = sz[0], .height = sz[1], .frames = pr->frames[i % pr->nframes],
+                              .max_sequence_length = pr->max_sequence_length, .dt = dt, .par = pl,
                               /* a corrupt or mismatched program is rebuilt, not a restart loop */
                               .cache = pr->no_compile ? DL_CACHE_NO_COMPILE : DL_CACHE_RECOMPILE_ON_MISMATCH};
         dl_status s = dl_pipeline_load(&pipes[i], pr->model, &shape);
         if (s == DL_OK && i == 0 && host && (s = dispatch(pl, 0)) == DL_OK)
-            s = test_generation(pipes[i], pr, pr->sizes[i][0], pr->sizes[i][1]);
+            s = test_generation(pipes[i], pr, sz[0], sz[1]);
         if (s == DL_OK && i == 0 && !host) {
             int32_t idx;
             int stopped;
@@ -199,7 +209,7 @@ int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr)
             return 1;
         }
     }
-    if (!host) return serve_ranks(pipes, pr->nsizes, pl);
+    if (!host) return serve_ranks(pipes, npipes, pl);
     cJSON *ready = cJSON_CreateObject();
     cJSON_AddStringToObject(ready, "type", "ready");
     cJSON_AddNumberToObject(ready, "load_seconds", dl_now() - t0);
@@ -229,9 +239,12 @@ int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr)
                                            param, sizeof param);
         dl_pipeline *p = NULL;
         int32_t idx = 0;
-        for (int i = 0; s == DL_OK && i < pr->nsizes; i++)
-            if (pr->sizes[i][0] == rq.width && pr->sizes[i][1] == rq.height) p = pipes[i], idx = i;
-        if (s == DL_OK && !p) s = dl_fail(DL_ERR_INVALID, "size %dx%d is not served", rq.width, rq.height);
+        int frames = s == DL_OK && rq.frames ? rq.frames : 1;
+        for (int i = 0; s == DL_OK && i < npipes; i++)
+            if (pr->sizes[i / pr->nframes][0] == rq.width && pr->sizes[i / pr->nframes][1] == rq.height &&
+                (pr->frames[i % pr->nframes] == frames || !pr->video))
+                p = pipes[i], idx = i;
+        if (s == DL_OK && !p) s = dl_fail(DL_ERR_INVALID, "size %dx%d with %d frames is not served", rq.width, rq.height, frames);
         dl_stepcache_config sc;
         if (s == DL_OK) s = dl_stepcache_parse(rq.cache[0] ? rq.cache : pr->cache, &sc);
         step_ctx sctx = {fd, id, 0};
@@ -267,7 +280,7 @@ int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr)
     }
     pthread_join(th, NULL);
     dispatch(pl, -1); /* the other ranks now wait for each pipeline's stop */
-    for (int i = 0; i < pr->nsizes; i++) dl_pipeline_free(pipes[i]);
+    for (int i = 0; i < npipes; i++) dl_pipeline_free(pipes[i]);
     if (pl) {
         dl_par_place_free(pl);
         dl_comm_finalize();
