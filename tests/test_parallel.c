@@ -342,38 +342,61 @@ static void pipeline_layout(dl_comm *world, const char *dir, const char *name, i
 /* The Wan pipeline on a layout (CFG with guidance 5, calibrated caching on its probe
  * program): every frame of the host's video against one rank, PSNR >= 50 dB in f32,
  * the same calls and cached steps, and every rank confirming them. */
+typedef struct {
+    const char *dir, *name;
+    int W, H, F;
+    float guidance, true_cfg;
+    const char *neg;
+} gen_case;
+
+static void gen_layout(dl_comm *world, const gen_case *gc, const char *spec);
+
 static void wan_pipeline_layout(dl_comm *world, const char *spec) {
+    static const gen_case wan = {DATA_DIR "/wan/a", "wan-a", 48, 32, 9, 5.f, 1.f, "blurry"};
+    gen_layout(world, &wan, spec);
+}
+
+/* Qwen-Image: true CFG whose two branches have different text lengths (each its own
+ * valid key count, sent with its conditioning) */
+static void qwen_pipeline_layout(dl_comm *world, const char *spec) {
+    static const gen_case qwen = {DATA_DIR "/qwenimage/a", "qwen-a", 48, 32, 1, 1.f, 4.f,
+                                  "blurry, low quality, jpeg artefacts, extra fingers, watermark"};
+    gen_layout(world, &qwen, spec);
+}
+
+static void gen_layout(dl_comm *world, const gen_case *gc, const char *spec) {
     dl_par_config pc;
     dl_par_parse(spec, &pc);
     dl_par_place pl;
     if (dl_par_place_new(world, &pc, &pl) != DL_OK) {
-        CHECK(0, "wan %s: place: %s", spec, dl_last_error());
+        CHECK(0, "%s %s: place: %s", gc->name, spec, dl_last_error());
         return;
     }
     dl_stepcache_config cal = {.mode = DL_STEPCACHE_CALIBRATED, .threshold = 0.6f, .coef = {1, 0}, .ncoef = 2,
                                .accumulate = 1, .keep_first = 1, .keep_last = 1};
-    const int W = 48, H = 32, F = 9;
+    const int W = gc->W, H = gc->H, F = gc->F;
     dl_gen_shape sh = {.width = W, .height = H, .frames = F, .max_sequence_length = 16, .dt = DL_F32, .par = &pl};
     dl_pipeline *p = NULL;
-    int ok = dl_pipeline_load(&p, DATA_DIR "/wan/a", &sh) == DL_OK;
-    CHECK(ok, "wan %s: load: %s", spec, dl_last_error());
+    int ok = dl_pipeline_load(&p, gc->dir, &sh) == DL_OK;
+    CHECK(ok, "%s %s: load: %s", gc->name, spec, dl_last_error());
     if (ok && !dl_pipeline_is_host(p)) {
         ok = dl_pipeline_worker(p) == DL_OK;
-        CHECK(ok, "wan %s: worker: %s", spec, dl_last_error());
+        CHECK(ok, "%s %s: worker: %s", gc->name, spec, dl_last_error());
         dl_pipeline_free(p);
     } else if (ok) {
-        dl_gen_request r = {.prompt = "a red circle moving from left to right", .negative_prompt = "blurry", .steps = 8,
-                            .guidance = 5.f, .seed = 9 + (uint64_t)pl.replica, .cache = &cal, .want_pixels = 1};
+        dl_gen_request r = {.prompt = "a red circle moving from left to right", .negative_prompt = gc->neg, .steps = 8,
+                            .guidance = gc->guidance, .true_cfg = gc->true_cfg, .seed = 9 + (uint64_t)pl.replica,
+                            .cache = &cal, .want_pixels = 1};
         dl_media a = {0}, b = {0};
         dl_gen_timing tm = {0}, tr = {0};
         ok = dl_pipeline_generate(p, &r, &a, &tm) == DL_OK;
-        CHECK(ok, "wan %s: generate: %s", spec, dl_last_error());
+        CHECK(ok, "%s %s: generate: %s", gc->name, spec, dl_last_error());
         dl_pipeline_free(p);
         dl_gen_shape one = {.width = W, .height = H, .frames = F, .max_sequence_length = 16, .dt = DL_F32,
                             .cache = DL_CACHE_OFF};
         if (ok) {
-            ok = dl_pipeline_load(&p, DATA_DIR "/wan/a", &one) == DL_OK && dl_pipeline_generate(p, &r, &b, &tr) == DL_OK;
-            CHECK(ok, "wan %s: reference: %s", spec, dl_last_error());
+            ok = dl_pipeline_load(&p, gc->dir, &one) == DL_OK && dl_pipeline_generate(p, &r, &b, &tr) == DL_OK;
+            CHECK(ok, "%s %s: reference: %s", gc->name, spec, dl_last_error());
             dl_pipeline_free(p);
         }
         if (ok) {
@@ -381,19 +404,19 @@ static void wan_pipeline_layout(dl_comm *world, const char *spec) {
             const int64_t fr = (int64_t)W * H * 3;
             for (int f = 0; f < F; f++) worst = fmin(worst, psnr(b.pixels + f * fr, a.pixels + f * fr, fr));
             int group = dl_comm_size(pl.replica_comm);
-            CHECK(worst >= 50, "wan %s: worst frame PSNR %.1f dB < 50 against one rank", spec, worst);
-            CHECK(tm.ranks == group, "wan %s: %d of %d ranks confirmed the decided steps", spec, tm.ranks, group);
+            CHECK(worst >= 50, "%s %s: worst frame PSNR %.1f dB < 50 against one rank", gc->name, spec, worst);
+            CHECK(tm.ranks == group, "%s %s: %d of %d ranks confirmed the decided steps", gc->name, spec, tm.ranks, group);
             CHECK(tm.denoiser_calls == tr.denoiser_calls && tm.cached_steps == tr.cached_steps && tm.cached_steps > 0,
-                  "wan %s: %d calls / %d cached vs %d / %d on one rank", spec, tm.denoiser_calls, tm.cached_steps,
+                  "%s %s: %d calls / %d cached vs %d / %d on one rank", gc->name, spec, tm.denoiser_calls, tm.cached_steps,
                   tr.denoiser_calls, tr.cached_steps);
             char q[32];
             snprintf(q, sizeof q, isinf(worst) ? "identical" : "worst frame %.1f dB", worst);
             printf("  %-10s %-22s pipeline (replica %d, calibrated): %s vs one rank, %d calls + %d cached, %d ranks agree\n",
-                   "wan-a", spec, pl.replica, q, tm.denoiser_calls, tm.cached_steps, tm.ranks);
+                   gc->name, spec, pl.replica, q, tm.denoiser_calls, tm.cached_steps, tm.ranks);
         }
         dl_media_free(&a), dl_media_free(&b);
     }
-    CHECK(all_ok(world, ok), "wan %s: a rank failed", spec);
+    CHECK(all_ok(world, ok), "%s %s: a rank failed", gc->name, spec);
     dl_par_place_free(&pl);
 }
 
@@ -413,6 +436,10 @@ static void pipelines(dl_comm *world) {
     static const char *wan4[] = {"cp=2:ulysses,cfg=2", "cp=4:ring", "dp=2,cp=2:gather", NULL};
     const char **wl = W == 2 ? wan2 : W == 3 ? wan3 : W == 4 ? wan4 : one;
     for (int i = 0; wl[i]; i++) wan_pipeline_layout(world, wl[i]);
+    static const char *qw2[] = {"cfg=2", "cp=2:ring", "tp=2", NULL}, *qw3[] = {"cp=3:gather", NULL};
+    static const char *qw4[] = {"tp=2,cfg=2", "cp=2:ulysses,cfg=2", NULL};
+    const char **ql = W == 2 ? qw2 : W == 3 ? qw3 : W == 4 ? qw4 : one;
+    for (int i = 0; ql[i]; i++) qwen_pipeline_layout(world, ql[i]);
 }
 
 /* Wan 2.1: CP over the video tokens (text replicated for cross-attention) in every

@@ -4,7 +4,9 @@
  * those of transformers / tokenizers exactly, truncated at 512: CLIP BPE trained
  * here (tokenizer.json) and CLIP's real vocabulary (vocab.json + merges.txt); T5
  * Unigram trained here through tokenizer.json, through spiece.model alone, and
- * with the older tokenizer.json pipeline published T5 checkpoints ship. */
+ * with the older tokenizer.json pipeline published T5 checkpoints ship; Qwen2
+ * byte-level BPE (Qwen-Image's) from tokenizer.json and from vocab.json +
+ * merges.txt, on the corpus plus strings aimed at its pattern (qwen.json). */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +151,277 @@ static void test_clean(void) {
     cJSON_Delete(cases);
 }
 
+/* ---- Qwen2Tokenizer (tests/data/tok/qwen.json, make_qwen_tokenizer_vectors.py) ------ */
+
+static uint64_t fnv_ids(const int32_t *ids, int n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++) h = (h ^ (((uint32_t)ids[i] >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    return h;
+}
+
+/* Every row of qwen.json through `dir` against reference `key` ([n, fnv] and, for
+ * "q", the ids themselves when short); returns the number of exact matches. */
+static int qwen_rows(const cJSON *rows, const char *dir, const char *key, int *total) {
+    dl_tokenizer *t;
+    *total = 0;
+    if (dl_tokenizer_load(&t, dir) != DL_OK) {
+        CHECK(0, "load %s: %s", dir, dl_last_error());
+        return 0;
+    }
+    int good = 0, bad = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, rows) {
+        const cJSON *ci = cJSON_GetObjectItemCaseSensitive(row, "corpus");
+        const char *text = cJSON_IsNumber(ci) ? cJSON_GetObjectItem(cJSON_GetArrayItem(g_corpus, ci->valueint), "text")->valuestring
+                                              : cJSON_GetObjectItemCaseSensitive(row, "text")->valuestring;
+        const cJSON *ref = cJSON_GetObjectItemCaseSensitive(row, key), *want = cJSON_GetObjectItemCaseSensitive(row, "ids");
+        size_t len = strlen(text);
+        int max_len = (int)(len * 4 + 16), n = 0;
+        int32_t *ids = malloc((size_t)max_len * sizeof *ids);
+        (*total)++;
+        dl_status st = ids ? dl_tokenizer_encode(t, text, len, max_len, 0, ids, &n) : DL_ERR_NOMEM;
+        char h[17];
+        snprintf(h, sizeof h, "%016llx", (unsigned long long)fnv_ids(ids, st == DL_OK ? n : 0));
+        int same = st == DL_OK && n == cJSON_GetArrayItem(ref, 0)->valueint && !strcmp(h, cJSON_GetArrayItem(ref, 1)->valuestring);
+        if (same && want && !strcmp(key, "q"))
+            for (int i = 0; i < n; i++) same &= ids[i] == (int32_t)cJSON_GetArrayItem(want, i)->valuedouble;
+        good += same;
+        if (!same && bad++ < 5) {
+            fprintf(stderr, "%s (%s): \"%s\"\n  got %d ids:", key, dir, text, n);
+            for (int i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", ids[i]);
+            fprintf(stderr, "\n want %d ids:", cJSON_GetArrayItem(ref, 0)->valueint);
+            for (int i = 0; want && i < cJSON_GetArraySize(want); i++) fprintf(stderr, " %d", (int)cJSON_GetArrayItem(want, i)->valuedouble);
+            fprintf(stderr, "%s%s\n", st == DL_OK ? "" : " ", st == DL_OK ? "" : dl_last_error());
+        }
+        free(ids);
+    }
+    dl_tokenizer_free(t);
+    CHECK(bad == 0, "%s (%s): %d of %d strings differ from transformers", key, dir, bad, *total);
+    return good;
+}
+
+/* a folder /tmp/difflet_qwen_XXXXXX holding `files` (name, content pairs) plus
+   tests/data/qwenimage/tok's or qwen_tiny_vocab's files copied by `cp` */
+static int qwen_folder(char *dir, const char *cp, const char *const *files, int nfiles) {
+    char cmd[1200], path[600];
+    strcpy(dir, "/tmp/difflet_qwen_XXXXXX");
+    if (!mkdtemp(dir)) return 0;
+    snprintf(cmd, sizeof cmd, "cp %s %s/", cp, dir);
+    if (cp && system(cmd) != 0) return 0;
+    for (int i = 0; i < nfiles; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[2 * i]);
+        if (dl_file_write_atomic(path, files[2 * i + 1], strlen(files[2 * i + 1])) != DL_OK) return 0;
+    }
+    return 1;
+}
+
+static void rm_folder(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* Loading a Qwen-sized vocabulary (151,643 tokens, 151,387 merges, built here) must
+ * stay quick: the real file cannot be part of the tests. */
+static void qwen_large_vocab(void) {
+    char dir[64];
+    if (!qwen_folder(dir, NULL, NULL, 0)) {
+        CHECK(0, "tmp folder");
+        return;
+    }
+    enum { NTOK = 151643 };
+    char **tok = calloc(NTOK, sizeof *tok), path[128];
+    FILE *fv, *fm;
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    fv = fopen(path, "w");
+    snprintf(path, sizeof path, "%s/merges.txt", dir);
+    fm = fopen(path, "w");
+    CHECK(tok && fv && fm, "large vocabulary files");
+    if (!tok || !fv || !fm) return;
+    /* the 256 byte-level characters, then tokens made by merging earlier ones */
+    int n = 0;
+    for (int b = 0, extra = 0; b < 256; b++) {
+        int keep = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+        int cp = keep ? b : 256 + extra++;
+        char u[3] = {0};
+        if (cp < 0x80) u[0] = (char)cp;
+        else u[0] = (char)(0xc0 | (cp >> 6)), u[1] = (char)(0x80 | (cp & 0x3f));
+        tok[n++] = strdup(u);
+    }
+    fprintf(fm, "#version: 0.2\n");
+    uint64_t r = 88172645463325252ull;
+    dl_strmap *seen = dl_strmap_new(NTOK);
+    for (int i = 0; seen && i < n; i++) dl_strmap_put(seen, tok[i], strlen(tok[i]), i);
+    while (seen && n < NTOK) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        const char *a = tok[r % (uint64_t)n], *b = tok[(r >> 32) % 256];
+        if (strlen(a) > 24) a = tok[(r >> 20) % 256];
+        char *ab = malloc(strlen(a) + strlen(b) + 1);
+        sprintf(ab, "%s%s", a, b);
+        int32_t dup;
+        if (dl_strmap_get(seen, ab, strlen(ab), &dup) || dl_strmap_put(seen, ab, strlen(ab), n) != DL_OK) {
+            free(ab);
+            continue;
+        }
+        fprintf(fm, "%s %s\n", a, b);
+        tok[n++] = ab;
+    }
+    fprintf(fv, "{");
+    for (int i = 0; i < n; i++) {
+        fprintf(fv, "%s\"", i ? "," : "");
+        for (const char *c = tok[i]; *c; c++) fprintf(fv, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+        fprintf(fv, "\":%d", i);
+    }
+    fprintf(fv, "}");
+    fclose(fv), fclose(fm);
+    dl_strmap_free(seen);
+    const char *cfg = "{\"tokenizer_class\": \"Qwen2Tokenizer\", \"eos_token\": \"<|im_end|>\", \"pad_token\": \"<|endoftext|>\","
+                      " \"unk_token\": null, \"additional_special_tokens\": [\"<|im_start|>\", \"<|im_end|>\"]}";
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    CHECK(dl_file_write_atomic(path, cfg, strlen(cfg)) == DL_OK, "config");
+    double t0 = dl_now();
+    dl_tokenizer *t = NULL;
+    dl_status st = dl_tokenizer_load(&t, dir);
+    double t1 = dl_now();
+    CHECK(st == DL_OK, "large vocabulary: %s", dl_last_error());
+    if (st == DL_OK) {
+        char prompt[8192] = "";
+        for (int i = 0; i < 100; i++) strcat(prompt, "<|im_start|>user A cosy kitchen, two cats bake a cake.<|im_end|>\n");
+        int32_t *ids = malloc(sizeof(int32_t) * 8192);
+        int nid = 0;
+        double t2 = dl_now();
+        st = dl_tokenizer_encode(t, prompt, strlen(prompt), 8192, 0, ids, &nid);
+        double t3 = dl_now();
+        /* added in transformers' order: eos <|im_end|>, pad <|endoftext|>, then <|im_start|> */
+        CHECK(st == DL_OK && nid > 200 && ids[0] == NTOK + 2 && dl_tokenizer_pad_id(t) == NTOK + 1 &&
+                  dl_tokenizer_vocab_size(t) == NTOK + 3,
+              "large vocabulary: <|endoftext|> %d, <|im_start|> %d, %d ids", dl_tokenizer_pad_id(t), ids[0], nid);
+        fprintf(stderr, "qwen: a %d-token vocabulary with %d merges loads in %.2f s; a %zu-byte prompt encodes in %.1f ms\n", NTOK,
+                NTOK - 256, t1 - t0, strlen(prompt), 1e3 * (t3 - t2));
+        CHECK(t1 - t0 < 30, "loading took %.1f s", t1 - t0);
+        free(ids);
+    }
+    dl_tokenizer_free(t);
+    for (int i = 0; i < n; i++) free(tok[i]);
+    free(tok);
+    rm_folder(dir);
+}
+
+static void test_qwen(void) {
+    cJSON *q;
+    if (dl_json_read_object(DATA_DIR "/tok/qwen.json", NULL, &q) != DL_OK) {
+        CHECK(0, "qwen.json: %s", dl_last_error());
+        return;
+    }
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(q, "rows");
+    CHECK(cJSON_GetArraySize(rows) >= 1000, "qwen.json: %d strings", cJSON_GetArraySize(rows));
+    static const char *const dirs[][3] = {
+        {"q", SOURCE_DIR "/tests/data/qwenimage/tok", "tokenizer.json"},
+        {"q", DATA_DIR "/tok/qwen_tiny_vocab", "vocab.json + merges.txt"},
+        {"l", DATA_DIR "/tok/qwen_tiny_legacy", "vocab.json + merges.txt, added_tokens.json, no added_tokens_decoder"},
+        {"f", DATA_DIR "/tok/qwen_tiny_flags", "vocab.json + merges.txt, added tokens with flags and id gaps"}};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        int total, good = qwen_rows(rows, dirs[i][1], dirs[i][0], &total);
+        fprintf(stderr, "qwen: %d of %d strings exact (%s)\n", good, total, dirs[i][2]);
+    }
+    /* the same tokenizer.json read as the file says (no class: no rebuilt pipeline) */
+    char dir[64];
+    const char *noclass[] = {"tokenizer_config.json", "{\"eos_token\": \"<|im_end|>\", \"pad_token\": \"<|endoftext|>\"}"};
+    if (qwen_folder(dir, SOURCE_DIR "/tests/data/qwenimage/tok/tokenizer.json", noclass, 1)) {
+        int total, good = qwen_rows(rows, dir, "q", &total);
+        fprintf(stderr, "qwen: %d of %d strings exact (tokenizer.json's own pipeline, no tokenizer_class)\n", good, total);
+    } else {
+        CHECK(0, "tmp folder");
+    }
+    rm_folder(dir);
+
+    dl_tokenizer *t = NULL;
+    if (dl_tokenizer_load(&t, DATA_DIR "/tok/qwen_tiny_vocab") == DL_OK) {
+        int32_t ids[8];
+        int n;
+        char **pieces;
+        int32_t np;
+        CHECK(dl_tokenizer_kind(t) == DL_TOK_BPE && dl_tokenizer_vocab_size(t) == 574 && dl_tokenizer_pad_id(t) == 561 &&
+                  dl_tokenizer_bos_id(t) == -1 && dl_tokenizer_eos_id(t) == -1,
+              "Qwen2: 574 ids, pad <|endoftext|> 561, no BOS/EOS added");
+        CHECK(dl_tokenizer_encode(t, "<|im_start|>", 12, 8, 1, ids, &n) == DL_OK && n == 1 && ids[0] == 562 && ids[1] == 561 &&
+                  ids[7] == 561,
+              "special token alone, then padding with <|endoftext|>");
+        CHECK(dl_tokenizer_encode(t, "\xe4\xb8", 2, 8, 0, ids, &n) == DL_ERR_INVALID, "invalid UTF-8 refused");
+        CHECK(dl_tokenizer_pieces(t, &pieces, &np) == DL_OK && np == 574 && !strcmp(pieces[562], "<|im_start|>") &&
+                  !strcmp(pieces[198], "\xc4\x8a"),
+              "token strings");
+        dl_tokenizer_pieces_free(pieces, np);
+    } else {
+        CHECK(0, "%s", dl_last_error());
+    }
+    dl_tokenizer_free(t);
+
+    /* refused: what transformers would read differently, and malformed files */
+    static const char *const vcp = DATA_DIR "/tok/qwen_tiny_vocab/vocab.json " DATA_DIR "/tok/qwen_tiny_vocab/merges.txt";
+    static const struct {
+        const char *cp, *files[4];
+        dl_status want;
+        const char *msg;
+    } bad[] = {
+        {vcp, {"tokenizer_config.json", "{\"tokenizer_class\": \"Qwen2Tokenizer\", \"add_prefix_space\": true}"}, DL_ERR_UNSUPPORTED,
+         "add_prefix_space"},
+        {vcp, {"tokenizer_config.json", "{\"tokenizer_class\": \"Qwen2TokenizerFast\", \"split_special_tokens\": true}"},
+         DL_ERR_UNSUPPORTED, "split_special_tokens"},
+        {vcp, {"tokenizer_config.json", "{\"tokenizer_class\": \"Qwen2Tokenizer\", \"added_tokens_decoder\": {\"600\": \"<x>\"}}"},
+         DL_ERR_FORMAT, "added_tokens_decoder"},
+        {vcp, {"tokenizer_config.json", "{\"tokenizer_class\": \"Qwen2Tokenizer\", \"eos_token\": 5}"}, DL_ERR_FORMAT, "eos_token"},
+        {DATA_DIR "/tok/qwen_tiny_vocab/vocab.json", {"tokenizer_config.json", "{\"tokenizer_class\": \"Qwen2Tokenizer\"}"},
+         DL_ERR_IO, "merges.txt"},
+        {DATA_DIR "/tok/qwen_tiny_vocab/merges.txt",
+         {"tokenizer_config.json", "{\"tokenizer_class\": \"Qwen2Tokenizer\"}", "vocab.json", "[\"a\", \"b\"]"}, DL_ERR_FORMAT,
+         "vocab.json"},
+        {vcp, {"tokenizer_config.json", "{\"tokenizer_class\": \"Qwen2Tokenizer\"}", "added_tokens.json", "{\"<x>\": \"1\"}"},
+         DL_ERR_FORMAT, "added_tokens.json"},
+        {DATA_DIR "/tok/t5_tiny/tokenizer.json", {"tokenizer_config.json", "{\"tokenizer_class\": \"Qwen2Tokenizer\"}"},
+         DL_ERR_FORMAT, "needs a BPE model"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int nf = bad[i].files[2] ? 2 : 1;
+        if (!qwen_folder(dir, bad[i].cp, bad[i].files, nf)) {
+            CHECK(0, "tmp folder");
+            continue;
+        }
+        dl_status st = dl_tokenizer_load(&t, dir);
+        CHECK(st == bad[i].want && !t && strstr(dl_last_error(), bad[i].msg), "case %zu: status %d, \"%s\"", i, st,
+              st == DL_OK ? "" : dl_last_error());
+        dl_tokenizer_free(t);
+        rm_folder(dir);
+    }
+    /* a tokenizer.json with Qwen2's Split but ByteLevel's own pattern too: refused */
+    cJSON *tj;
+    if (dl_json_read_object(SOURCE_DIR "/tests/data/qwenimage/tok/tokenizer.json", NULL, &tj) == DL_OK) {
+        cJSON *bl = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(tj, "pre_tokenizer"), "pretokenizers"), 1);
+        cJSON_ReplaceItemInObject(bl, "use_regex", cJSON_CreateTrue());
+        char *js = cJSON_PrintUnformatted(tj);
+        const char *files[] = {"tokenizer.json", js};
+        if (qwen_folder(dir, NULL, files, 1)) {
+            dl_status st = dl_tokenizer_load(&t, dir);
+            CHECK(st == DL_ERR_UNSUPPORTED && strstr(dl_last_error(), "use_regex"), "Qwen2 Split + ByteLevel use_regex: %d", st);
+            dl_tokenizer_free(t);
+        }
+        rm_folder(dir);
+        free(js);
+        cJSON_Delete(tj);
+    }
+    /* an unknown class keeps today's reading: vocab.json + merges.txt are CLIP's */
+    const char *other[] = {"tokenizer_config.json", "{\"tokenizer_class\": \"GPT2Tokenizer\"}"};
+    if (qwen_folder(dir, vcp, other, 1)) {
+        dl_status st = dl_tokenizer_load(&t, dir);
+        CHECK(st == DL_ERR_FORMAT && strstr(dl_last_error(), "BOS/EOS"), "unknown class read as CLIP: %d", st);
+        dl_tokenizer_free(t);
+    }
+    rm_folder(dir);
+    qwen_large_vocab();
+    cJSON_Delete(q);
+}
+
 int main(void) {
     test_clean();
     char *txt;
@@ -208,6 +481,7 @@ int main(void) {
         CHECK(0, "extra.json: %s", dl_last_error());
     }
     test_padding_and_limits();
+    test_qwen();
     cJSON_Delete(g_corpus);
     return test_done("test_text");
 }

@@ -4,7 +4,9 @@
  *     CLIP's pre-tokenisation pattern, `</w>` word ends, BOS/EOS), from vocab.json +
  *     merges.txt or tokenizer.json;
  *   - SentencePiece Unigram with T5's pipeline (precompiled normalisation map,
- *     Metaspace `▁`, Viterbi segmentation, EOS), from tokenizer.json or spiece.model. */
+ *     Metaspace `▁`, Viterbi segmentation, EOS), from tokenizer.json or spiece.model;
+ *   - byte-level BPE with Qwen2's pipeline (Qwen-Image: NFC, Qwen2's pre-tokenisation
+ *     pattern, no BOS/EOS), from tokenizer.json or vocab.json + merges.txt. */
 #ifndef DIFFLET_TEXT_H
 #define DIFFLET_TEXT_H
 
@@ -20,13 +22,18 @@ typedef struct dl_tokenizer dl_tokenizer;
 
 /* Load from a tokenizer folder (e.g. FLUX's tokenizer/ or tokenizer_2/): uses
  * tokenizer.json if present, else vocab.json + merges.txt (BPE), else spiece.model
- * (Unigram). Errors name the file. */
+ * (Unigram). tokenizer_config.json's `tokenizer_class` picks what transformers 5
+ * rebuilds: Qwen2Tokenizer / Qwen2TokenizerFast get Qwen2's pipeline and its added
+ * tokens (ids as transformers numbers them) from either tokenizer.json or vocab.json
+ * + merges.txt; T5Tokenizer gets T5's; vocab.json + merges.txt of any other class
+ * are read as CLIP's. Errors name the file. */
 dl_status dl_tokenizer_load(dl_tokenizer **out, const char *dir);
 void dl_tokenizer_free(dl_tokenizer *t);
 
 dl_tok_kind dl_tokenizer_kind(const dl_tokenizer *t);
 int32_t dl_tokenizer_vocab_size(const dl_tokenizer *t);
 int32_t dl_tokenizer_pad_id(const dl_tokenizer *t);
+/* The EOS / BOS ids encode adds (-1 when none: Qwen2 adds neither). */
 int32_t dl_tokenizer_eos_id(const dl_tokenizer *t);
 int32_t dl_tokenizer_bos_id(const dl_tokenizer *t); /* -1 when none */
 

@@ -2,7 +2,8 @@
  * last one carrying the end-of-word suffix, CLIP's `</w>`); the adjacent pair with
  * the lowest merge rank is merged, all its non-overlapping occurrences left to
  * right, until no pair has a rank. Symbols are then looked up in the vocabulary;
- * an unknown one becomes the unk id. */
+ * an unknown one becomes the unk id, or is dropped when there is none (as the
+ * tokenizers library does). */
 #include <string.h>
 
 #include "text/text_impl.h"
@@ -108,10 +109,7 @@ dl_status dl_bpe_encode_word(const bpe *b, const char *w, size_t n, int32_t **id
     for (size_t i = 0; i < ns; i++) {
         int32_t id;
         if (!dl_strmap_get(b->vocab, text.p + s[i].off, s[i].len, &id)) id = b->unk;
-        if (id < 0) {
-            st = dl_fail(DL_ERR_INVALID, "tokenizer: symbol not in the vocabulary and no unknown token");
-            goto done;
-        }
+        if (id < 0) continue; /* no unknown token: the tokenizers library drops the symbol */
         if (!dl_ids_push(ids, nids, cap, id)) {
             st = dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory");
             goto done;

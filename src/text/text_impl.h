@@ -1,5 +1,5 @@
 /* Internals of the tokenizers: a growable byte buffer, UTF-8 and Unicode helpers
- * (utf8proc), the normalisers, and the two models. */
+ * (utf8proc), the normalisers, and the two models (BPE, Unigram). */
 #ifndef DIFFLET_TEXT_IMPL_H
 #define DIFFLET_TEXT_IMPL_H
 
@@ -80,6 +80,8 @@ struct dl_tokenizer {
     int nnorm;
     charsmap cm;
     int clip_split, byte_level, ws_split, metaspace, meta_prepend /* 0 never 1 first 2 always */, meta_split;
+    int qwen_split;      /* Qwen2's pattern (Split, Isolated) before byte-level */
+    int byte_level_regex; /* ByteLevel's own GPT-2 pattern (use_regex) is on */
     bpe *bpe;
     unigram *uni;
     added_tok added[TOK_MAX_ADDED];

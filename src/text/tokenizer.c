@@ -1,11 +1,11 @@
 /* Tokenizer loading and the encode pipeline, as the tokenizers library runs it:
  *   split out added (special) tokens, matched in the raw text, leftmost-longest;
  *   normalise each other segment (the normaliser sequence of the file);
- *   pre-tokenise it into words (CLIP's pattern + byte-level mapping, or whitespace
- *   split + Metaspace `▁`); encode each word with the model (BPE or Unigram);
- *   add BOS/EOS as the post-processor says, truncate, pad.
- * Only the pipeline components that CLIP and T5 tokenizers use are accepted; any
- * other is refused with its name, never silently skipped. */
+ *   pre-tokenise it into words (CLIP's pattern or Qwen2's, each piece mapped
+ *   byte-level, or whitespace split + Metaspace `▁`); encode each word with the
+ *   model (BPE or Unigram); add BOS/EOS as the post-processor says, truncate, pad.
+ * Only the pipeline components that CLIP, T5 and Qwen2 tokenizers use are accepted;
+ * any other is refused with its name, never silently skipped. */
 #include <cjson/cJSON.h>
 #include <string.h>
 
@@ -88,6 +88,18 @@ static dl_status encode_word(const dl_tokenizer *t, const char *w, size_t n, idv
     return dl_unigram_encode_word(t->uni, w, n, &v->ids, &v->n, &v->cap);
 }
 
+/* One pre-tokenized piece s[0..n): mapped byte-wise (byte-level) into w, then encoded. */
+static dl_status encode_piece(const dl_tokenizer *t, const char *s, size_t n, sbuf *w, idvec *v) {
+    w->n = 0;
+    if (!dl_sbuf_put(w, "", 0)) return oom();
+    for (size_t b = 0; b < n; b++) {
+        uint8_t c = (uint8_t)s[b];
+        const char *src = t->byte_level ? t->bytemap[c] : s + b;
+        if (!dl_sbuf_put(w, src, t->byte_level ? t->bytemap_len[c] : 1)) return oom();
+    }
+    return encode_word(t, w->p, w->n, v);
+}
+
 /* CLIP's pattern, leftmost-first alternation, whitespace dropped; each piece is then
  * mapped byte-wise (byte-level) and encoded. */
 static dl_status clip_words(const dl_tokenizer *t, const char *s, size_t n, idvec *v) {
@@ -122,15 +134,97 @@ static dl_status clip_words(const dl_tokenizer *t, const char *s, size_t n, idve
                     end += (size_t)k2;
                 }
         }
-        w.n = 0;
-        if (!dl_sbuf_put(&w, "", 0)) st = oom();
-        for (size_t b = i; b < end && st == DL_OK; b++) {
-            uint8_t c = (uint8_t)s[b];
-            const char *src = t->byte_level ? t->bytemap[c] : s + b;
-            if (!dl_sbuf_put(&w, src, t->byte_level ? t->bytemap_len[c] : 1)) st = oom();
-        }
-        if (st == DL_OK) st = encode_word(t, w.p, w.n, v);
+        st = encode_piece(t, s + i, end - i, &w, v);
         i = end;
+    }
+    dl_sbuf_free(&w);
+    return st;
+}
+
+/* The code point at s[i..n) into *cp (0 at the end); its length (0 at the end; an
+ * invalid byte counts as one, though encode only sees valid UTF-8). */
+static size_t cp_at(const char *s, size_t n, size_t i, int32_t *cp) {
+    *cp = 0;
+    if (i >= n) return 0;
+    int k = dl_utf8_next(s + i, n - i, cp);
+    if (k <= 0) {
+        *cp = 0xfffd;
+        return 1;
+    }
+    return (size_t)k;
+}
+
+static int is_crlf(int32_t cp) { return cp == '\r' || cp == '\n'; }
+
+/* The end of the run of code points from i on for which class(cp) holds. */
+static size_t run_end(const char *s, size_t n, size_t i, int (*cls)(int32_t)) {
+    int32_t cp;
+    size_t k;
+    while ((k = cp_at(s, n, i, &cp)) && cls(cp)) i += k;
+    return i;
+}
+
+static int is_other(int32_t cp) { return !dl_uni_is_space(cp) && !dl_uni_is_letter(cp) && !dl_uni_is_number(cp); }
+
+/* (?i:'s|'t|'re|'ve|'m|'ll|'d) at s[i..n): the match length or 0. Case-insensitive as
+ * Oniguruma folds: ASCII either case, and U+017F (long s) folds to s. */
+static size_t qwen_contraction(const char *s, size_t n, size_t i) {
+    static const char *const suf[] = {"s", "t", "re", "ve", "m", "ll", "d"};
+    if (i >= n || s[i] != '\'') return 0;
+    for (size_t a = 0; a < sizeof suf / sizeof suf[0]; a++) {
+        size_t j = i + 1;
+        const char *p = suf[a];
+        for (; *p; p++) {
+            int32_t cp;
+            size_t k = cp_at(s, n, j, &cp);
+            if (!k || !(cp == *p || cp == *p - 32 || (*p == 's' && cp == 0x17f))) break;
+            j += k;
+        }
+        if (!*p) return j - i;
+    }
+    return 0;
+}
+
+/* The length of the match of Qwen2's pattern at s[i..n) (i < n), alternatives tried in
+ * order as a backtracking engine does, the first that matches wins:
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}
+ *   | ?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+
+ * Every code point is a letter, a number, whitespace or another, so one always does. */
+static size_t qwen_match(const char *s, size_t n, size_t i) {
+    size_t m = qwen_contraction(s, n, i);
+    if (m) return m;
+    int32_t c0, c1;
+    size_t k0 = cp_at(s, n, i, &c0), k1 = cp_at(s, n, i + k0, &c1);
+    if (dl_uni_is_letter(c0)) return run_end(s, n, i, dl_uni_is_letter) - i;
+    if (!is_crlf(c0) && !dl_uni_is_number(c0) && k1 && dl_uni_is_letter(c1)) /* one leading non-letter */
+        return run_end(s, n, i + k0, dl_uni_is_letter) - i;
+    if (dl_uni_is_number(c0)) return k0;
+    size_t j = i + (c0 == ' ' && k1 && is_other(c1) ? k0 : 0), e = run_end(s, n, j, is_other);
+    if (e > j) return run_end(s, n, e, is_crlf) - i;
+    /* whitespace: the run [i, e) */
+    e = run_end(s, n, i, dl_uni_is_space);
+    size_t last_nl = 0, last_start = i;
+    for (size_t p = i; p < e;) {
+        int32_t cp;
+        size_t k = cp_at(s, n, p, &cp);
+        last_start = p;
+        p += k;
+        if (is_crlf(cp)) last_nl = p;
+    }
+    if (last_nl) return last_nl - i;            /* \s*[\r\n]+: up to the last CR/LF of the run */
+    if (e == n || last_start == i) return e - i; /* \s+(?!\S) at the end, or \s+ of one char */
+    return last_start - i;                      /* \s+(?!\S): the last char is left to the next piece */
+}
+
+/* Qwen2's Split (Isolated: the matches are the pieces), then byte-level, then BPE. */
+static dl_status qwen_words(const dl_tokenizer *t, const char *s, size_t n, idvec *v) {
+    sbuf w = {0};
+    dl_status st = DL_OK;
+    for (size_t i = 0; i < n && st == DL_OK;) {
+        size_t m = qwen_match(s, n, i);
+        DL_ASSERT(m > 0 && m <= n - i);
+        st = encode_piece(t, s + i, m, &w, v);
+        i += m;
     }
     dl_sbuf_free(&w);
     return st;
@@ -167,6 +261,7 @@ static dl_status metaspace_chunk(const dl_tokenizer *t, const char *s, size_t n,
 }
 
 static dl_status pretok_and_encode(const dl_tokenizer *t, const char *s, size_t n, int first, idvec *v) {
+    if (t->qwen_split) return qwen_words(t, s, n, v);
     if (t->clip_split || t->byte_level) return clip_words(t, s, n, v);
     if (!t->metaspace) return encode_word(t, s, n, v);
     if (!t->ws_split) return metaspace_chunk(t, s, n, first, v);

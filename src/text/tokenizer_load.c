@@ -1,6 +1,7 @@
 /* Reading tokenizer folders: tokenizer.json (the tokenizers library's own format),
- * vocab.json + merges.txt (CLIP), spiece.model (a SentencePiece protobuf, parsed
- * field by field), plus tokenizer_config.json / special_tokens_map.json for the
+ * vocab.json + merges.txt (CLIP, or Qwen2 when tokenizer_config.json says so),
+ * spiece.model (a SentencePiece protobuf, parsed field by field), plus
+ * tokenizer_config.json / special_tokens_map.json / added_tokens.json for the
  * special tokens. Every error names the file. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -11,6 +12,10 @@
 
 #define CLIP_PATTERN \
     "<\\|startoftext\\|>|<\\|endoftext\\|>|'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|[^\\s\\p{L}\\p{N}]+"
+#define QWEN_PATTERN                                                                                   \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|" \
+    "\\s+(?!\\S)|\\s+"
+#define QWEN_DEFAULT "<|endoftext|>" /* Qwen2Tokenizer's unk, eos and pad when the config names none */
 enum { MAX_FILE = 64u << 20 };
 
 static dl_status oom(void) { return dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory"); }
@@ -137,7 +142,9 @@ static dl_status parse_pretok(dl_tokenizer *t, const cJSON *p, const char *file)
         const cJSON *aps = cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space");
         if (cJSON_IsTrue(aps))
             return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: ByteLevel with add_prefix_space is not supported", file);
+        const cJSON *re = cJSON_GetObjectItemCaseSensitive(p, "use_regex");
         t->byte_level = 1;
+        t->byte_level_regex = !cJSON_IsFalse(re);
         return DL_OK;
     }
     if (!strcmp(type, "Split")) {
@@ -149,15 +156,25 @@ static dl_status parse_pretok(dl_tokenizer *t, const cJSON *p, const char *file)
             t->clip_split = 1;
             return DL_OK;
         }
-        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Split pre-tokenizer with a pattern other than CLIP's is not supported", file);
+        if (cJSON_IsString(re) && !strcmp(re->valuestring, QWEN_PATTERN) && cJSON_IsFalse(inv) &&
+            cJSON_IsString(beh) && !strcmp(beh->valuestring, "Isolated")) {
+            t->qwen_split = 1;
+            return DL_OK;
+        }
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Split pre-tokenizer with a pattern other than CLIP's or Qwen2's is not supported",
+                       file);
     }
     return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: pre-tokenizer type \"%s\" is not supported", file, type);
 }
 
+/* a token id in a file: -1 unless a number in 0..1e9 */
+static int32_t json_id(const cJSON *j) {
+    return cJSON_IsNumber(j) && j->valuedouble >= 0 && j->valuedouble <= 1e9 ? (int32_t)j->valuedouble : -1;
+}
+
 static int32_t special_id(const cJSON *specials, const char *name) {
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(specials, name), "ids");
-    const cJSON *first = cJSON_GetArrayItem(ids, 0);
-    return cJSON_IsNumber(first) ? (int32_t)first->valuedouble : -1;
+    return json_id(cJSON_GetArrayItem(ids, 0));
 }
 
 static dl_status parse_post(dl_tokenizer *t, const cJSON *p, const char *file) {
@@ -165,13 +182,13 @@ static dl_status parse_post(dl_tokenizer *t, const cJSON *p, const char *file) {
     if (!p || cJSON_IsNull(p)) return DL_OK;
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type");
     const char *type = cJSON_IsString(ty) ? ty->valuestring : "?";
+    if (!strcmp(type, "ByteLevel")) return DL_OK; /* it only moves offsets */
     if (!strcmp(type, "RobertaProcessing") || !strcmp(type, "BertProcessing")) {
         const cJSON *cls = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(p, "cls"), 1);
         const cJSON *sep = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(p, "sep"), 1);
-        if (!cJSON_IsNumber(cls) || !cJSON_IsNumber(sep))
-            return dl_fail(DL_ERR_FORMAT, "`%s`: %s without cls/sep ids", file, type);
-        t->bos = (int32_t)cls->valuedouble;
-        t->eos = (int32_t)sep->valuedouble;
+        if (json_id(cls) < 0 || json_id(sep) < 0) return dl_fail(DL_ERR_FORMAT, "`%s`: %s without cls/sep ids", file, type);
+        t->bos = json_id(cls);
+        t->eos = json_id(sep);
         return DL_OK;
     }
     if (!strcmp(type, "TemplateProcessing")) {
@@ -198,6 +215,7 @@ static dl_status parse_post(dl_tokenizer *t, const cJSON *p, const char *file) {
 /* ---- the models -------------------------------------------------------------------- */
 
 static dl_status vocab_from_json(const cJSON *vj, dl_strmap **out, int32_t *size, const char *file) {
+    if (!cJSON_IsObject(vj)) return dl_fail(DL_ERR_FORMAT, "`%s`: the vocabulary is not a JSON object", file);
     *out = dl_strmap_new((size_t)cJSON_GetArraySize(vj));
     if (!*out) return oom();
     const cJSON *e;
@@ -224,7 +242,9 @@ static dl_status make_bpe(dl_tokenizer *t, dl_strmap *vocab, char **merges, size
     return dl_bpe_new(&t->bpe, vocab, merges, nm, unk_id, suffix);
 }
 
-static dl_status model_from_json(dl_tokenizer *t, const cJSON *m, const char *file) {
+/* tokenizer.json's model. `rebuilt`: only the vocabulary and merges are taken, as a
+ * class that rebuilds its pipeline does (Qwen2: no unknown token, no suffix). */
+static dl_status model_from_json(dl_tokenizer *t, const cJSON *m, const char *file, int rebuilt) {
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(m, "type");
     const char *type = cJSON_IsString(ty) ? ty->valuestring : "?";
     if (!strcmp(type, "BPE")) {
@@ -258,6 +278,7 @@ static dl_status model_from_json(dl_tokenizer *t, const cJSON *m, const char *fi
         const cJSON *unk = cJSON_GetObjectItemCaseSensitive(m, "unk_token");
         const cJSON *suf = cJSON_GetObjectItemCaseSensitive(m, "end_of_word_suffix");
         const cJSON *pre = cJSON_GetObjectItemCaseSensitive(m, "continuing_subword_prefix");
+        if (rebuilt) unk = suf = pre = NULL;
         if (s == DL_OK && cJSON_IsString(pre) && *pre->valuestring)
             s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: BPE continuing_subword_prefix is not supported", file);
         if (s == DL_OK) {
@@ -323,64 +344,76 @@ static dl_status load_tokenizer_json(dl_tokenizer *t, const char *dir, const cJS
     cJSON *tj;
     dl_status s = read_json_file(dir, "tokenizer.json", &tj, 1);
     if (s != DL_OK) return s;
-    s = model_from_json(t, cJSON_GetObjectItemCaseSensitive(tj, "model"), file);
+    s = model_from_json(t, cJSON_GetObjectItemCaseSensitive(tj, "model"), file, 0);
     if (s == DL_OK) s = parse_normalizer(t, cJSON_GetObjectItemCaseSensitive(tj, "normalizer"), file);
     if (s == DL_OK) s = parse_pretok(t, cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"), file);
     if (s == DL_OK) s = parse_post(t, cJSON_GetObjectItemCaseSensitive(tj, "post_processor"), file);
+    if (s == DL_OK && t->qwen_split && t->byte_level_regex)
+        s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Qwen2's Split followed by ByteLevel with use_regex is not supported", file);
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
         if (s != DL_OK) break;
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content"), *id = cJSON_GetObjectItemCaseSensitive(e, "id");
         const cJSON *norm = cJSON_GetObjectItemCaseSensitive(e, "normalized");
-        if (!cJSON_IsString(c) || !cJSON_IsNumber(id)) {
+        if (!cJSON_IsString(c) || json_id(id) < 0) {
             s = dl_fail(DL_ERR_FORMAT, "`%s`: bad added_tokens entry", file);
             break;
         }
-        s = dl_tok_add_token(t, c->valuestring, (int32_t)id->valuedouble, cJSON_IsTrue(norm),
+        s = dl_tok_add_token(t, c->valuestring, json_id(id), cJSON_IsTrue(norm),
                              cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "lstrip")),
                              cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "rstrip")),
                              cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "single_word")));
     }
     if (s == DL_OK) {
         const cJSON *padj = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "padding"), "pad_id");
-        set_pad(t, cfg, smap, cJSON_IsNumber(padj) ? (int32_t)padj->valuedouble : t->eos);
+        set_pad(t, cfg, smap, json_id(padj) >= 0 ? json_id(padj) : t->eos);
     }
     cJSON_Delete(tj);
     return s;
 }
 
-/* CLIP: vocab.json + merges.txt with CLIP's fixed pipeline. */
-static dl_status load_clip_files(dl_tokenizer *t, const char *dir, const cJSON *cfg, const cJSON *smap) {
+/* vocab.json + merges.txt into *vocab (t->vocab_size set) and *merges[0..*nm),
+ * lines borrowed from *txt: free both (not the lines) after dl_bpe_new. */
+static dl_status read_vocab_merges(dl_tokenizer *t, const char *dir, dl_strmap **vocab, char ***merges, size_t *nm,
+                                   char **txt) {
     char file[4096];
     snprintf(file, sizeof file, "%s/vocab.json", dir);
     cJSON *vj;
     dl_status s = read_json_file(dir, "vocab.json", &vj, 1);
     if (s != DL_OK) return s;
-    dl_strmap *vocab;
-    s = vocab_from_json(vj, &vocab, &t->vocab_size, file);
+    s = vocab_from_json(vj, vocab, &t->vocab_size, file);
     cJSON_Delete(vj);
     if (s != DL_OK) return s;
     snprintf(file, sizeof file, "%s/merges.txt", dir);
-    char *txt;
     size_t len;
-    if ((s = dl_file_read(file, MAX_FILE, &txt, &len)) != DL_OK) {
-        dl_strmap_free(vocab);
+    if ((s = dl_file_read(file, MAX_FILE, txt, &len)) != DL_OK) {
+        dl_strmap_free(*vocab);
         return s;
     }
-    size_t nm = 0, cap = 1;
-    for (size_t i = 0; i < len; i++) cap += txt[i] == '\n';
-    char **merges = calloc(cap + 1, sizeof *merges);
-    if (!merges) {
-        free(txt);
-        dl_strmap_free(vocab);
+    size_t cap = 1;
+    *nm = 0;
+    for (size_t i = 0; i < len; i++) cap += (*txt)[i] == '\n';
+    if (!(*merges = calloc(cap + 1, sizeof **merges))) {
+        free(*txt);
+        dl_strmap_free(*vocab);
         return oom();
     }
-    for (char *line = strtok(txt, "\n"); line; line = strtok(NULL, "\n")) {
+    for (char *line = strtok(*txt, "\n"); line; line = strtok(NULL, "\n")) {
         size_t l = strlen(line);
         if (l && line[l - 1] == '\r') line[--l] = 0;
         if (!l || !strncmp(line, "#version", 8)) continue;
-        merges[nm++] = line; /* borrowed until dl_bpe_new returns */
+        (*merges)[(*nm)++] = line;
     }
+    return DL_OK;
+}
+
+/* CLIP: vocab.json + merges.txt with CLIP's fixed pipeline. */
+static dl_status load_clip_files(dl_tokenizer *t, const char *dir, const cJSON *cfg, const cJSON *smap) {
+    dl_strmap *vocab;
+    char **merges, *txt;
+    size_t nm;
+    dl_status s = read_vocab_merges(t, dir, &vocab, &merges, &nm, &txt);
+    if (s != DL_OK) return s;
     const char *unk = token_text(cJSON_GetObjectItemCaseSensitive(cfg, "unk_token"));
     const char *bos = token_text(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
     const char *eos = token_text(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token"));
@@ -405,6 +438,246 @@ static dl_status load_clip_files(dl_tokenizer *t, const char *dir, const cJSON *
     if ((s = dl_tok_add_special(t, eos ? eos : "<|endoftext|>", t->eos)) != DL_OK) return s;
     set_pad(t, cfg, smap, t->eos);
     return DL_OK;
+}
+
+/* ---- Qwen2Tokenizer ------------------------------------------------------------------
+ * transformers 5 builds the pipeline from the class whatever the files say: NFC, Qwen2's
+ * Split, ByteLevel without its own pattern, BPE without an unknown token or suffix; of
+ * a tokenizer.json it keeps only the vocabulary, merges and post-processor. The added
+ * tokens are added in transformers' order, each taking its vocabulary id or the next
+ * free one (max(vocabulary entries, highest added id + 1)), whatever id the files give:
+ *   the `added_tokens_decoder` of tokenizer_config.json, else added_tokens.json and
+ *   tokenizer.json's added_tokens, sorted by id; then the named special tokens (bos,
+ *   eos, unk, sep, pad, cls, mask, then other `*_token` keys); then the extra ones.
+ * The named and extra special tokens end up without flags (no strip, not normalized). */
+
+typedef struct {
+    int64_t id; /* the id the files give: it only orders the tokens */
+    size_t seq; /* the order read, breaking ties of id */
+    const char *s;
+    int normalized, lstrip, rstrip, single_word;
+} qtok;
+
+typedef struct {
+    qtok *v;
+    size_t n, cap;
+} qtoks;
+
+static int qtoks_push(qtoks *q, qtok x) {
+    if (q->n == q->cap) {
+        size_t c = q->cap ? 2 * q->cap : 32;
+        qtok *p = realloc(q->v, c * sizeof *p);
+        if (!p) return 0;
+        q->v = p, q->cap = c;
+    }
+    q->v[q->n++] = x;
+    return 1;
+}
+
+/* An AddedToken given as a string (special: not normalized) or as a dict of its fields
+ * (normalized defaults to !special, special to `special`). 0 when it is neither. */
+static int qtok_of(const cJSON *j, int special, qtok *o) {
+    memset(o, 0, sizeof *o);
+    if (cJSON_IsString(j)) {
+        o->s = j->valuestring;
+        o->normalized = !special;
+        return 1;
+    }
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "content");
+    if (!cJSON_IsObject(j) || !cJSON_IsString(c)) return 0;
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(j, "special"), *nm = cJSON_GetObjectItemCaseSensitive(j, "normalized");
+    if (cJSON_IsBool(sp)) special = cJSON_IsTrue(sp);
+    o->s = c->valuestring;
+    o->normalized = cJSON_IsBool(nm) ? cJSON_IsTrue(nm) : !special;
+    o->lstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "lstrip"));
+    o->rstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "rstrip"));
+    o->single_word = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "single_word"));
+    return 1;
+}
+
+static int cmp_qtok(const void *a, const void *b) {
+    const qtok *x = a, *y = b;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int32_t added_id(const dl_tokenizer *t, const char *s) {
+    for (int i = 0; s && i < t->nadded; i++)
+        if (!strcmp(t->added[i].s, s)) return t->added[i].id;
+    return -1;
+}
+
+/* The tokenizers library's add_tokens for one token. */
+static dl_status qwen_add(dl_tokenizer *t, const qtok *q, int32_t nvocab, int32_t *max_id) {
+    if (!q->s || !*q->s || added_id(t, q->s) >= 0) return DL_OK;
+    int32_t id = vocab_id(t, q->s);
+    if (id < 0) id = *max_id >= nvocab ? *max_id + 1 : nvocab;
+    if (id > *max_id) *max_id = id;
+    return dl_tok_add_token(t, q->s, id, q->normalized, q->lstrip, q->rstrip, q->single_word);
+}
+
+static const char *const NAMED[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"};
+enum { NNAMED = 7 };
+
+/* Named special token k: the config's, special_tokens_map.json's over it when the
+ * config has no added_tokens_decoder, the class default for unk, eos and pad where
+ * neither names one; q->s NULL when there is none. */
+static dl_status qwen_named(const char *dir, const cJSON *cfg, const cJSON *smap, int have_atd, int k, qtok *q) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, NAMED[k]);
+    const cJSON *sv = have_atd ? NULL : cJSON_GetObjectItemCaseSensitive(smap, NAMED[k]);
+    memset(q, 0, sizeof *q);
+    if (sv) v = sv;
+    if (!v && (k == 1 || k == 2 || k == 4)) q->s = QWEN_DEFAULT;
+    else if (v && !cJSON_IsNull(v) && !qtok_of(v, 1, q))
+        return dl_fail(DL_ERR_FORMAT, "`%s/tokenizer_config.json`: %s is neither a string nor a token", dir, NAMED[k]);
+    return DL_OK;
+}
+
+static int32_t token_id(const dl_tokenizer *t, const char *s) {
+    int32_t id = added_id(t, s);
+    return id >= 0 ? id : vocab_id(t, s);
+}
+
+static dl_status load_qwen2(dl_tokenizer *t, const char *dir, const cJSON *cfg, const cJSON *smap, int from_json) {
+    char file[4200];
+    cJSON *tj = NULL, *atj = NULL;
+    qtoks dec = {0}, named = {0}, extra = {0};
+    dl_status s = DL_OK;
+    snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "add_prefix_space")))
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Qwen2Tokenizer with add_prefix_space is not supported", file);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "split_special_tokens")))
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: split_special_tokens is not supported", file);
+    if (from_json) {
+        snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+        if ((s = read_json_file(dir, "tokenizer.json", &tj, 1)) != DL_OK) return s;
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(tj, "model");
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "type"));
+        if (!type || strcmp(type, "BPE"))
+            s = dl_fail(DL_ERR_FORMAT, "`%s`: Qwen2Tokenizer needs a BPE model, not \"%s\"", file, type ? type : "?");
+        if (s == DL_OK) s = model_from_json(t, m, file, 1);
+        if (s == DL_OK) s = parse_post(t, cJSON_GetObjectItemCaseSensitive(tj, "post_processor"), file);
+    } else {
+        dl_strmap *vocab;
+        char **merges, *txt;
+        size_t nm;
+        if ((s = read_vocab_merges(t, dir, &vocab, &merges, &nm, &txt)) != DL_OK) return s;
+        s = make_bpe(t, vocab, merges, nm, NULL, "");
+        free(merges);
+        free(txt);
+    }
+    if (s == DL_OK) s = read_json_file(dir, "added_tokens.json", &atj, 0);
+    if (s != DL_OK) goto done;
+    t->norms[0] = NORM_NFC;
+    t->nnorm = 1;
+    t->qwen_split = t->byte_level = 1;
+    t->clip_split = t->ws_split = t->metaspace = 0;
+
+    /* named special tokens: the config's (special_tokens_map.json's over them when the
+       config has no added_tokens_decoder), the class's defaults where neither names one */
+    const cJSON *atd = cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder"), *e;
+    int have_atd = atd != NULL;
+    for (int k = 0; k < NNAMED && s == DL_OK; k++) {
+        qtok q;
+        s = qwen_named(dir, cfg, smap, have_atd, k, &q);
+        if (s == DL_OK && q.s && !qtoks_push(&named, q)) s = oom();
+    }
+    cJSON_ArrayForEach(e, cfg) { /* model-specific named tokens: other "*_token" strings */
+        size_t l = e->string ? strlen(e->string) : 0;
+        int std = 0;
+        for (int k = 0; k < NNAMED; k++) std |= !strcmp(e->string, NAMED[k]);
+        qtok q = {0};
+        if (s == DL_OK && !std && l > 6 && !strcmp(e->string + l - 6, "_token") && cJSON_IsString(e) && qtok_of(e, 1, &q) &&
+            !qtoks_push(&named, q))
+            s = oom();
+    }
+    /* extra special tokens: extra_special_tokens, else additional_special_tokens */
+    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(cfg, "extra_special_tokens");
+    if (!cJSON_GetArraySize(ex)) ex = cJSON_GetObjectItemCaseSensitive(cfg, "additional_special_tokens");
+    if (!ex && !have_atd) ex = cJSON_GetObjectItemCaseSensitive(smap, "additional_special_tokens");
+    const cJSON *exs[2] = {ex, have_atd ? NULL : cJSON_GetObjectItemCaseSensitive(smap, "extra_special_tokens")};
+    for (int a = 0; a < 2 && s == DL_OK; a++)
+        cJSON_ArrayForEach(e, exs[a]) { /* a dict of them: named tokens */
+            qtok q;
+            if (!qtok_of(e, 1, &q)) {
+                s = dl_fail(DL_ERR_FORMAT, "`%s/tokenizer_config.json`: an extra special token is neither a string nor a token", dir);
+                break;
+            }
+            if (!qtoks_push(cJSON_IsObject(exs[a]) ? &named : &extra, q)) s = oom();
+        }
+    /* the added tokens the files list with their ids */
+    if (have_atd) {
+        cJSON_ArrayForEach(e, atd) {
+            qtok q;
+            if (s != DL_OK) break;
+            if (!qtok_of(e, 0, &q) || cJSON_IsString(e)) {
+                s = dl_fail(DL_ERR_FORMAT, "`%s/tokenizer_config.json`: added_tokens_decoder entry `%s` is not a token", dir,
+                            e->string);
+                break;
+            }
+            q.id = strtoll(e->string, NULL, 10);
+            q.seq = dec.n;
+            if (!qtoks_push(&dec, q)) s = oom();
+        }
+    } else {
+        cJSON_ArrayForEach(e, atj) { /* added_tokens.json: normalized unless special */
+            if (s != DL_OK) break;
+            if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e9) {
+                s = dl_fail(DL_ERR_FORMAT, "`%s/added_tokens.json`: `%s` has no valid id", dir, e->string);
+                break;
+            }
+            int special = 0;
+            for (size_t i = 0; i < named.n; i++) special |= !strcmp(named.v[i].s, e->string);
+            for (size_t i = 0; i < extra.n; i++) special |= !strcmp(extra.v[i].s, e->string);
+            qtok q = {(int64_t)e->valuedouble, dec.n, e->string, !special, 0, 0, 0};
+            if (!qtoks_push(&dec, q)) s = oom();
+        }
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
+            qtok q;
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+            if (s != DL_OK) break;
+            if (!qtok_of(e, 0, &q) || !cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 1e9) {
+                s = dl_fail(DL_ERR_FORMAT, "`%s/tokenizer.json`: bad added_tokens entry", dir);
+                break;
+            }
+            q.id = (int64_t)id->valuedouble;
+            q.seq = dec.n;
+            if (!qtoks_push(&dec, q)) s = oom();
+        }
+    }
+    if (s != DL_OK) goto done;
+    /* by id; of two with the same id the later (tokenizer.json's) wins */
+    if (dec.n) qsort(dec.v, dec.n, sizeof *dec.v, cmp_qtok);
+    int32_t nvocab = (int32_t)dl_strmap_count(dl_bpe_vocab(t->bpe)), max_id = -1;
+    for (size_t i = 0; i < dec.n && s == DL_OK; i++)
+        if (i + 1 == dec.n || dec.v[i + 1].id != dec.v[i].id) s = qwen_add(t, &dec.v[i], nvocab, &max_id);
+    for (size_t i = 0; i < named.n && s == DL_OK; i++) s = qwen_add(t, &named.v[i], nvocab, &max_id);
+    for (size_t i = 0; i < extra.n && s == DL_OK; i++) s = qwen_add(t, &extra.v[i], nvocab, &max_id);
+    if (s != DL_OK) goto done;
+    /* Qwen2Tokenizer's own last step adds every named and extra special token again as
+       a plain special token, which keeps its id but replaces its flags */
+    for (int a = 0; a < t->nadded; a++) {
+        int plain = 0;
+        for (size_t i = 0; i < named.n; i++) plain |= !strcmp(named.v[i].s, t->added[a].s);
+        for (size_t i = 0; i < extra.n; i++) plain |= !strcmp(extra.v[i].s, t->added[a].s);
+        if (plain) t->added[a].normalized = t->added[a].lstrip = t->added[a].rstrip = t->added[a].single_word = 0;
+    }
+    if (max_id + 1 > t->vocab_size) t->vocab_size = max_id + 1;
+    /* pad; BOS / EOS only when the config asks (the post-processor transformers builds) */
+    qtok bos, eos, pad;
+    qwen_named(dir, cfg, smap, have_atd, 0, &bos);
+    qwen_named(dir, cfg, smap, have_atd, 1, &eos);
+    qwen_named(dir, cfg, smap, have_atd, 4, &pad);
+    t->pad = token_id(t, pad.s);
+    if (!from_json) {
+        t->bos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token")) ? token_id(t, bos.s) : -1;
+        t->eos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token")) ? token_id(t, eos.s) : -1;
+    }
+done:
+    free(dec.v), free(named.v), free(extra.v);
+    cJSON_Delete(tj);
+    cJSON_Delete(atj);
+    return s;
 }
 
 /* ---- spiece.model: protobuf wire format, only the fields used -------------------- */
@@ -577,12 +850,15 @@ dl_status dl_tokenizer_load(dl_tokenizer **out, const char *dir) {
         char p2[4200], p3[4200];
         snprintf(p2, sizeof p2, "%s/vocab.json", dir);
         snprintf(p3, sizeof p3, "%s/spiece.model", dir);
-        if (dl_file_exists(path)) {
+        const char *cls = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_class"));
+        int qwen2 = cls && (!strcmp(cls, "Qwen2Tokenizer") || !strcmp(cls, "Qwen2TokenizerFast"));
+        if (qwen2 && (dl_file_exists(path) || dl_file_exists(p2))) {
+            s = load_qwen2(t, dir, cfg, smap, dl_file_exists(path));
+        } else if (dl_file_exists(path)) {
             s = load_tokenizer_json(t, dir, cfg, smap);
             /* transformers 5 rebuilds a T5 tokenizer's pipeline from the model instead of
                taking a file's own (older files collapse spaces and split without
                WhitespaceSplit): the charsmap, WhitespaceSplit + Metaspace(always, split) */
-            const char *cls = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_class"));
             if (s == DL_OK && t->kind == DL_TOK_UNIGRAM && cls && (!strcmp(cls, "T5Tokenizer") || !strcmp(cls, "T5TokenizerFast"))) {
                 t->nnorm = 0;
                 if (t->cm.nunits) t->norms[t->nnorm++] = NORM_PRECOMPILED;

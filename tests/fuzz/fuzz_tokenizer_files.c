@@ -1,5 +1,6 @@
 /* libFuzzer: tokenizer.json parsing (the arbitrary bytes are the file), then one
- * encode when it loads. */
+ * encode when it loads; then the same file read as a Qwen2Tokenizer's (only its
+ * vocabulary, merges and post-processor taken). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +18,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!f) return 0;
     fwrite(data, 1, size, f);
     fclose(f);
-    dl_tokenizer *t;
-    if (dl_tokenizer_load(&t, dir) == DL_OK) {
-        int32_t ids[64];
-        int n;
-        dl_tokenizer_encode(t, "a red circle, CAFÉ 🐱 on blue!", 33, 64, 1, ids, &n);
-        dl_tokenizer_free(t);
+    for (int pass = 0; pass < 2; pass++) {
+        dl_tokenizer *t;
+        if (pass == 1) {
+            snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+            if (!(f = fopen(path, "wb"))) return 0;
+            fputs("{\"tokenizer_class\": \"Qwen2Tokenizer\", \"extra_special_tokens\": [\"<|im_start|>\"]}", f);
+            fclose(f);
+        }
+        if (dl_tokenizer_load(&t, dir) == DL_OK) {
+            int32_t ids[64];
+            int n;
+            static const char text[] = "a red circle, CAFÉ 🐱 on blue!\r\n  <|im_start|>it'S";
+            dl_tokenizer_encode(t, text, sizeof text - 1, 64, 1, ids, &n);
+            dl_tokenizer_free(t);
+        }
     }
+    remove(path);
     return 0;
 }
