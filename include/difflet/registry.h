@@ -12,6 +12,8 @@
 
 #include "difflet/pipeline.h"
 #include "difflet/request.h"
+#include "difflet/program.h"
+#include "difflet/denoise.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -84,6 +86,19 @@ struct dl_model_entry {
  * by dl_dit_split_check. NULL when feasible, else the reason in buf. */
 const char *dl_registry_heads_check(const char *model_dir, const dl_par_config *c, int64_t default_heads, char *buf,
                                     size_t n);
+
+/* One program of a pipeline being loaded (what every entry's load does per
+ * component): its key from the component folder, the shape (shape_json), dtype and
+ * probe flag, and for the denoiser on a split layout (split 1) this rank's place;
+ * then loaded from the cache or built by build(ctx, ws) and cached. *art keeps the
+ * mapped weights, id[17] gets the program id. */
+dl_status dl_pipeline_program(dl_model_dir *dir, const char *folder, const char *shape_json, const dl_gen_shape *shape,
+                              int probe, int split, dl_program_build_fn build, void *ctx, dl_artifact **art, char *id);
+/* An entry's generate around the model's own: only the host generates, and a request
+ * that fails before the loop ran still ends on every rank of the replica. */
+typedef dl_status (*dl_pipeline_gen_fn)(void *impl, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm, int *ran);
+dl_status dl_pipeline_host_generate(void *impl, int host, dl_denoise *loop, dl_pipeline_gen_fn gen, const dl_gen_request *r,
+                                    dl_media *out, dl_gen_timing *tm);
 
 /* The entry for a pipeline class, or NULL. */
 const dl_model_entry *dl_registry_find(const char *pipeline_class);

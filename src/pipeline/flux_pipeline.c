@@ -162,24 +162,14 @@ dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, c
      * rank its own part of the transformer (its slice of the weights, its rows) */
     static const char *comps[4] = {"text_encoder", "text_encoder_2", "vae", "transformer"};
     for (int c = p->host ? 0 : 3; c < 4 && s == DL_OK; c++) {
-        char shp[256], *key = NULL, lay[96] = "";
-        if (p->par && (p->par->cfg.tp > 1 || p->par->cfg.cp > 1)) {
-            dl_par_config one = p->par->cfg;
-            one.dp = one.cfg = 1; /* replicas and CFG groups run identical programs */
-            dl_par_format(&one, lay, sizeof lay);
-        }
+        char shp[256];
         if (c == 0) snprintf(shp, sizeof shp, "{\"seq\":%d}", p->clip_len);
         else if (c == 1) snprintf(shp, sizeof shp, "{\"seq\":%lld}", (long long)p->T);
         else if (c == 2) snprintf(shp, sizeof shp, "{\"height\":%d,\"width\":%d}", shape->height, shape->width);
         else snprintf(shp, sizeof shp, "{\"height\":%d,\"text\":%lld,\"width\":%d}", shape->height, (long long)p->T, shape->width);
-        if (c == 3 && *lay) /* this rank's part: its weight slices and rows */
-            s = dl_program_key_par(p->dir, comps[c], shp, shape->dt, 0, lay,
-                                   p->par->split.tp_rank + p->par->cfg.tp * p->par->split.cp_rank, &key, p->prog_id[c]);
-        else
-            s = dl_program_key(p->dir, comps[c], shp, shape->dt, 0, &key, p->prog_id[c]);
         build_ctx b = {p, c};
-        if (s == DL_OK) s = dl_program_get(p->dir, comps[c], key, p->prog_id[c], shape->cache, build_component, &b, &p->art[c]);
-        free(key);
+        dl_gen_shape gs = {.dt = shape->dt, .cache = shape->cache, .par = shape->par};
+        s = dl_pipeline_program(p->dir, comps[c], shp, &gs, 0, c == 3, build_component, &b, &p->art[c], p->prog_id[c]);
     }
     if (s == DL_OK) s = dl_flowmatch_load(p->dir, &p->fm);
     if (s != DL_OK) goto fail;

@@ -141,24 +141,13 @@ static dl_status pipe_load(qi_pipe **out, const char *model_dir, const dl_gen_sh
         if ((s = dl_tokenizer_load(&p->tok, path))) goto fail;
     }
     for (int c = p->host ? 0 : C_TRANSFORMER; c < NCOMP && s == DL_OK; c++) {
-        char shp[256], *key = NULL, lay[96] = "";
-        if (p->par && (p->par->cfg.tp > 1 || p->par->cfg.cp > 1)) {
-            dl_par_config one = p->par->cfg;
-            one.dp = one.cfg = 1;
-            dl_par_format(&one, lay, sizeof lay);
-        }
+        char shp[256];
         if (c == C_TEXT) snprintf(shp, sizeof shp, "{\"seq\":%lld}", (long long)p->S);
         else if (c == C_VAE) snprintf(shp, sizeof shp, "{\"height\":%d,\"width\":%d}", shape->height, shape->width);
         else snprintf(shp, sizeof shp, "{\"height\":%d,\"text\":%lld,\"width\":%d}", shape->height, (long long)p->T, shape->width);
-        if (c == C_TRANSFORMER && *lay)
-            s = dl_program_key_par(p->dir, k_qi_components[c], shp, shape->dt, 0, lay,
-                                   p->par->split.tp_rank + p->par->cfg.tp * p->par->split.cp_rank, &key, p->prog_id[c]);
-        else
-            s = dl_program_key(p->dir, k_qi_components[c], shp, shape->dt, 0, &key, p->prog_id[c]);
         build_ctx b = {p, c};
-        if (s == DL_OK)
-            s = dl_program_get(p->dir, k_qi_components[c], key, p->prog_id[c], shape->cache, build_component, &b, &p->art[c]);
-        free(key);
+        s = dl_pipeline_program(p->dir, k_qi_components[c], shp, shape, 0, c == C_TRANSFORMER, build_component, &b, &p->art[c],
+                                p->prog_id[c]);
     }
     if (s == DL_OK) s = dl_flowmatch_load(p->dir, &p->fm);
     if (s != DL_OK) goto fail;
@@ -319,15 +308,12 @@ static const char *entry_program_id(const void *impl, int c) {
     return c >= 0 && c < NCOMP ? ((const qi_pipe *)impl)->prog_id[c] : "";
 }
 
-/* Every call ends the request on every rank exactly once. */
+static dl_status gen_fn(void *impl, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm, int *ran) {
+    return generate(impl, r, out, tm, ran);
+}
 static dl_status entry_generate(void *impl, const dl_gen_request *g, dl_media *out, dl_gen_timing *tm) {
     qi_pipe *p = impl;
-    if (!p->host) return dl_fail(DL_ERR_INVALID, "only the host rank generates; the others serve its steps");
-    int ran = 0;
-    *out = (dl_media){0};
-    dl_status s = generate(p, g, out, tm, &ran);
-    if (!ran) dl_denoise_abandon(p->loop);
-    return s;
+    return dl_pipeline_host_generate(p, p->host, p->loop, gen_fn, g, out, tm);
 }
 
 const dl_model_entry dl_qwenimage_entry = {

@@ -2,6 +2,7 @@
  * generic pipeline handle that forwards to an entry. Adding a model adds a line to
  * k_entries (docs/adding-a-model.md). */
 #include "difflet/registry.h"
+#include "difflet/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,4 +130,32 @@ const char *dl_registry_heads_check(const char *dir, const dl_par_config *c, int
         return buf;
     }
     return why;
+}
+
+dl_status dl_pipeline_program(dl_model_dir *dir, const char *folder, const char *shape_json, const dl_gen_shape *shape,
+                              int probe, int split, dl_program_build_fn build, void *ctx, dl_artifact **art, char *id) {
+    const dl_par_place *par = shape->par;
+    char *key = NULL, lay[96] = "";
+    dl_status s;
+    if (split && par && (par->cfg.tp > 1 || par->cfg.cp > 1)) { /* this rank's part: its weight slices and rows */
+        dl_par_config one = par->cfg;
+        one.dp = one.cfg = 1; /* replicas and CFG groups run identical programs */
+        dl_par_format(&one, lay, sizeof lay);
+        s = dl_program_key_par(dir, folder, shape_json, shape->dt, probe, lay, par->split.tp_rank + par->cfg.tp * par->split.cp_rank,
+                               &key, id);
+    } else
+        s = dl_program_key(dir, folder, shape_json, shape->dt, probe, &key, id);
+    if (s == DL_OK) s = dl_program_get(dir, folder, key, id, shape->cache, build, ctx, art);
+    free(key);
+    return s;
+}
+
+dl_status dl_pipeline_host_generate(void *impl, int host, dl_denoise *loop, dl_pipeline_gen_fn gen, const dl_gen_request *r,
+                                    dl_media *out, dl_gen_timing *tm) {
+    if (!host) return dl_fail(DL_ERR_INVALID, "only the host rank generates; the others serve its steps");
+    int ran = 0;
+    *out = (dl_media){0};
+    dl_status s = gen(impl, r, out, tm, &ran);
+    if (!ran) dl_denoise_abandon(loop);
+    return s;
 }

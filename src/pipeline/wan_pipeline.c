@@ -214,12 +214,7 @@ static dl_status pipe_load(wan_pipe **out, const char *model_dir, const dl_gen_s
         if ((s = dl_tokenizer_load(&p->tok, path))) goto fail;
     }
     for (int c = p->host ? 0 : C_PROBE; c < NCOMP && s == DL_OK; c++) {
-        char shp[256], *key = NULL, lay[96] = "";
-        if (p->par && p->par->cfg.cp > 1) {
-            dl_par_config one = p->par->cfg;
-            one.dp = one.cfg = 1;
-            dl_par_format(&one, lay, sizeof lay);
-        }
+        char shp[256];
         if (c == C_TEXT) snprintf(shp, sizeof shp, "{\"seq\":%lld}", (long long)p->T);
         else if (c == C_VAE)
             snprintf(shp, sizeof shp, "{\"frames\":%lld,\"height\":%d,\"width\":%d}", (long long)p->lf, shape->height, shape->width);
@@ -228,16 +223,9 @@ static dl_status pipe_load(wan_pipe **out, const char *model_dir, const dl_gen_s
         else
             snprintf(shp, sizeof shp, "{%s\"frames\":%d,\"height\":%d,\"text\":%lld,\"width\":%d}",
                      shape->cfg_batch ? "\"cfg_batch\":2," : "", frames, shape->height, (long long)p->T, shape->width);
-        const int probe = c == C_PROBE;
-        if (c >= C_PROBE && *lay) /* this rank's rows */
-            s = dl_program_key_par(p->dir, k_wan_folders[c], shp, shape->dt, probe, lay, p->par->split.cp_rank, &key,
-                                   p->prog_id[c]);
-        else
-            s = dl_program_key(p->dir, k_wan_folders[c], shp, shape->dt, probe, &key, p->prog_id[c]);
         build_ctx b = {p, c};
-        if (s == DL_OK)
-            s = dl_program_get(p->dir, k_wan_folders[c], key, p->prog_id[c], shape->cache, build_component, &b, &p->art[c]);
-        free(key);
+        s = dl_pipeline_program(p->dir, k_wan_folders[c], shp, shape, c == C_PROBE, c >= C_PROBE, build_component, &b,
+                                &p->art[c], p->prog_id[c]);
     }
     if (s == DL_OK) s = scheduler_load(p);
     if (s != DL_OK) goto fail;
@@ -409,16 +397,12 @@ static const char *entry_program_id(const void *impl, int c) {
     return c >= 0 && c < NCOMP ? ((const wan_pipe *)impl)->prog_id[c] : "";
 }
 
-/* Every call ends the request on every rank exactly once, also when it fails
- * before the loop ran: a serving replica's ranks wait for that end. */
+static dl_status gen_fn(void *impl, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm, int *ran) {
+    return generate(impl, r, out, tm, ran);
+}
 static dl_status entry_generate(void *impl, const dl_gen_request *g, dl_media *out, dl_gen_timing *tm) {
     wan_pipe *p = impl;
-    if (!p->host) return dl_fail(DL_ERR_INVALID, "only the host rank generates; the others serve its steps");
-    int ran = 0;
-    *out = (dl_media){0};
-    dl_status s = generate(p, g, out, tm, &ran);
-    if (!ran) dl_denoise_abandon(p->loop);
-    return s;
+    return dl_pipeline_host_generate(p, p->host, p->loop, gen_fn, g, out, tm);
 }
 
 const dl_model_entry dl_wan_entry = {
