@@ -354,17 +354,50 @@ void dl_dit_cross_attention(dl_dit *c, const void *q, int64_t qs, const void *k,
     attn_call(c, &a, -1, NULL);
 }
 
-void dl_dit_qk_norm_full_rope(dl_dit *c, const float *nq, const float *nk, float eps) {
+dl_status dl_dit_rmsnorm_full(dl_dit *c, void *x, int64_t rows, int64_t stride, const float *w, float eps, float *ss) {
+    const int64_t Dl = c->Dl, D = c->D;
+    if (c->sp.tp == 1) { /* every column here: the plain row norm */
+        DL_PAR(dl_rmsnorm_heads_t(c->dt, x, rows, stride, 1, Dl, w, eps, ith, nth));
+        return DL_OK;
+    }
+    const dl_dtype dt = c->dt;
+    const size_t es = dl_dtype_size(dt);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const char *row = (const char *)x + (size_t)(r * stride) * es;
+        double acc = 0;
+        for (int64_t j = 0; j < Dl; j++) {
+            float v = dt == DL_F32 ? ((const float *)row)[j] : dl_bf16_to_f32(((const uint16_t *)row)[j]);
+            acc += (double)v * v;
+        }
+        ss[r] = (float)acc;
+    }
+    dl_status s = dl_comm_allreduce_sum(c->sp.tp_comm, ss, (size_t)rows);
+    if (s != DL_OK) return s;
+    const float *wl = w + c->sp.tp_rank * Dl;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        char *row = (char *)x + (size_t)(r * stride) * es;
+        float inv = 1.f / sqrtf(ss[r] / (float)D + eps);
+        for (int64_t j = 0; j < Dl; j++) {
+            if (dt == DL_F32) ((float *)row)[j] = ((float *)row)[j] * inv * wl[j];
+            else ((uint16_t *)row)[j] = dl_f32_to_bf16(dl_bf16_to_f32(((uint16_t *)row)[j]) * inv * wl[j]);
+        }
+    }
+    return DL_OK;
+}
+
+dl_status dl_dit_qk_norm_full_rope(dl_dit *c, const float *nq, const float *nk, float eps, float *ss) {
     const int64_t Dl = c->Dl, Sl = c->Sl;
     char *q = c->qkv, *k = (char *)c->qkv + (size_t)Dl * dl_dtype_size(c->dt);
-    DL_PAR({
-        dl_rmsnorm_heads_t(c->dt, q, Sl, 3 * Dl, 1, Dl, nq, eps, ith, nth);
-        dl_rmsnorm_heads_t(c->dt, k, Sl, 3 * Dl, 1, Dl, nk, eps, ith, nth);
-    });
+    dl_status s;
+    if ((s = dl_dit_rmsnorm_full(c, q, Sl, 3 * Dl, nq, eps, ss)) || (s = dl_dit_rmsnorm_full(c, k, Sl, 3 * Dl, nk, eps, ss)))
+        return s;
     DL_PAR({
         dl_rope_t(DL_ROPE_PAIRS, c->dt, q, Sl, c->Hl, c->Dh, 3 * Dl, c->rope_cos, c->rope_sin, ith, nth);
         dl_rope_t(DL_ROPE_PAIRS, c->dt, k, Sl, c->Hl, c->Dh, 3 * Dl, c->rope_cos, c->rope_sin, ith, nth);
     });
+    return DL_OK;
 }
 
 void dl_dit_timestep_proj(float t, int64_t dim, float *out) {

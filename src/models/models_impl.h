@@ -158,10 +158,13 @@ void dl_dit_qk_norm_rope(dl_dit *c, const float *nq_t, const float *nk_t, const 
 /* joint attention of the local rows into att (row stride os), by the split's mode:
  * one rank, Ulysses, ring or gather; padded text keys [L, T) never attended */
 dl_status dl_dit_attention(dl_dit *c, int64_t os);
-/* QK RMSNorm across all heads of a row (Wan: torch.nn.RMSNorm over the whole
- * projection, weights [D]) and RoPE (pairs) on q and k of the local rows; needs
- * every head of a row on this rank (tp 1) */
-void dl_dit_qk_norm_full_rope(dl_dit *c, const float *nq, const float *nk, float eps);
+/* RMSNorm across all heads of `rows` rows (Wan: torch.nn.RMSNorm over the whole
+ * projection; w: the full [D] weight): each row holds this rank's Dl columns at
+ * x + r * stride; with TP the rows' sums of squares are all-reduced over the tp group
+ * (ss: [rows] f32 scratch) and the rank's slice of w applies. */
+dl_status dl_dit_rmsnorm_full(dl_dit *c, void *x, int64_t rows, int64_t stride, const float *w, float eps, float *ss);
+/* that norm on q and k of the local rows, then RoPE (pairs); ss: [Sl] scratch */
+dl_status dl_dit_qk_norm_full_rope(dl_dit *c, const float *nq, const float *nk, float eps, float *ss);
 /* cross-attention (Wan, OpenSora): the local image rows' queries (Nl rows, this
  * rank's Hl heads, row stride qs) over nk context keys and values (valid [0,
  * valid), row stride kvs) into out (row stride os). The context is on every cp

@@ -70,6 +70,7 @@ struct dl_wan {
     void *txt_in, *txt_h, *ctx;       /* [T, Td], [T, D], [T, D] dt */
     void *q2, *kv2, *f;               /* [Nl, D], [T, 2D], [Nl, F] dt */
     float *mod, *ones;                /* [6D], [D] */
+    float *ss;                        /* [max(B Nl, B T)]: the Q/K norms' sums of squares (TP) */
     float *pout;                      /* [Nl, Cout * prod(P)] f32 */
     float *full;                      /* [N, Cout * prod(P)] f32: every rank's rows (cp > 1) */
     float *spare;                     /* a batch-2 program's discarded second output (one-branch calls) */
@@ -300,9 +301,8 @@ dl_status dl_wan_load_batch(dl_wan **out, dl_model_dir *dir, const char *compone
         s = dl_fail(DL_ERR_INVALID, "Wan transformer: empty text");
         goto fail;
     }
-    if (m->c.sp.tp > 1) {
-        s = dl_fail(DL_ERR_UNSUPPORTED, "parallel split refused: Wan's Q/K RMSNorm spans every head of a row, tensor parallelism (tp=%d) is not supported yet; use cp or cfg",
-                    m->c.sp.tp);
+    if (m->c.sp.sp) {
+        s = dl_fail(DL_ERR_UNSUPPORTED, "parallel split refused: sequence parallelism is not supported for Wan yet (tp and cp are)");
         goto fail;
     }
     char why[256];
@@ -319,6 +319,15 @@ dl_status dl_wan_load_batch(dl_wan **out, dl_model_dir *dir, const char *compone
     if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t D = m->c.D, F = m->c.F, Nl = m->c.Nl, N = m->c.N, T = txt_len, PP = m->P[0] * m->P[1] * m->P[2];
     const int64_t BN = batch * Nl, BT = batch * T; /* rows of every branch in one matmul */
+    const int64_t Dl = m->c.Dl, Fl = m->c.Fl;
+    const int tp = m->c.sp.tp, tr = m->c.sp.tp_rank;
+    /* Megatron slices: column parallel (this rank's heads / FFN columns), row parallel
+     * (the matching input columns; the bias added by tp rank 0 only) */
+    const lin_split col_h = {.row0 = tr * Dl, .rows = Dl}, col_f = {.row0 = tr * Fl, .rows = Fl};
+    const lin_split row_h = {.nseg = 1, .seg0 = {tr * Dl}, .segn = {Dl}, .no_bias = tr != 0};
+    const lin_split row_f = {.nseg = 1, .seg0 = {tr * Fl}, .segn = {Fl}, .no_bias = tr != 0};
+    const lin_split *ch = tp > 1 ? &col_h : NULL, *cf = tp > 1 ? &col_f : NULL;
+    const lin_split *rh = tp > 1 ? &row_h : NULL, *rf = tp > 1 ? &row_f : NULL;
     m->e = (wan_embed){.dt = dt, .D = D, .freq = m->freq, .Cin = m->Cin, .lat = {lat_frames, lat_h, lat_w}, .N = N,
                        .n0 = m->c.n0, .Nl = Nl};
     static const char *qkv_n[3] = {"attn1.to_q", "attn1.to_k", "attn1.to_v"}, *kv_n[2] = {"attn2.to_k", "attn2.to_v"};
@@ -338,17 +347,28 @@ dl_status dl_wan_load_batch(dl_wan **out, dl_model_dir *dir, const char *compone
         char nm[256];
         snprintf(p, sizeof p, "blocks.%d.", i);
         snprintf(nm, sizeof nm, "%sscale_shift_table", p);
-        if ((s = linp(&b->qkv, ck, p, qkv_n, 3, BN, D, D, dt, dt, DL_ACT_NONE)) ||
+        char nm2[256];
+#define PN(x) (snprintf(nm2, sizeof nm2, "%s%s", p, x), nm2)
+        const char *kvw[2], *kvb[2];
+        char kw[2][256], kb[2][256];
+        for (int j = 0; j < 2; j++) {
+            snprintf(kw[j], sizeof kw[j], "%s%s.weight", p, kv_n[j]);
+            snprintf(kb[j], sizeof kb[j], "%s%s.bias", p, kv_n[j]);
+            kvw[j] = kw[j], kvb[j] = kb[j];
+        }
+        const int64_t kvn[2] = {D, D};
+        if ((s = dl_lin_qkv(&b->qkv, ck, p, qkv_n[0], qkv_n[1], qkv_n[2], BN, D, dt, ch)) ||
             (s = vec(ck, p, "attn1.norm_q.weight", D, &b->nq)) || (s = vec(ck, p, "attn1.norm_k.weight", D, &b->nk)) ||
-            (s = lin_one(&b->out, ck, p, "attn1.to_out.0", BN, D, D, dt, DL_F32, DL_ACT_NONE)) ||
+            (s = dl_lin_named(&b->out, ck, PN("attn1.to_out.0"), BN, D, D, dt, DL_F32, DL_ACT_NONE, 0, rh)) ||
             (m->cross_norm && ((s = vec(ck, p, "norm2.weight", D, &b->n2w)) || (s = vec(ck, p, "norm2.bias", D, &b->n2b)))) ||
-            (s = lin_one(&b->q2, ck, p, "attn2.to_q", BN, D, D, dt, dt, DL_ACT_NONE)) ||
-            (s = linp(&b->kv2, ck, p, kv_n, 2, BT, D, D, dt, dt, DL_ACT_NONE)) ||
+            (s = dl_lin_named(&b->q2, ck, PN("attn2.to_q"), BN, D, D, dt, dt, DL_ACT_NONE, 0, ch)) ||
+            (s = dl_lin_load_split(&b->kv2, ck, kvw, kvb, 2, kvn, BT, D, dt, dt, DL_ACT_NONE, 0, ch)) ||
             (s = vec(ck, p, "attn2.norm_q.weight", D, &b->nq2)) || (s = vec(ck, p, "attn2.norm_k.weight", D, &b->nk2)) ||
-            (s = lin_one(&b->out2, ck, p, "attn2.to_out.0", BN, D, D, dt, DL_F32, DL_ACT_NONE)) ||
-            (s = lin_one(&b->ff1, ck, p, "ffn.net.0.proj", BN, D, F, dt, dt, DL_ACT_GELU_TANH)) ||
-            (s = lin_one(&b->ff2, ck, p, "ffn.net.2", BN, F, D, dt, DL_F32, DL_ACT_NONE)) ||
+            (s = dl_lin_named(&b->out2, ck, PN("attn2.to_out.0"), BN, D, D, dt, DL_F32, DL_ACT_NONE, 0, rh)) ||
+            (s = dl_lin_named(&b->ff1, ck, PN("ffn.net.0.proj"), BN, D, F, dt, dt, DL_ACT_GELU_TANH, 0, cf)) ||
+            (s = dl_lin_named(&b->ff2, ck, PN("ffn.net.2"), BN, F, D, dt, DL_F32, DL_ACT_NONE, 0, rf)) ||
             (s = dl_param_f32(ck, nm, 3, bsst, &b->sst)))
+#undef PN
             goto fail;
     }
     /* RoPE tables of the local rows (token order: frame, row, column) */
@@ -370,14 +390,15 @@ dl_status dl_wan_load_batch(dl_wan **out, dl_model_dir *dir, const char *compone
     dl_plan_add(&pl, &m->c.x, (size_t)(batch * m->c.xn * D) * 4, 0, 2);
     dl_plan_add(&pl, &m->c.o, (size_t)(BN * D) * 4, 1, 1);
     dl_plan_add(&pl, &m->c.h, (size_t)(BN * D) * es, 1, 2);
-    dl_plan_add(&pl, &m->c.qkv, (size_t)(BN * 3 * D) * es, 1, 1);
-    dl_plan_add(&pl, &m->c.att, (size_t)(BN * D) * es, 1, 1);
+    dl_plan_add(&pl, &m->c.qkv, (size_t)(BN * 3 * Dl) * es, 1, 1);
+    dl_plan_add(&pl, &m->c.att, (size_t)(BN * Dl) * es, 1, 1);
     dl_plan_add(&pl, &m->txt_in, (size_t)(BT * m->Td) * es, 0, 0);
     dl_plan_add(&pl, &m->txt_h, (size_t)(BT * D) * es, 0, 0);
     dl_plan_add(&pl, &m->ctx, (size_t)(BT * D) * es, 0, 1);
-    dl_plan_add(&pl, &m->q2, (size_t)(BN * D) * es, 1, 1);
-    dl_plan_add(&pl, &m->kv2, (size_t)(BT * 2 * D) * es, 1, 1);
-    dl_plan_add(&pl, &m->f, (size_t)(BN * F) * es, 1, 1);
+    dl_plan_add(&pl, &m->q2, (size_t)(BN * Dl) * es, 1, 1);
+    dl_plan_add(&pl, &m->kv2, (size_t)(BT * 2 * Dl) * es, 1, 1);
+    dl_plan_add(&pl, &m->ss, (size_t)(BN > BT ? BN : BT) * 4, 1, 1);
+    dl_plan_add(&pl, &m->f, (size_t)(BN * Fl) * es, 1, 1);
     dl_plan_add(&pl, &m->mod, (size_t)(6 * D) * 4, 1, 2);
     embed_plan(&m->e, &pl);
     dl_plan_add(&pl, &m->ones, (size_t)D * 4, 0, 2);
@@ -418,7 +439,7 @@ static dl_dit view(const dl_dit *c, int b) {
 /* the B branches' outputs (same latents and timestep, text txt[b]) into out[b] */
 static dl_status run_batch(dl_wan *m, const float *latents, const float *const *txt, float timestep, float *const *out) {
     const int B = m->B;
-    const int64_t D = m->c.D, N = m->c.N, Nl = m->c.Nl, n0 = m->c.n0, T = m->Tt, PP = m->P[0] * m->P[1] * m->P[2];
+    const int64_t D = m->c.D, Dl = m->c.Dl, N = m->c.N, Nl = m->c.Nl, n0 = m->c.n0, T = m->Tt, PP = m->P[0] * m->P[1] * m->P[2];
     const dl_dtype dt = m->c.dt;
     const size_t es = dl_dtype_size(dt);
     dl_status s;
@@ -443,11 +464,12 @@ static dl_status run_batch(dl_wan *m, const float *latents, const float *const *
         /* self-attention, per branch over its own tokens */
         for (int b = 0; b < B; b++) dl_dit_ln_mod(&v[b], NULL, NULL, md + D, md);
         RUN(&bl->qkv, m->c.h, m->c.qkv);
-        for (int b = 0; b < B; b++) dl_dit_qk_norm_full_rope(&v[b], bl->nq, bl->nk, m->eps);
+        for (int b = 0; b < B; b++) TRY(dl_dit_qk_norm_full_rope(&v[b], bl->nq, bl->nk, m->eps, m->ss));
         if (pt) ta = dl_now();
-        for (int b = 0; b < B; b++) TRY(dl_dit_attention(&v[b], D));
+        for (int b = 0; b < B; b++) TRY(dl_dit_attention(&v[b], Dl));
         if (pt) pt->self_attn_s += dl_now() - ta;
         RUN(&bl->out, m->c.att, m->c.o);
+        for (int b = 0; b < B; b++) TRY(dl_dit_reduce_out(&v[b])); /* TP: the row-parallel partial sums */
         for (int b = 0; b < B; b++) dl_dit_gate_add(&v[b], NULL, md + 2 * D);
         if (pt) phase(&pt->self_s, &t0);
         /* cross-attention to every text row of the branch's own text */
@@ -457,21 +479,21 @@ static dl_status run_batch(dl_wan *m, const float *latents, const float *const *
             to_dt(dt, m->c.h, m->c.x, B * Nl * D);
         RUN(&bl->q2, m->c.h, m->q2);
         RUN(&bl->kv2, m->ctx, m->kv2);
-        DL_PAR({
-            dl_rmsnorm_heads_t(dt, m->q2, B * Nl, D, 1, D, bl->nq2, m->eps, ith, nth);
-            dl_rmsnorm_heads_t(dt, m->kv2, B * T, 2 * D, 1, D, bl->nk2, m->eps, ith, nth);
-        });
+        TRY(dl_dit_rmsnorm_full(&m->c, m->q2, B * Nl, Dl, bl->nq2, m->eps, m->ss));
+        TRY(dl_dit_rmsnorm_full(&m->c, m->kv2, B * T, 2 * Dl, bl->nk2, m->eps, m->ss));
         for (int b = 0; b < B; b++) {
-            const char *q = (const char *)m->q2 + (size_t)(b * Nl * D) * es, *kv = (const char *)m->kv2 + (size_t)(b * T * 2 * D) * es;
-            dl_dit_cross_attention(&v[b], q, D, kv, kv + (size_t)D * es, 2 * D, T, T, v[b].att, D);
+            const char *q = (const char *)m->q2 + (size_t)(b * Nl * Dl) * es, *kv = (const char *)m->kv2 + (size_t)(b * T * 2 * Dl) * es;
+            dl_dit_cross_attention(&v[b], q, Dl, kv, kv + (size_t)Dl * es, 2 * Dl, T, T, v[b].att, Dl);
         }
         RUN(&bl->out2, m->c.att, m->c.o);
+        for (int b = 0; b < B; b++) TRY(dl_dit_reduce_out(&v[b]));
         for (int b = 0; b < B; b++) dl_dit_gate_add(&v[b], NULL, m->ones);
         if (pt) phase(&pt->cross_s, &t0);
         /* feed-forward */
         for (int b = 0; b < B; b++) dl_dit_ln_mod(&v[b], NULL, NULL, md + 4 * D, md + 3 * D);
         RUN(&bl->ff1, m->c.h, m->f);
         RUN(&bl->ff2, m->f, m->c.o);
+        for (int b = 0; b < B; b++) TRY(dl_dit_reduce_out(&v[b]));
         for (int b = 0; b < B; b++) dl_dit_gate_add(&v[b], NULL, md + 5 * D);
         if (pt) phase(&pt->ffn_s, &t0);
     }
@@ -584,8 +606,8 @@ dl_status dl_wan_probe_load(dl_wan_probe **out, dl_model_dir *dir, const char *c
     }
     p->c = (dl_dit){.sp = split ? *split : (dl_dit_split){.tp = 1, .cp = 1}, .dt = dt, .D = m->c.D, .H = m->c.H,
                     .Dh = m->c.Dh, .F = m->c.F, .N = N, .S = N};
-    if (p->c.sp.tp > 1) {
-        s = dl_fail(DL_ERR_UNSUPPORTED, "parallel split refused: Wan's probe runs on cp groups only (tp=%d)", p->c.sp.tp);
+    if (p->c.sp.sp) { /* tp ranks compute the probe alike (replicated); cp ranks their rows */
+        s = dl_fail(DL_ERR_UNSUPPORTED, "parallel split refused: sequence parallelism is not supported for Wan yet");
         goto fail;
     }
     if ((s = dl_dit_plan(&p->c)) != DL_OK) goto fail;
