@@ -82,6 +82,14 @@ expect 0 "" "${wgen[@]}" --negative-prompt x --cfg-batch -o "$tmpd/batched.mp4"
 expect 1 "batched CFG is not supported for FluxPipeline" "${gen[@]}" --true-cfg 2 --negative-prompt x --cfg-batch -o "$tmpd/x.png"
 out=$(DIFFLET_CACHE="$tmpd/wcache" "$bin" compile --model "$data/wan/a" --size 48x32 --frames 9 --max-sequence-length 16 --probe 2>/dev/null)
 if [[ "$out" == *"probe "* && "$out" == *"transformer "* && "$out" == *"4 compiled"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: compile --probe of Wan: $out"; fi
+# Qwen-Image (tests/data/qwenimage/a): true CFG by default when a negative prompt is given
+expect 0 "8 transformer calls" generate --model "$data/qwenimage/a" --prompt "a red circle" --negative-prompt "blurry" \
+  --width 48 --height 32 --steps 4 --max-sequence-length 64 -o "$tmpd/q.png"
+got=$(ffprobe -v error -show_entries stream=codec_name,width,height -of csv=p=0 "$tmpd/q.png" 2>&1)
+if [ "$got" = "png,48,32" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: q.png reads back as '$got'"; fi
+expect 1 "multiples of 8" generate --model "$data/qwenimage/a" --prompt x --width 44 --height 32 -o "$tmpd/x.png"
+expect 1 "max_sequence_length must be in 1..1024" generate --model "$data/qwenimage/a" --prompt x --width 48 --height 32 \
+  --max-sequence-length 1025 -o "$tmpd/x.png"
 # a Hub repository id, resolved offline in a Hugging Face cache laid out as the hub
 # library lays it out (refs/main -> commit, snapshots/<commit>/ linking to blobs/)
 hub="$tmpd/hf/hub"; repo="$hub/models--test-org--flux-dev"; commit=0123456789abcdef0123456789abcdef01234567

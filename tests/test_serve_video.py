@@ -6,7 +6,8 @@ tools/venv/bin/python, and is skipped with a note otherwise). Covers POST/GET/li
 DELETE /v1/videos, the MP4 content read back by ffprobe (codec, size, frames, fps),
 seconds -> frames, progress events, cancel by delete, forms as the SDK sends them,
 an API restart keeping finished videos and finishing queued ones, bad input (400
-with `param`), and image/video requests to the wrong kind of model.
+with `param`), image/video requests to the wrong kind of model, and Qwen-Image (the
+other image family) through the images API.
 
     tests/test_serve_video.py path/to/difflet tests/data
 """
@@ -325,6 +326,21 @@ check(st == 400 and e["error"]["param"] == "model" and "makes images" in e["erro
 st, m = img.json("GET", "/v1/models")
 check(st == 200 and m["data"][0]["output"] == "image" and "frames" not in m["data"][0], f"an image model's object: {m}")
 img.stop()
+
+# the other image model family behind the same images API: Qwen-Image (true CFG with a
+# negative prompt, the prompt's own length as the valid text count)
+QWEN = os.path.join(DATA, "qwenimage", "a")
+q = Server(os.path.join(tmp, "qwen"), model=QWEN, sizes=["48x32"], frames=[1], max_sequence_length=64)
+q.wait_ready()
+st, r = q.json("POST", "/v1/images/generations", {"prompt": "a red circle", "size": "48x32", "steps": 3, "seed": 2,
+                                                  "negative_prompt": "blurry", "true_cfg_scale": 4})
+png = __import__("base64").b64decode(r["data"][0]["b64_json"]) if st == 200 else b""
+check(st == 200 and png[:8] == b"\x89PNG\r\n\x1a\n", f"Qwen-Image through /v1/images/generations: {st} {str(r)[:200]}")
+st, m = q.json("GET", "/v1/models")
+check(st == 200 and m["data"][0]["output"] == "image", f"Qwen-Image's model object: {m}")
+st, e = q.json("POST", "/v1/videos", {"prompt": "x"})
+check(st == 400 and e["error"]["param"] == "model", f"/v1/videos on Qwen-Image: {st} {e}")
+q.stop()
 
 # ---- OpenAI's SDK -------------------------------------------------------------------------------
 try:

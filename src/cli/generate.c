@@ -140,7 +140,7 @@ int cli_generate(int argc, char **argv) {
         else if (!strcmp(a, "--width")) { NEED(); if (!parse_int(v, 1, 8192, &width)) BAD("must be an integer in 1..8192"); }
         else if (!strcmp(a, "--height")) { NEED(); if (!parse_int(v, 1, 8192, &height)) BAD("must be an integer in 1..8192"); }
         else if (!strcmp(a, "--steps")) { NEED(); if (!parse_int(v, -1000000000L, 1000000000L, &steps)) BAD("must be an integer"); }
-        else if (!strcmp(a, "--max-sequence-length")) { NEED(); if (!parse_int(v, 2, 512, &maxseq)) BAD("must be in 2..512"); }
+        else if (!strcmp(a, "--max-sequence-length")) { NEED(); if (!parse_int(v, 1, 4096, &maxseq)) BAD("must be in 1..4096 (each pipeline has its own limit)"); }
         else if (!strcmp(a, "--threads")) { NEED(); if (!parse_int(v, 1, 1024, &threads)) BAD("must be a positive integer"); }
         else if (!strcmp(a, "--seed")) { NEED(); if (!parse_int(v, 0, 0x7fffffffffffffffL, &seed)) BAD("must be a non-negative integer"); }
         else if (!strcmp(a, "--guidance")) { NEED(); if (!parse_float(v, &guidance)) BAD("must be a number"); }

@@ -89,8 +89,9 @@ dl_status dl_request_validate(const dl_request *r, const dl_request_limits *lim,
         BAD("size", "the size must be WxH with both sides in 1..8192");
     if (r->frames < 0 || r->frames > 100000) BAD("frames", "`frames` must be an integer from 1 to 100000");
     if (!(r->fps >= 0 && r->fps <= 1000)) BAD("fps", "`fps` must be a number in (0, 1000]");
-    if (r->max_sequence_length && (r->max_sequence_length < 2 || r->max_sequence_length > 512))
-        BAD("max_sequence_length", "`max_sequence_length` must be an integer from 2 to 512");
+    /* the engine's bound; each pipeline refuses what it cannot take (FLUX: 2..512, Qwen-Image: 1..1024) */
+    if (r->max_sequence_length && (r->max_sequence_length < 1 || r->max_sequence_length > 4096))
+        BAD("max_sequence_length", "`max_sequence_length` must be an integer from 1 to 4096");
     if (r->cache[0]) {
         dl_stepcache_config sc;
         int named_file = strchr(r->cache, '/') || !strncmp(r->cache, "calibrated", 10);
@@ -137,7 +138,7 @@ dl_status dl_request_from_json(const cJSON *j, const dl_request_limits *lim, dl_
              int_field(j, "frames", 1, 100000, &r->frames, 0, param, pn, NULL) &&
              int_field(j, "seed", 0, DL_SEED_MAX - 1, &r->seed, 1, param, pn,
                        "`seed` must be a non-negative integer below 2^53") &&
-             int_field(j, "max_sequence_length", 2, 512, &r->max_sequence_length, 0, param, pn, NULL) &&
+             int_field(j, "max_sequence_length", 1, 4096, &r->max_sequence_length, 0, param, pn, NULL) &&
              int_field(j, "output_compression", 0, 100, &r->output_compression, 0, param, pn, NULL);
     static const struct {
         const char *name;
