@@ -343,50 +343,6 @@ static double step_flops(const wan_cfg *c, double *self_attn) {
     return emb + blk + 2 * N * D * (double)c->Cout * PP;
 }
 
-/* this process's resident and peak resident memory (MiB) from /proc/self/status */
-static void rss_mib(double *cur, double *peak) {
-    *cur = *peak = NAN;
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "VmRSS:", 6)) *cur = atof(line + 6) / 1024.0;
-        if (!strncmp(line, "VmHWM:", 6)) *peak = atof(line + 6) / 1024.0;
-    }
-    if (f) fclose(f);
-}
-
-/* restart the peak-RSS count at the current RSS (Linux clear_refs 5); 0 when refused */
-static int rss_reset(void) {
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (!f) return 0;
-    int ok = fputs("5", f) >= 0;
-    return fclose(f) == 0 && ok;
-}
-
-/* the same-run oneDNN matmul peak in dt (GFLOP/s) at Wan's FFN shape */
-static double matmul_peak(dl_dtype dt, int quick) {
-    const int64_t M = quick ? 1024 : 4096, K = 1536, Nn = 8960;
-    const size_t es = dl_dtype_size(dt);
-    void *w = malloc((size_t)(K * Nn) * es), *x = malloc((size_t)(M * K) * es), *y = malloc((size_t)(M * Nn) * es);
-    double tb = INFINITY;
-    dl_matmul *mm;
-    dl_matmul_desc d = {.m = M, .k = K, .n = Nn, .dt = dt, .dst_dt = dt};
-    if (w && x && y) {
-        dl_fill_uniform(dt, w, K * Nn, -0.05f, 0.05f, 9);
-        dl_fill_uniform(dt, x, M * K, -1.f, 1.f, 10);
-        if (dl_matmul_new(&mm, &d, w, dt, NULL) == DL_OK) {
-            for (int i = 0; i < 3; i++) {
-                double t = dl_now();
-                dl_matmul_run(mm, x, y);
-                if (i && dl_now() - t < tb) tb = dl_now() - t;
-            }
-            dl_matmul_free(mm);
-        }
-    }
-    free(w), free(x), free(y);
-    return 2.0 * (double)M * (double)K * (double)Nn / tb * 1e-9;
-}
-
 typedef struct {
     double t0, t[2];
 } chunk_clock;
@@ -410,8 +366,8 @@ static int bench_vae(dl_model_dir *md, const wan_cfg *c, dl_dtype dt, double pea
            dl_dtype_name(dt), (long long)F, (long long)h, (long long)w, (long long)(1 + (F - 1) * 4), (long long)(h * 8),
            (long long)(w * 8));
     double r0, p0, r1, p1;
-    int reset = rss_reset();
-    rss_mib(&r0, &p0);
+    int reset = bench_rss_reset();
+    bench_rss_mib(&r0, &p0);
     dl_wan_vae *v = NULL;
     double t0 = dl_now();
     if (dl_wan_vae_load(&v, md, "vae", F, h, w, dt, NULL) != DL_OK) {
@@ -419,7 +375,7 @@ static int bench_vae(dl_model_dir *md, const wan_cfg *c, dl_dtype dt, double pea
         return 0;
     }
     const double load_s = dl_now() - t0;
-    rss_mib(&r1, &p1);
+    bench_rss_mib(&r1, &p1);
     const size_t act = dl_wan_vae_activation_bytes(v);
     dl_wan_vae_free(v);
     const int64_t tcc[VAE_LEV] = {1, 2, 4, 4}, tca[VAE_LEV] = {F, 2 * F - 1, 4 * F - 3, 4 * F - 3};
@@ -474,56 +430,6 @@ static int bench_vae(dl_model_dir *md, const wan_cfg *c, dl_dtype dt, double pea
     cJSON_AddNumberToObject(vj, "first_chunk_s", ck.t[0]);
     cJSON_AddNumberToObject(vj, "later_chunk_s", ck.t[1]);
     return 1;
-}
-
-/* the peer in the tools virtualenv; its JSON line (NULL: not measured, reason printed;
- * DIFFLET_BENCH_PEER=off skips it, for quick tests) */
-static cJSON *run_peer(const char *dir, int reps, int warm, dl_dtype dt) {
-    const char *py = DIFFLET_SOURCE_DIR "/tools/venv/bin/python";
-    char cmd[8192], line[4096] = "";
-    const char *env = getenv("DIFFLET_BENCH_PEER");
-    if (env && !strcmp(env, "off")) {
-        printf("  diffusers: not measured (DIFFLET_BENCH_PEER=off)\n");
-        return NULL;
-    }
-    if (access(py, X_OK) != 0) {
-        printf("  diffusers: not measured (no %s: run `make tools-venv`)\n", py);
-        return NULL;
-    }
-    snprintf(cmd, sizeof cmd, "%s %s/tools/bench/wan_step_peer.py %s %s/inputs.safetensors %s/peer_out.safetensors %d %d %s %d",
-             py, DIFFLET_SOURCE_DIR, dir, dir, dir, dl_threads(), reps, dl_dtype_name(dt), warm);
-    fflush(stdout);
-    FILE *f = popen(cmd, "r");
-    while (f && fgets(line, sizeof line, f))
-        if (line[0] == '{') break;
-    int prc = f ? pclose(f) : -1;
-    cJSON *pj = prc == 0 ? cJSON_Parse(line) : NULL;
-    if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(pj, "step_s"))) {
-        printf("  diffusers: not measured: the peer script failed (exit %d)\n", prc);
-        cJSON_Delete(pj);
-        return NULL;
-    }
-    return pj;
-}
-
-/* max |a - b| / max |b| over n, with b read from the `out` tensor of path; NAN when unreadable */
-static double rel_diff(const char *path, const float *a, int64_t n) {
-    dl_checkpoint *ck;
-    double rel = NAN;
-    if (dl_ckpt_open(&ck, path, NULL) != DL_OK) return rel;
-    const dl_st_tensor *t = dl_ckpt_find(ck, "out");
-    float *b = t && t->numel == n ? malloc((size_t)n * 4) : NULL;
-    if (b && dl_ckpt_read(t, DL_F32, b) == DL_OK) {
-        double e = 0, mx = 0;
-        for (int64_t i = 0; i < n; i++) {
-            e = fmax(e, fabs((double)a[i] - b[i]));
-            mx = fmax(mx, fabs((double)b[i]));
-        }
-        rel = e / mx;
-    }
-    free(b);
-    dl_ckpt_free(ck);
-    return rel;
 }
 
 int cli_bench_wan(int argc, char **argv) {
@@ -598,7 +504,7 @@ int cli_bench_wan(int argc, char **argv) {
     }
     /* difflet */
     double rss0, rss_peak;
-    const int reset = rss_reset();
+    const int reset = bench_rss_reset();
     double t0 = dl_now();
     if (dl_model_dir_open(&md, dir) != DL_OK ||
         dl_wan_load(&m, md, "transformer", c.lat[0], c.lat[1], c.lat[2], c.T, dt, NULL, NULL) != DL_OK) {
@@ -618,9 +524,9 @@ int cli_bench_wan(int argc, char **argv) {
         double t = dl_now() - t0;
         if (i >= warm && t < best) best = t, best_ph = ph;
     }
-    rss_mib(&rss0, &rss_peak);
+    bench_rss_mib(&rss0, &rss_peak);
     double sa_flops, flops = step_flops(&c, &sa_flops), gf = flops / best * 1e-9;
-    const double peak = matmul_peak(dt, quick);
+    const double peak = bench_matmul_peak(dt, quick ? 1024 : 4096, 1536, 8960);
     printf("  FLOPs per step (counted): %.1f GFLOP, of which self-attention 4 N^2 D = %.1f GFLOP\n", flops * 1e-9,
            sa_flops * 1e-9);
     printf("  difflet:  load %.1f s, step %.3f s (best of %d, %d warm-up), %.0f GFLOP/s effective = %.2f x the same-run\n"
@@ -650,14 +556,14 @@ int cli_bench_wan(int argc, char **argv) {
     dl_wan_free(m);
     m = NULL;
     /* the peer */
-    pj = run_peer(dir, reps, warm, dt);
+    pj = bench_run_peer("wan_step_peer.py", dir, reps, warm, dt);
     if (!pj) {
         cJSON_AddNullToObject(root, "diffusers_step_s");
     } else {
         const double peer = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(pj, "step_s"));
         const double prss = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(pj, "peak_rss_mib"));
         snprintf(path, sizeof path, "%s/peer_out.safetensors", dir);
-        const double rel = rel_diff(path, out, nlat);
+        const double rel = bench_rel_diff(path, out, nlat);
         printf("  diffusers: step %.3f s (best of %d, %d warm-up; torch %s, %d threads), peak RSS %.0f MiB (its process)\n",
                peer, reps, warm, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pj, "torch")), dl_threads(), prss);
         printf("  difflet / diffusers step time: %.3f (difflet %.2f x faster; goal >= 1.5); outputs differ by %.3g of max|diffusers|\n",

@@ -20,6 +20,7 @@ int cli_tokenize(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_bench_flux(int argc, char **argv);
 int cli_bench_wan(int argc, char **argv);
+int cli_bench_qwen(int argc, char **argv);
 int cli_compile(int argc, char **argv);
 int cli_eval_tiny(int argc, char **argv);
 int cli_calibrate(int argc, char **argv);
@@ -48,5 +49,20 @@ int cli_mpirun(const char *const *sub, int nsub, int argc, char **argv, int rank
  * printed, prefixed with cmd) when it cannot be resolved. */
 int cli_model(const char *cmd, const char *ref, char *buf, size_t n);
 int cli_layout_ok(const char *cmd, const char *model, const char *spec, const dl_par_config *pc, int passes);
+
+
+/* the model benchmarks' shared parts (bench_common.c) */
+struct cJSON;
+/* this process's resident and peak resident memory (MiB) from /proc/self/status */
+void bench_rss_mib(double *cur, double *peak);
+/* restart the peak-RSS count at the current RSS (Linux clear_refs 5); 0 when refused */
+int bench_rss_reset(void);
+/* the same-run oneDNN matmul rate in dt (GFLOP/s) at M x K x N */
+double bench_matmul_peak(dl_dtype dt, int64_t M, int64_t K, int64_t N);
+/* tools/bench/<script> in the tools virtualenv on the folder's inputs.safetensors; its JSON
+ * line (NULL: not measured, the reason printed; DIFFLET_BENCH_PEER=off skips it) */
+struct cJSON *bench_run_peer(const char *script, const char *dir, int reps, int warm, dl_dtype dt);
+/* max |a - b| / max |b| over n, b the `out` tensor of path; NAN when unreadable */
+double bench_rel_diff(const char *path, const float *a, int64_t n);
 
 #endif

@@ -35,6 +35,7 @@
 #include "difflet/pipeline.h"
 #include "difflet/registry.h"
 #include "difflet/request.h"
+#include "difflet/text.h"
 #include "serve/serve_impl.h"
 
 enum { MAX_BODY = 64 * 1024, NBUCKETS = 10 };
@@ -70,6 +71,8 @@ typedef struct {
     double last_expire; /* the supervisor's last sweep of expired queued jobs */
     double started;     /* wall time the server started ("created" of its model) */
     uint8_t url_key[32];    /* signs the short-lived content URLs (random per server) */
+    dl_tokenizer *tok;      /* counts a prompt's tokens for usage (NULL: not loaded) */
+    int tok_len;            /* the text length the model reads: a count's cap */
     /* metrics */
     long requests[600];
     long dur_bucket[NBUCKETS + 1], dur_count, wait_count, steps_full, steps_cached, restarts;
@@ -540,12 +543,35 @@ static void model_kind(char *out, size_t n) {
              A.entry ? A.entry->pipeline_class : "an unknown pipeline");
 }
 
+/* What an images request asks of the answer beyond the typed request: OpenAI's
+ * parameters that shape the response, not the picture. */
+typedef struct {
+    int n, b64;
+    char quality[8];  /* what the step count stands for ("low", "medium", "high"); "" when `steps` was given */
+    char safety[260]; /* safety_identifier, else user; "" when neither */
+} img_opts;
+
+/* the index of s in `list` (NULL-terminated), -1 when absent */
+static int str_index(const char *s, const char *const *list) {
+    for (int i = 0; s && list[i]; i++)
+        if (!strcmp(s, list[i])) return i;
+    return -1;
+}
+
+/* the index of string value v in `allowed`, -1 when v is not one of them (or not a string) */
+static int one_of(const cJSON *v, const char *const *allowed) { return cJSON_IsString(v) ? str_index(v->valuestring, allowed) : -1; }
+
 /* Validate a generation request; on success *norm is the normalised job request
- * (the typed request as JSON: what the job store keeps and the model process gets). */
-static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64, char *err, size_t en, char *param, size_t pn) {
+ * (the typed request as JSON: what the job store keeps and the model process gets)
+ * and *o what the answer needs. Every value OpenAI's images.generate can send is
+ * taken: honoured where difflet can (quality chooses the step count when `steps` is
+ * absent), otherwise ignored (docs/serve.md, "OpenAI compatibility"); a null is the
+ * same as the parameter left out, as OpenAI has it. */
+static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, char *err, size_t en, char *param, size_t pn) {
     cJSON *j = parse_json_body(body, len);
     *norm = NULL;
     param[0] = 0;
+    memset(o, 0, sizeof *o);
 #define FAIL(p, ...)                               \
     do {                                           \
         snprintf(param, pn, "%s", p);              \
@@ -555,32 +581,74 @@ static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64
     } while (0)
     if (!j) FAIL("", "the body is not valid JSON");
     if (!cJSON_IsObject(j)) FAIL("", "the body must be a JSON object");
-    /* the request's fields (request.h) plus the API's own */
-    static const char *known[] = {"prompt", "negative_prompt", "size", "steps", "guidance_scale", "true_cfg_scale", "seed",
-                                  "cache", "output_format", "output_compression", "n", "response_format", "model", "user"};
-    const cJSON *e;
-    cJSON_ArrayForEach(e, j) {
-        int ok = 0;
-        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= !strcmp(e->string, known[k]);
-        if (!ok) FAIL(e->string, "unknown field `%s`", e->string);
+    /* OpenAI's parameters (as images.generate sends them), then difflet's (request.h) */
+    static const char *const openai[] = {"prompt", "model", "n", "size", "response_format", "output_format",
+                                         "output_compression", "quality", "style", "background", "moderation",
+                                         "stream", "partial_images", "user", "safety_identifier", "complexity",
+                                         "frame_count", "frame_duration_ms", "svg", NULL};
+    static const char *const own[] = {"negative_prompt", "steps", "guidance_scale", "true_cfg_scale", "seed", "cache", NULL};
+    for (cJSON *e = j->child, *next; e; e = next) {
+        next = e->next;
+        int std = str_index(e->string, openai) >= 0;
+        if (!std && str_index(e->string, own) < 0) FAIL(e->string, "unknown field `%s`", e->string);
+        if (std && cJSON_IsNull(e)) cJSON_Delete(cJSON_DetachItemViaPointer(j, e));
     }
     const cJSON *v;
-    *n = 1;
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "n"))) {
+#define GET(name) cJSON_GetObjectItemCaseSensitive(j, name)
+    o->n = 1;
+    if ((v = GET("n"))) {
         if (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 1 || v->valuedouble > 4)
             FAIL("n", "`n` must be an integer from 1 to 4");
-        *n = (int)v->valuedouble;
+        o->n = (int)v->valuedouble;
     }
-    *b64 = 1;
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "response_format"))) {
+    o->b64 = 1;
+    if ((v = GET("response_format"))) {
         if (!cJSON_IsString(v) || (strcmp(v->valuestring, "b64_json") && strcmp(v->valuestring, "url")))
             FAIL("response_format", "`response_format` must be \"b64_json\" or \"url\"");
-        *b64 = !strcmp(v->valuestring, "b64_json");
+        o->b64 = !strcmp(v->valuestring, "b64_json");
     }
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "model")) && !cJSON_IsString(v)) FAIL("model", "`model` must be a string");
+    if ((v = GET("model")) && !cJSON_IsString(v)) FAIL("model", "`model` must be a string");
     if (v && v->valuestring[0] && strcmp(v->valuestring, A.pr.model_id)) /* the callers answer 404 */
         FAIL("model", "The model `%.200s` does not exist (this server serves `%s`)", v->valuestring, A.pr.model_id);
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "user")) && !cJSON_IsString(v)) FAIL("user", "`user` must be a string");
+    for (int k = 0; k < 2; k++) { /* echoed as the answer's safety_identifier (safety_identifier wins) */
+        const char *name = k ? "user" : "safety_identifier";
+        if (!(v = GET(name))) continue;
+        if (!cJSON_IsString(v) || strlen(v->valuestring) > 256 || !dl_utf8_valid(v->valuestring, strlen(v->valuestring)))
+            FAIL(name, "`%s` must be a string of at most 256 bytes", name);
+        if (!o->safety[0]) snprintf(o->safety, sizeof o->safety, "%s", v->valuestring);
+    }
+    static const char *const qualities[] = {"auto", "standard", "hd", "high", "xhigh", "max", "medium", "low", NULL};
+    static const char *const styles[] = {"vivid", "natural", NULL}, *const backgrounds[] = {"auto", "opaque", "transparent", NULL},
+                             *const moderations[] = {"auto", "low", NULL}, *const complexities[] = {"low", "medium", "high", NULL};
+    static const struct {
+        const char *name;
+        const char *const *values;
+        const char *message;
+    } enums[] = {
+        {"quality", qualities, "\"auto\", \"low\", \"medium\", \"high\", \"xhigh\", \"max\", \"standard\" or \"hd\""},
+        {"style", styles, "\"vivid\" or \"natural\""},
+        {"background", backgrounds, "\"auto\", \"opaque\" or \"transparent\""},
+        {"moderation", moderations, "\"auto\" or \"low\""},
+        {"complexity", complexities, "\"low\", \"medium\" or \"high\""},
+    };
+    for (size_t k = 0; k < sizeof enums / sizeof enums[0]; k++)
+        if ((v = GET(enums[k].name)) && one_of(v, enums[k].values) < 0)
+            FAIL(enums[k].name, "`%s` must be %s", enums[k].name, enums[k].message);
+    if ((v = GET("stream")) && !cJSON_IsBool(v)) FAIL("stream", "`stream` must be a boolean");
+    if (cJSON_IsTrue(v))
+        FAIL("stream", "`stream: true` (partial image events) is not supported by this server; leave it out or set it false");
+    if ((v = GET("partial_images")) && (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 0 || v->valuedouble > 3))
+        FAIL("partial_images", "`partial_images` must be an integer from 0 to 3");
+    if ((v = GET("output_format")) && (one_of(v, (const char *const[]){"gif", "svg", NULL}) >= 0))
+        FAIL("output_format", "`output_format` \"%s\" is not supported: this server writes \"png\", \"jpeg\" or \"webp\"", v->valuestring);
+    static const char *const gif_svg[] = {"frame_count", "frame_duration_ms", "svg"};
+    for (size_t k = 0; k < sizeof gif_svg / sizeof gif_svg[0]; k++)
+        if (GET(gif_svg[k]))
+            FAIL(gif_svg[k], "`%s` is for output_format \"gif\" or \"svg\", which this server does not make", gif_svg[k]);
+    if (one_of(GET("size"), (const char *const[]){"auto", NULL}) == 0) cJSON_DeleteItemFromObjectCaseSensitive(j, "size"); /* the first size served */
+    int quality = one_of(GET("quality"), qualities), steps_given = GET("steps") != NULL;
+    const int guid_given = GET("guidance_scale") != NULL, tcfg_given = GET("true_cfg_scale") != NULL;
+#undef GET
     if (A.pr.video) {
         char what[400];
         model_kind(what, sizeof what);
@@ -596,6 +664,16 @@ static int validate(const char *body, size_t len, cJSON **norm, int *n, int *b64
     if (r.output_format == DL_FMT_MP4) {
         dl_request_free(&r);
         FAIL("output_format", "`output_format` must be \"png\", \"jpeg\" or \"webp\" for this model's images");
+    }
+    if (A.entry) { /* the served pipeline's own __call__ defaults (FLUX: 28 steps, guidance 3.5; Qwen-Image: 50, true CFG 4) */
+        if (!steps_given) r.steps = A.entry->default_steps < A.pr.max_steps ? A.entry->default_steps : A.pr.max_steps;
+        if (!guid_given) r.guidance = A.entry->default_guidance;
+        if (!tcfg_given && A.entry->default_true_cfg > 0) r.true_cfg = A.entry->default_true_cfg;
+    }
+    if (!steps_given) { /* quality is the step count: low a quarter of the default, medium half, the rest all of it */
+        const char *level = quality == 7 ? "low" : quality == 6 ? "medium" : "high";
+        r.steps = quality == 7 ? (r.steps + 3) / 4 : quality == 6 ? (r.steps + 1) / 2 : r.steps;
+        snprintf(o->quality, sizeof o->quality, "%s", level);
     }
     if (!r.width) r.width = A.pr.sizes[0][0], r.height = A.pr.sizes[0][1];
     int served = 0;
@@ -829,12 +907,43 @@ static void observe(double secs) {
     pthread_mutex_unlock(&A.mu);
 }
 
+/* The prompt's text tokens as the model's main text encoder reads them: counted by
+ * its tokenizer (tokenizer_2 where there is one, FLUX's T5; else tokenizer) with the
+ * special tokens and without padding or a pipeline's prompt template, at most the
+ * text length the model reads. 0 when the tokenizer could not be loaded. */
+static int prompt_tokens(const char *prompt) {
+    size_t len = strlen(prompt);
+    int n = 0, cap = (int)(len * 4 + 16); /* no truncation here: a few ids per byte at most, plus the specials */
+    if (!A.tok || A.tok_len < 1) return 0;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    if (!ids || dl_tokenizer_encode(A.tok, prompt, len, cap, 0, ids, &n) != DL_OK) n = 0;
+    free(ids);
+    return n < A.tok_len ? n : A.tok_len;
+}
+
+/* The tokenizer usage counts with, from the served model's folder (image models). */
+static void load_tokenizer(void) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/tokenizer_2", A.pr.model);
+    if (!dl_file_exists(dir)) snprintf(dir, sizeof dir, "%s/tokenizer", A.pr.model);
+    if (dl_tokenizer_load(&A.tok, dir) != DL_OK) {
+        DL_WARN("serve: %s; images' usage.input_tokens will be 0", dl_last_error());
+        A.tok = NULL;
+    }
+    A.tok_len = A.pr.max_sequence_length > 0 ? A.pr.max_sequence_length
+                                              : (int)dl_model_default_int(A.pr.model, "max_sequence_length", 1, 4096, 512);
+}
+
+/* POST /v1/images/generations: n jobs, answered when all are done, in OpenAI's
+ * ImagesResponse shape (created, data[] with revised_prompt, background,
+ * output_format, quality, size, usage, safety_identifier) plus difflet's timing. */
 static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
     cJSON *req;
-    int n, want_b64;
+    img_opts o;
     char err[1024], param[64];
-    if (!validate(cn->body ? cn->body : "", cn->len, &req, &n, &want_b64, err, sizeof err, param, sizeof param))
+    if (!validate(cn->body ? cn->body : "", cn->len, &req, &o, err, sizeof err, param, sizeof param))
         return error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
+    const int n = o.n;
     char ids[4][24];
     int q = enqueue(req, n, ids, "image");
     if (q < 0) {
@@ -845,7 +954,6 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
         cJSON_Delete(req);
         return error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", A.pr.queue_capacity);
     }
-    cJSON_Delete(req);
     cJSON *out = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(out, "data");
     cJSON_AddNumberToObject(out, "created", (double)(int64_t)wall());
     for (int i = 0; i < n; i++) {
@@ -868,13 +976,14 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
             const char *e = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "error")) : NULL;
             int timeout = e && strstr(e, "timed out");
             cJSON_Delete(out);
+            cJSON_Delete(req);
             enum MHD_Result r = error_reply(c, timeout ? 504 : 500, timeout ? "timeout_error" : "server_error", NULL,
                                             "job %s %s: %s", ids[i], st, e ? e : "no result");
             cJSON_Delete(j);
             return r;
         }
         cJSON *item = cJSON_CreateObject();
-        if (want_b64) {
+        if (o.b64) {
             char *data_bytes;
             size_t len;
             const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "result"));
@@ -888,15 +997,39 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
             content_url(c, ids[i], url, sizeof url);
             cJSON_AddStringToObject(item, "url", url);
         }
+        /* difflet does not rewrite prompts: the model read the prompt as given */
+        cJSON_AddStringToObject(item, "revised_prompt", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "prompt")));
         cJSON_AddItemToArray(data, item);
         if (i == 0) { /* extension: where the time went (benchmarks measure server overhead with it) */
             cJSON *t = cJSON_AddObjectToObject(out, "difflet");
             cJSON_AddStringToObject(t, "job", ids[0]);
             cJSON_AddNumberToObject(t, "model_seconds", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "model_seconds")));
             cJSON_AddNumberToObject(t, "queue_seconds", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "queue_seconds")));
+            cJSON_AddNumberToObject(t, "steps", cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "steps")));
         }
         cJSON_Delete(j);
     }
+    /* what was made: never transparent (no alpha channel), the format written, the
+       quality the step count stood for (absent when `steps` was given), the size */
+    char size[32];
+    snprintf(size, sizeof size, "%dx%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "width")),
+             (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "height")));
+    cJSON_AddStringToObject(out, "background", "opaque");
+    cJSON_AddStringToObject(out, "output_format", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "output_format")));
+    if (o.quality[0]) cJSON_AddStringToObject(out, "quality", o.quality);
+    cJSON_AddStringToObject(out, "size", size);
+    if (o.safety[0]) cJSON_AddStringToObject(out, "safety_identifier", o.safety);
+    /* usage: the prompt's text tokens (counted once per request, as OpenAI counts
+       them); no input images; the output is pixels, not tokens */
+    int tokens = prompt_tokens(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "prompt")));
+    cJSON *u = cJSON_AddObjectToObject(out, "usage");
+    cJSON_AddNumberToObject(u, "input_tokens", tokens);
+    cJSON *ud = cJSON_AddObjectToObject(u, "input_tokens_details");
+    cJSON_AddNumberToObject(ud, "text_tokens", tokens);
+    cJSON_AddNumberToObject(ud, "image_tokens", 0);
+    cJSON_AddNumberToObject(u, "output_tokens", 0);
+    cJSON_AddNumberToObject(u, "total_tokens", tokens);
+    cJSON_Delete(req);
     return json_reply(c, 200, out);
 }
 
@@ -1322,11 +1455,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (post && !strcmp(url, "/v1/jobs")) {
         cJSON *req;
-        int n, b64f;
+        img_opts o;
         char err[1024], param[64];
-        if (!validate(cn->body ? cn->body : "", cn->len, &req, &n, &b64f, err, sizeof err, param, sizeof param))
+        if (!validate(cn->body ? cn->body : "", cn->len, &req, &o, err, sizeof err, param, sizeof param))
             return error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
-        if (n != 1) {
+        if (o.n != 1) {
             cJSON_Delete(req);
             return error_reply(c, 400, "invalid_request_error", "n", "a job makes one image: `n` must be 1");
         }
@@ -1439,6 +1572,7 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
     }
     A.started = wall();
     if (dl_registry_lookup(pr->model, &A.entry) != DL_OK) A.entry = NULL; /* its model process says why */
+    if (!pr->video) load_tokenizer();
     if (dl_mkdir_p(pr->results) != DL_OK || dl_jobs_open(&A.js, pr->db) != DL_OK) {
         fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
         return 1;
@@ -1505,5 +1639,6 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
     pthread_mutex_unlock(&A.mu);
     pthread_join(sup, NULL);
     dl_jobs_close(A.js);
+    dl_tokenizer_free(A.tok);
     return 0;
 }

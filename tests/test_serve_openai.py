@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""difflet serve's images API as OpenAI's clients use it, against a real server (the
+tiny FLUX test model, 32x48, an API key) on a free loopback port. The first part uses
+the standard library only: every parameter OpenAI's images.generate can send is taken
+(quality picks the step count when `steps` is absent; style, moderation, complexity,
+user and partial_images are accepted and ignored; background is always opaque), the
+answer carries OpenAI's fields (revised_prompt, usage with the prompt's T5 token count,
+background, output_format, quality, size, safety_identifier), and bad values are 400s
+naming the field. The second part drives the `openai` SDK itself (images.generate in
+every form, models, and its error classes); it runs when `openai` is importable (e.g.
+under tools/venv/bin/python) and is skipped with a note otherwise.
+
+    tests/test_serve_openai.py path/to/difflet tests/data
+"""
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+BIN, DATA = sys.argv[1], sys.argv[2]
+FLUX = os.path.join(DATA, "flux", "dev")
+KEY = "sk-test-openai-compat"
+passed = failed = 0
+T0 = time.time()
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what, flush=True)
+
+
+tmp = tempfile.mkdtemp(prefix="difflet-serve-openai-")
+dep = {"model": FLUX, "sizes": ["32x48", "48x32"], "results_dir": os.path.join(tmp, "r"), "port": 0, "api_key": KEY,
+       "request_timeout_s": 60, "queue_capacity": 8, "max_steps": 400}
+with open(os.path.join(tmp, "deployment.json"), "w") as f:
+    json.dump(dep, f)
+proc = subprocess.Popen([BIN, "serve", "--deployment", os.path.join(tmp, "deployment.json")], stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL, env=dict(os.environ, DIFFLET_LOG="warn"), text=True)
+PORT = int(proc.stdout.readline().split("127.0.0.1:")[1].split()[0])
+BASE = f"http://127.0.0.1:{PORT}"
+
+
+def call(method, path, body=None, key=KEY, timeout=60):
+    h = {"Content-Type": "application/json"}
+    if key:
+        h["Authorization"] = "Bearer " + key
+    data = json.dumps(body).encode() if body is not None else None
+    r = urllib.request.Request(BASE + path, data=data, method=method, headers=h)
+    try:
+        with urllib.request.urlopen(r, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        b = e.read()
+        return e.code, json.loads(b) if b else None
+
+
+t0 = time.time()
+while time.time() - t0 < 60 and call("GET", "/ready")[0] != 200:
+    time.sleep(0.05)
+
+# ---- the parameters and the answer, with urllib ---------------------------------------------
+P = "a large red circle in the centre on a blue background"
+st, r = call("POST", "/v1/images/generations",
+             {"prompt": P, "model": "dev", "n": 1, "size": "auto", "quality": "low", "style": "natural",
+              "background": "transparent", "moderation": "low", "complexity": "high", "user": "user-1",
+              "stream": False, "partial_images": 2, "response_format": "b64_json", "output_format": "png",
+              "output_compression": 100, "seed": 3})
+check(st == 200, f"every OpenAI parameter at once: {st} {r}")
+if st == 200:
+    png = base64.b64decode(r["data"][0]["b64_json"])
+    check(png[:8] == b"\x89PNG\r\n\x1a\n", "the answer is a PNG")
+    check(r["data"][0]["revised_prompt"] == P, f"revised_prompt is the prompt as given: {r['data'][0].get('revised_prompt')}")
+    check(r["background"] == "opaque" and r["output_format"] == "png" and r["size"] == "32x48",
+          f"background (never transparent), output_format, size (auto: the first served): {r}")
+    check(r["quality"] == "low" and r["difflet"]["steps"] == 7, f"quality low: a quarter of the 28 default steps: {r}")
+    check(r["safety_identifier"] == "user-1", f"user is echoed as safety_identifier: {r}")
+    # T5's count: "▁a ▁large ▁red ▁circle ▁in ▁the ▁centre ..." plus </s>, as `difflet tokenize` gives it
+    tk = subprocess.run([BIN, "tokenize", "--model", FLUX, "--component", "tokenizer_2", "--json", P], capture_output=True,
+                        text=True)
+    want = len(json.loads(tk.stdout)["ids"]) if tk.returncode == 0 else -1
+    u = r["usage"]
+    check(u["input_tokens"] == want and u["input_tokens_details"] == {"text_tokens": want, "image_tokens": 0} and
+          u["output_tokens"] == 0 and u["total_tokens"] == want and want > 5,
+          f"usage counts the prompt's T5 tokens ({want}): {u}")
+for q, steps in (("medium", 14), ("hd", 28), ("auto", 28)):
+    st, r = call("POST", "/v1/images/generations", {"prompt": "x", "quality": q, "response_format": "url"})
+    check(st == 200 and r["difflet"]["steps"] == steps and r["quality"] == ("medium" if q == "medium" else "high"),
+          f"quality {q}: {steps} steps: {st} {r if st != 200 else r['difflet']}")
+st, r = call("POST", "/v1/images/generations", {"prompt": "x", "quality": "low", "steps": 2, "size": "48x32",
+                                                "output_format": "webp", "output_compression": 50})
+check(st == 200 and r["difflet"]["steps"] == 2 and "quality" not in r and r["size"] == "48x32" and
+      r["output_format"] == "webp" and base64.b64decode(r["data"][0]["b64_json"])[8:12] == b"WEBP",
+      f"explicit steps win over quality (no quality reported); webp: {st} {r if st != 200 else r['size']}")
+# OpenAI's nulls are the parameter left out
+st, r = call("POST", "/v1/images/generations", {"prompt": "x", "steps": 2, "model": None, "quality": None, "n": None,
+                                                "style": None, "size": None, "user": None, "response_format": None})
+check(st == 200 and len(r["data"]) == 1 and "b64_json" in r["data"][0] and "safety_identifier" not in r,
+      f"null parameters are defaults: {st} {r if st != 200 else ''}")
+# the asynchronous jobs take the same parameters
+st, j = call("POST", "/v1/jobs", {"prompt": "x", "quality": "medium", "style": "vivid", "background": "opaque"})
+check(st == 202, f"/v1/jobs takes quality/style/background: {st} {j}")
+bad = [
+    ({"quality": "ultra"}, "quality"), ({"quality": 3}, "quality"), ({"style": "photo"}, "style"),
+    ({"background": "clear"}, "background"), ({"moderation": "high"}, "moderation"), ({"complexity": "x"}, "complexity"),
+    ({"stream": True}, "stream"), ({"stream": "yes"}, "stream"), ({"partial_images": 4}, "partial_images"),
+    ({"partial_images": 1.5}, "partial_images"), ({"user": 5}, "user"), ({"safety_identifier": "x" * 300}, "safety_identifier"),
+    ({"output_format": "gif"}, "output_format"), ({"output_format": "svg"}, "output_format"),
+    ({"frame_count": 4}, "frame_count"), ({"svg": {}}, "svg"), ({"size": "1024x1024"}, "size"), ({"n": 5}, "n"),
+    ({"output_compression": -1}, "output_compression"), ({"temperature": 1}, "temperature"),
+]
+for extra, param in bad:
+    st, e = call("POST", "/v1/images/generations", dict({"prompt": "x"}, **extra))
+    e = (e or {}).get("error", {})
+    check(st == 400 and e.get("param") == param and e.get("type") == "invalid_request_error",
+          f"400 naming `{param}` for {extra}: {st} {e}")
+st, e = call("POST", "/v1/images/generations", {"prompt": "x", "stream": True})
+check("not supported" in (e or {}).get("error", {}).get("message", ""), f"stream: true is named unsupported: {e}")
+st, e = call("POST", "/v1/images/generations", {"prompt": "x"}, key=None)
+check(st == 401 and e["error"]["code"] == "invalid_api_key", f"no key: 401: {st} {e}")
+
+# ---- OpenAI's SDK ----------------------------------------------------------------------------
+try:
+    import warnings
+    import openai
+except ImportError:
+    openai = None
+    print("note: the `openai` package is not importable by this interpreter; the SDK part is skipped "
+          "(run under tools/venv/bin/python to include it)")
+if openai:
+    warnings.simplefilter("ignore", DeprecationWarning)
+    client = openai.OpenAI(base_url=BASE + "/v1", api_key=KEY, max_retries=0)
+    ms = client.models.list()
+    check([m.id for m in ms.data] == ["dev"] and ms.data[0].owned_by == "difflet", f"SDK models.list: {ms}")
+    m = client.models.retrieve("dev")
+    check(m.id == "dev" and m.object == "model" and m.created > 1e9, f"SDK models.retrieve: {m}")
+    try:
+        client.models.retrieve("gpt-image-1")
+        check(False, "SDK: an unknown model is a NotFoundError")
+    except openai.NotFoundError as ex:
+        check(ex.body.get("code") == "model_not_found", f"SDK models.retrieve 404: {ex.body}")
+    # every parameter the SDK has, b64_json
+    r = client.images.generate(prompt=P, model="dev", n=2, size="32x48", quality="low", style="vivid", background="opaque",
+                               moderation="auto", output_format="jpeg", output_compression=60, response_format="b64_json",
+                               partial_images=0, stream=False, user="sdk-user", extra_body={"seed": 11})
+    check(isinstance(r, openai.types.ImagesResponse) and len(r.data) == 2, f"SDK images.generate n=2: {r}")
+    imgs = [base64.b64decode(d.b64_json) for d in r.data]
+    check(all(b[:2] == b"\xff\xd8" for b in imgs) and imgs[0] != imgs[1], "SDK: two different JPEGs (seeds 11, 12)")
+    check(all(d.revised_prompt == P for d in r.data), f"SDK: revised_prompt: {[d.revised_prompt for d in r.data]}")
+    check(r.usage is not None and r.usage.input_tokens > 5 and r.usage.input_tokens_details.text_tokens == r.usage.input_tokens
+          and r.usage.input_tokens_details.image_tokens == 0 and r.usage.output_tokens == 0
+          and r.usage.total_tokens == r.usage.input_tokens, f"SDK: usage: {r.usage}")
+    check(r.background == "opaque" and r.output_format == "jpeg" and r.quality == "low" and r.size == "32x48"
+          and r.safety_identifier == "sdk-user" and r.created > 1e9, f"SDK: the answer's fields: {r.model_dump(exclude={'data'})}")
+    # url answers, fetched without the key (signed), and every output format
+    for fmt, magic in (("png", b"\x89PNG"), ("jpeg", b"\xff\xd8"), ("webp", b"RIFF")):
+        r = client.images.generate(prompt="a blue square", output_format=fmt, output_compression=80, response_format="url",
+                                   extra_body={"steps": 2})
+        with urllib.request.urlopen(r.data[0].url, timeout=30) as resp:
+            body = resp.read()
+        check(body[:len(magic)] == magic and r.output_format == fmt, f"SDK url answer as {fmt}: {body[:12]}")
+    # the SDK's defaults only (no quality: the default steps, reported as high)
+    r = client.images.generate(prompt="x", extra_body={"steps": 2})
+    check(r.data[0].b64_json and r.quality is None and r.output_format == "png", f"SDK defaults: {r.model_dump(exclude={'data'})}")
+    r = client.images.generate(prompt="x", quality="medium", safety_identifier="sid", user="ignored")
+    check(r.quality == "medium" and r.safety_identifier == "sid", f"SDK: safety_identifier wins over user: {r.safety_identifier}")
+    for kw, param in (({"quality": "ultra"}, "quality"), ({"size": "1024x1024"}, "size"), ({"output_format": "gif"}, "output_format"),
+                      ({"n": 9}, "n"), ({"background": "none"}, "background")):
+        try:
+            client.images.generate(prompt="x", **kw)
+            check(False, f"SDK: {kw} is a BadRequestError")
+        except openai.BadRequestError as ex:
+            check(ex.body.get("param") == param and ex.body.get("code") == "invalid_value", f"SDK 400 naming {param}: {ex.body}")
+    try:
+        client.images.generate(prompt="x", model="dall-e-3")
+        check(False, "SDK: another model is a NotFoundError")
+    except openai.NotFoundError as ex:
+        check(ex.body.get("param") == "model" and ex.body.get("code") == "model_not_found", f"SDK 404: {ex.body}")
+    for bad_client in (openai.OpenAI(base_url=BASE + "/v1", api_key="sk-wrong", max_retries=0),
+                       openai.OpenAI(base_url=BASE + "/v1", api_key="unused", max_retries=0,
+                                     default_headers={"Authorization": ""})):  # the SDK refuses to send none at all
+        try:
+            bad_client.images.generate(prompt="x", extra_body={"steps": 2})
+            check(False, "SDK: a wrong or missing key is an AuthenticationError")
+        except openai.AuthenticationError as ex:
+            check(ex.status_code == 401 and ex.body.get("code") == "invalid_api_key", f"SDK 401: {ex.body}")
+
+proc.send_signal(signal.SIGTERM)
+try:
+    proc.wait(10)
+except subprocess.TimeoutExpired:
+    proc.kill()
+subprocess.run(["rm", "-rf", tmp])
+print(f"test_serve_openai: {passed} passed, {failed} failed ({time.time() - T0:.0f} s)")
+sys.exit(1 if failed else 0)
