@@ -37,50 +37,10 @@
 #include "difflet/request.h"
 #include "difflet/text.h"
 #include "serve/serve_impl.h"
+#include "serve/api_impl.h"
 
-enum { MAX_BODY = 64 * 1024, NBUCKETS = 10 };
+api dl_api; /* the API process's one state (api_impl.h) */
 static const double k_buckets[NBUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120};
-
-enum { MAX_WORKERS = 8 };
-
-/* One resident model process (data parallel: several, on disjoint cores). */
-typedef struct {
-    int fd, ready, cancel_sent;
-    pid_t pid;
-    int mpi, listening; /* an mpirun job (its own session); still waiting for its first rank */
-    char sock[108];     /* the unix socket that first rank connects to */
-    double spawn_time;
-    char inflight[40];
-    char out[1200]; /* where the in-flight job's result goes */
-    int cancel_wanted;  /* a client cancelled the in-flight job */
-    int live_step, live_steps; /* the in-flight job's progress as the model process reports it (every step) */
-    double deadline, cancel_time, next_spawn, backoff;
-    double progress_written; /* per-step progress reaches SQLite at most every 0.25 s */
-} worker;
-
-typedef struct {
-    dl_deployment pr;
-    const dl_model_entry *entry; /* the served model's registry entry (NULL: not one difflet knows) */
-    const char *exe, *profile_path;
-    dl_jobstore *js;
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* any job changed state */
-    int wake[2];       /* a byte here wakes the supervisor: a job was queued */
-    int stopping, nworkers;
-    worker w[MAX_WORKERS];
-    double last_expire; /* the supervisor's last sweep of expired queued jobs */
-    double started;     /* wall time the server started ("created" of its model) */
-    uint8_t url_key[32];    /* signs the short-lived content URLs (random per server) */
-    dl_tokenizer *tok;      /* counts a prompt's tokens for usage (NULL: not loaded) */
-    int tok_len;            /* the text length the model reads: a count's cap */
-    /* metrics */
-    long requests[600];
-    long dur_bucket[NBUCKETS + 1], dur_count, wait_count, steps_full, steps_cached, restarts;
-    double dur_sum, wait_sum;
-    char last_error[512];
-} api;
-
-static api A;
 
 static double wall(void) {
     struct timespec ts;
@@ -89,14 +49,14 @@ static double wall(void) {
 }
 
 static int any_ready(void) {
-    for (int i = 0; i < A.nworkers; i++)
-        if (A.w[i].ready) return 1;
+    for (int i = 0; i < dl_api.nworkers; i++)
+        if (dl_api.w[i].ready) return 1;
     return 0;
 }
 
 static int inflight_count(void) {
     int n = 0;
-    for (int i = 0; i < A.nworkers; i++) n += A.w[i].inflight[0] != 0;
+    for (int i = 0; i < dl_api.nworkers; i++) n += dl_api.w[i].inflight[0] != 0;
     return n;
 }
 
@@ -104,7 +64,7 @@ static int inflight_count(void) {
 
 /* in a model process's child: replica k on cores [k*per, (k+1)*per) when there are several */
 static int pin_replica(int k, int per) {
-    if (A.nworkers < 2 || per < 1) return 0;
+    if (dl_api.nworkers < 2 || per < 1) return 0;
     cpu_set_t set;
     CPU_ZERO(&set);
     for (int c = k * per; c < (k + 1) * per; c++) CPU_SET(c, &set);
@@ -130,11 +90,11 @@ static void spawn_mpi_worker(worker *w, int k, int ranks, int per) {
     if (pid == 0) {
         setsid();
         pin_replica(k, per);
-        static char store[4200], conn[128];
+        static char store[4200], connect_url[128];
         const char *av[64];
         int n = dl_comm_mpirun_argv(av, 56, ranks, per / ranks > 0 ? per / ranks : 1, store, sizeof store);
-        snprintf(conn, sizeof conn, "unix:%s", w->sock);
-        av[n++] = "serve-worker", av[n++] = conn, av[n++] = A.profile_path, av[n] = NULL;
+        snprintf(connect_url, sizeof connect_url, "unix:%s", w->sock);
+        av[n++] = "serve-worker", av[n++] = connect_url, av[n++] = dl_api.profile_path, av[n] = NULL;
         execvp("mpirun", (char *const *)av);
         _exit(127);
     }
@@ -149,14 +109,14 @@ static void spawn_mpi_worker(worker *w, int k, int ranks, int per) {
     w->mpi = w->listening = 1;
     w->ready = 0;
     w->spawn_time = wall();
-    DL_INFO("serve: model process %d (replica %d, %d MPI ranks, %s) starting", (int)pid, k, ranks, A.pr.parallel);
+    DL_INFO("serve: model process %d (replica %d, %d MPI ranks, %s) starting", (int)pid, k, ranks, dl_api.pr.parallel);
 }
 
 static void spawn_worker(worker *w, int k) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int per = (int)(ncpu / A.nworkers);
+    int per = (int)(ncpu / dl_api.nworkers);
     dl_par_config pc;
-    if (dl_par_parse(A.pr.parallel, &pc) == DL_OK && dl_par_ranks(&pc) > 1) {
+    if (dl_par_parse(dl_api.pr.parallel, &pc) == DL_OK && dl_par_ranks(&pc) > 1) {
         spawn_mpi_worker(w, k, dl_par_ranks(&pc), per > 0 ? per : 1);
         return;
     }
@@ -174,7 +134,7 @@ static void spawn_worker(worker *w, int k) {
             snprintf(th, sizeof th, "%d", per);
             setenv("OMP_NUM_THREADS", th, 1);
         }
-        execl(A.exe, A.exe, "serve-worker", fds, A.profile_path, (char *)NULL);
+        execl(dl_api.exe, dl_api.exe, "serve-worker", fds, dl_api.profile_path, (char *)NULL);
         _exit(127);
     }
     close(sv[1]);
@@ -228,13 +188,13 @@ static void reap_worker(worker *w, int kill_it) {
 
 static void finish_inflight(worker *w, const char *status, const char *err, const char *result) {
     if (!w->inflight[0]) return;
-    cJSON *j = dl_jobs_get(A.js, w->inflight);
+    cJSON *j = dl_jobs_get(dl_api.js, w->inflight);
     const char *cur = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : NULL;
-    if (cur && !strcmp(cur, "in_progress")) dl_jobs_set(A.js, w->inflight, status, err, result);
+    if (cur && !strcmp(cur, "in_progress")) dl_jobs_set(dl_api.js, w->inflight, status, err, result);
     cJSON_Delete(j);
     w->inflight[0] = 0;
     w->cancel_sent = 0;
-    pthread_cond_broadcast(&A.cv);
+    pthread_cond_broadcast(&dl_api.cv);
 }
 
 static void handle_msg(worker *w, cJSON *m) {
@@ -246,18 +206,18 @@ static void handle_msg(worker *w, cJSON *m) {
         w->backoff = 0.5;
         DL_INFO("serve: model process %d ready (%.1f s)", (int)w->pid,
                 cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "load_seconds")));
-        pthread_cond_broadcast(&A.cv);
+        pthread_cond_broadcast(&dl_api.cv);
     } else if (!strcmp(type, "fatal")) {
-        snprintf(A.last_error, sizeof A.last_error, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")));
-        DL_ERROR("serve: the model process failed to start: %s", A.last_error);
+        snprintf(dl_api.last_error, sizeof dl_api.last_error, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")));
+        DL_ERROR("serve: the model process failed to start: %s", dl_api.last_error);
     } else if (id && !strcmp(id, w->inflight)) {
         if (!strcmp(type, "progress")) {
             /* every step to the event streams (memory), at most every 0.25 s to the store */
             w->live_step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step"));
             w->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps"));
-            pthread_cond_broadcast(&A.cv);
+            pthread_cond_broadcast(&dl_api.cv);
             if (wall() - w->progress_written >= 0.25) { /* each write is a commit: not one per step */
-                dl_jobs_progress(A.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
+                dl_jobs_progress(dl_api.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
                               (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps")), 0);
                 w->progress_written = wall();
             }
@@ -265,16 +225,16 @@ static void handle_msg(worker *w, cJSON *m) {
             const char *path = w->out;
             int calls = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "calls"));
             int cached = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "cached"));
-            A.steps_full += calls, A.steps_cached += cached;
-            cJSON *j = dl_jobs_get(A.js, id);
+            dl_api.steps_full += calls, dl_api.steps_cached += cached;
+            cJSON *j = dl_jobs_get(dl_api.js, id);
             int steps = j ? (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps")) : 0;
             if (!j) unlink(path); /* deleted while it ran (DELETE /v1/videos/ID): its result goes too */
             cJSON_Delete(j);
-            int tx = dl_jobs_begin(A.js, 0) == DL_OK;
-            dl_jobs_progress(A.js, id, steps, steps, cached);
-            dl_jobs_model_seconds(A.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "seconds")));
+            int tx = dl_jobs_begin(dl_api.js, 0) == DL_OK;
+            dl_jobs_progress(dl_api.js, id, steps, steps, cached);
+            dl_jobs_model_seconds(dl_api.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "seconds")));
             finish_inflight(w, "completed", NULL, path);
-            if (tx && dl_jobs_commit(A.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
+            if (tx && dl_jobs_commit(dl_api.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
         } else if (!strcmp(type, "error")) {
             int cancelled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "cancelled"));
             finish_inflight(w, cancelled ? "cancelled" : "failed", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL);
@@ -288,27 +248,27 @@ static void dispatch(void) {
     double deadline;
     for (;;) {
         worker *w = NULL;
-        for (int i = 0; i < A.nworkers && !w; i++)
-            if (A.w[i].ready && !A.w[i].inflight[0]) w = &A.w[i];
-        if (!w || !dl_jobs_next(A.js, id, sizeof id, &req, &deadline)) return;
+        for (int i = 0; i < dl_api.nworkers && !w; i++)
+            if (dl_api.w[i].ready && !dl_api.w[i].inflight[0]) w = &dl_api.w[i];
+        if (!w || !dl_jobs_next(dl_api.js, id, sizeof id, &req, &deadline)) return;
         if (wall() > deadline) { /* waited past its deadline in the queue */
-            dl_jobs_set(A.js, id, "failed", "timed out in the queue", NULL);
+            dl_jobs_set(dl_api.js, id, "failed", "timed out in the queue", NULL);
             free(req);
-            pthread_cond_broadcast(&A.cv);
+            pthread_cond_broadcast(&dl_api.cv);
             continue;
         }
         cJSON *m = cJSON_CreateObject(), *rq = cJSON_Parse(req);
         const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "output_format"));
-        snprintf(w->out, sizeof w->out, "%s/%s.%s", A.pr.results, id,
+        snprintf(w->out, sizeof w->out, "%s/%s.%s", dl_api.pr.results, id,
                  fmt && !strcmp(fmt, "jpeg") ? "jpg" : fmt && !strcmp(fmt, "webp") ? "webp" : fmt && !strcmp(fmt, "mp4") ? "mp4" : "png");
         cJSON_AddStringToObject(m, "type", "job");
         cJSON_AddStringToObject(m, "id", id);
         cJSON_AddStringToObject(m, "out", w->out);
         cJSON_AddItemToObject(m, "request", rq);
-        int tx = dl_jobs_begin(A.js, 0) == DL_OK;
-        dl_jobs_set(A.js, id, "in_progress", NULL, NULL);
-        dl_jobs_progress(A.js, id, 0, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")), 0);
-        if (tx && dl_jobs_commit(A.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
+        int tx = dl_jobs_begin(dl_api.js, 0) == DL_OK;
+        dl_jobs_set(dl_api.js, id, "in_progress", NULL, NULL);
+        dl_jobs_progress(dl_api.js, id, 0, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")), 0);
+        if (tx && dl_jobs_commit(dl_api.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
         w->progress_written = wall();
         snprintf(w->inflight, sizeof w->inflight, "%s", id);
         w->deadline = deadline;
@@ -316,22 +276,22 @@ static void dispatch(void) {
         w->cancel_wanted = 0;
         w->live_step = 0;
         w->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps"));
-        pthread_cond_broadcast(&A.cv); /* event streams: the job is running */
-        cJSON *j = dl_jobs_get(A.js, id);
+        pthread_cond_broadcast(&dl_api.cv); /* event streams: the job is running */
+        cJSON *j = dl_jobs_get(dl_api.js, id);
         double created = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "created")) : wall();
         cJSON_Delete(j);
-        A.wait_sum += wall() - created, A.wait_count++;
+        dl_api.wait_sum += wall() - created, dl_api.wait_count++;
         if (dl_msg_send(w->fd, m) != DL_OK) DL_WARN("serve: could not send job %s to the model process", id);
         cJSON_Delete(m);
         free(req);
-        pthread_cond_broadcast(&A.cv);
+        pthread_cond_broadcast(&dl_api.cv);
     }
 }
 
 /* One pass over a model process: spawn, messages, death, deadline, kill. */
 static void tend(worker *w, int k, const struct pollfd *pf) {
     double now = wall();
-    if (w->pid <= 0 && now >= w->next_spawn && !A.stopping) spawn_worker(w, k);
+    if (w->pid <= 0 && now >= w->next_spawn && !dl_api.stopping) spawn_worker(w, k);
     if (w->pid > 0 && w->mpi) { /* an mpirun job: its first rank connects; mpirun's exit is its death */
         int st, gone = waitpid(w->pid, &st, WNOHANG) == w->pid;
         if (!gone && w->listening && pf && (pf->revents & POLLIN)) {
@@ -353,7 +313,7 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
                 cJSON_Delete(m);
             }
             reap_worker(w, !gone); /* an mpirun already reaped: its wait returns at once; every rank is killed */
-            A.restarts++;
+            dl_api.restarts++;
             if (w->inflight[0]) finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
             DL_WARN("serve: parallel model process %d exited; replacing it", (int)pid);
             w->next_spawn = now + w->backoff;
@@ -371,7 +331,7 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
             int was_ready = w->ready;
             pid_t pid = w->pid;
             reap_worker(w, 1); /* SIGKILL: a no-op on one that already exited, and never a wait on a stuck one */
-            A.restarts++;
+            dl_api.restarts++;
             if (w->inflight[0]) {
                 DL_WARN("serve: model process %d died during job %s; replacing it", (int)pid, w->inflight);
                 finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
@@ -392,57 +352,52 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
         cJSON_Delete(c);
         if (timed_out) {
             char err[128];
-            snprintf(err, sizeof err, "timed out after %.0f s", A.pr.timeout_s);
-            dl_jobs_set(A.js, w->inflight, "failed", err, NULL);
-            pthread_cond_broadcast(&A.cv);
+            snprintf(err, sizeof err, "timed out after %.0f s", dl_api.pr.timeout_s);
+            dl_jobs_set(dl_api.js, w->inflight, "failed", err, NULL);
+            pthread_cond_broadcast(&dl_api.cv);
         }
         w->cancel_sent = 1;
         w->cancel_time = now;
     }
-    if (w->inflight[0] && w->cancel_sent && now > w->cancel_time + A.pr.grace_s) {
-        DL_WARN("serve: model process %d did not stop job %s within %.1f s: killing it", (int)w->pid, w->inflight, A.pr.grace_s);
+    if (w->inflight[0] && w->cancel_sent && now > w->cancel_time + dl_api.pr.grace_s) {
+        DL_WARN("serve: model process %d did not stop job %s within %.1f s: killing it", (int)w->pid, w->inflight, dl_api.pr.grace_s);
         finish_inflight(w, "failed", "timed out; the model process was replaced", NULL);
         reap_worker(w, 1);
-        A.restarts++;
+        dl_api.restarts++;
         w->next_spawn = wall();
     }
 }
 
 static void *supervisor(void *arg) {
     (void)arg;
-    pthread_mutex_lock(&A.mu);
-    while (!A.stopping) {
+    pthread_mutex_lock(&dl_api.mu);
+    while (!dl_api.stopping) {
         struct pollfd pf[MAX_WORKERS + 1];
-        for (int i = 0; i < A.nworkers; i++) pf[i] = (struct pollfd){.fd = A.w[i].pid > 0 ? A.w[i].fd : -1, .events = POLLIN};
-        pf[A.nworkers] = (struct pollfd){.fd = A.wake[0], .events = POLLIN};
-        pthread_mutex_unlock(&A.mu);
-        int pr = poll(pf, (nfds_t)A.nworkers + 1, 50);
-        if (pr > 0 && (pf[A.nworkers].revents & POLLIN)) {
+        for (int i = 0; i < dl_api.nworkers; i++) pf[i] = (struct pollfd){.fd = dl_api.w[i].pid > 0 ? dl_api.w[i].fd : -1, .events = POLLIN};
+        pf[dl_api.nworkers] = (struct pollfd){.fd = dl_api.wake[0], .events = POLLIN};
+        pthread_mutex_unlock(&dl_api.mu);
+        int pr = poll(pf, (nfds_t)dl_api.nworkers + 1, 50);
+        if (pr > 0 && (pf[dl_api.nworkers].revents & POLLIN)) {
             char drain[64];
-            while (read(A.wake[0], drain, sizeof drain) > 0) {}
+            while (read(dl_api.wake[0], drain, sizeof drain) > 0) {}
         }
-        pthread_mutex_lock(&A.mu);
-        for (int i = 0; i < A.nworkers; i++) tend(&A.w[i], i, pr > 0 ? &pf[i] : NULL);
+        pthread_mutex_lock(&dl_api.mu);
+        for (int i = 0; i < dl_api.nworkers; i++) tend(&dl_api.w[i], i, pr > 0 ? &pf[i] : NULL);
         dispatch();
         double now = wall();
-        if (now - A.last_expire >= 0.25) { /* queued jobs no model process takes in time end at their deadline */
-            A.last_expire = now;
-            if (dl_jobs_expire(A.js, now) > 0) pthread_cond_broadcast(&A.cv);
+        if (now - dl_api.last_expire >= 0.25) { /* queued jobs no model process takes in time end at their deadline */
+            dl_api.last_expire = now;
+            if (dl_jobs_expire(dl_api.js, now) > 0) pthread_cond_broadcast(&dl_api.cv);
         }
     }
-    for (int i = 0; i < A.nworkers; i++) reap_worker(&A.w[i], 1);
-    pthread_mutex_unlock(&A.mu);
+    for (int i = 0; i < dl_api.nworkers; i++) reap_worker(&dl_api.w[i], 1);
+    pthread_mutex_unlock(&dl_api.mu);
     return NULL;
 }
 
 /* ---- HTTP ------------------------------------------------------------------------ */
 
-typedef struct {
-    char *body;
-    size_t len;
-    int too_big;
-    double t0;
-} conn;
+
 
 static enum MHD_Result respond(struct MHD_Connection *c, int status, const char *type, const void *body, size_t len,
                                const char *extra_hdr, const char *extra_val) {
@@ -451,13 +406,13 @@ static enum MHD_Result respond(struct MHD_Connection *c, int status, const char 
     if (extra_hdr) MHD_add_response_header(r, extra_hdr, extra_val);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
-    pthread_mutex_lock(&A.mu);
-    if (status >= 0 && status < 600) A.requests[status]++;
-    pthread_mutex_unlock(&A.mu);
+    pthread_mutex_lock(&dl_api.mu);
+    if (status >= 0 && status < 600) dl_api.requests[status]++;
+    pthread_mutex_unlock(&dl_api.mu);
     return ret;
 }
 
-static enum MHD_Result json_reply(struct MHD_Connection *c, int status, cJSON *j) {
+enum MHD_Result dl_api_json_reply(struct MHD_Connection *c, int status, cJSON *j) {
     char *t = cJSON_PrintUnformatted(j);
     enum MHD_Result r = respond(c, status, "application/json", t, strlen(t), NULL, NULL);
     free(t);
@@ -467,7 +422,7 @@ static enum MHD_Result json_reply(struct MHD_Connection *c, int status, cJSON *j
 
 /* A result file streamed from its descriptor (a video may be large); *ok 0 when it
  * cannot be opened (nothing was queued) */
-static enum MHD_Result file_reply(struct MHD_Connection *c, const char *path, const char *type, int *ok) {
+enum MHD_Result dl_api_file_reply(struct MHD_Connection *c, const char *path, const char *type, int *ok) {
     struct stat sb;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     *ok = 0;
@@ -481,15 +436,13 @@ static enum MHD_Result file_reply(struct MHD_Connection *c, const char *path, co
     MHD_add_response_header(r, "Content-Type", type);
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
-    pthread_mutex_lock(&A.mu);
-    A.requests[200]++;
-    pthread_mutex_unlock(&A.mu);
+    pthread_mutex_lock(&dl_api.mu);
+    dl_api.requests[200]++;
+    pthread_mutex_unlock(&dl_api.mu);
     return ret;
 }
 
-static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const char *type, const char *param,
-                                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const char *type, const char *param,
+enum MHD_Result dl_api_error_reply(struct MHD_Connection *c, int status, const char *type, const char *param,
                                    const char *fmt, ...) {
     char msg[1024];
     va_list ap;
@@ -522,11 +475,11 @@ static enum MHD_Result error_reply(struct MHD_Connection *c, int status, const c
         cJSON_Delete(j);
         return r;
     }
-    return json_reply(c, status, j);
+    return dl_api_json_reply(c, status, j);
 }
 
 /* one JSON value and nothing after it, or NULL */
-static cJSON *parse_json_body(const char *body, size_t len) {
+cJSON *dl_api_parse_json_body(const char *body, size_t len) {
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     while (j && end && end < body + len && strchr(" \t\r\n", *end)) end++;
@@ -538,9 +491,9 @@ static cJSON *parse_json_body(const char *body, size_t len) {
 }
 
 /* what the served model makes, for messages: "`a` makes videos (WanPipeline)" */
-static void model_kind(char *out, size_t n) {
-    snprintf(out, n, "`%s` makes %s (%s)", A.pr.model_id, A.pr.video ? "videos" : "images",
-             A.entry ? A.entry->pipeline_class : "an unknown pipeline");
+void dl_api_model_kind(char *out, size_t n) {
+    snprintf(out, n, "`%s` makes %s (%s)", dl_api.pr.model_id, dl_api.pr.video ? "videos" : "images",
+             dl_api.entry ? dl_api.entry->pipeline_class : "an unknown pipeline");
 }
 
 /* What an images request asks of the answer beyond the typed request: OpenAI's
@@ -568,7 +521,7 @@ static int one_of(const cJSON *v, const char *const *allowed) { return cJSON_IsS
  * absent), otherwise ignored (docs/serve.md, "OpenAI compatibility"); a null is the
  * same as the parameter left out, as OpenAI has it. */
 static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, char *err, size_t en, char *param, size_t pn) {
-    cJSON *j = parse_json_body(body, len);
+    cJSON *j = dl_api_parse_json_body(body, len);
     *norm = NULL;
     param[0] = 0;
     memset(o, 0, sizeof *o);
@@ -608,8 +561,8 @@ static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, cha
         o->b64 = !strcmp(v->valuestring, "b64_json");
     }
     if ((v = GET("model")) && !cJSON_IsString(v)) FAIL("model", "`model` must be a string");
-    if (v && v->valuestring[0] && strcmp(v->valuestring, A.pr.model_id)) /* the callers answer 404 */
-        FAIL("model", "The model `%.200s` does not exist (this server serves `%s`)", v->valuestring, A.pr.model_id);
+    if (v && v->valuestring[0] && strcmp(v->valuestring, dl_api.pr.model_id)) /* the callers answer 404 */
+        FAIL("model", "The model `%.200s` does not exist (this server serves `%s`)", v->valuestring, dl_api.pr.model_id);
     for (int k = 0; k < 2; k++) { /* echoed as the answer's safety_identifier (safety_identifier wins) */
         const char *name = k ? "user" : "safety_identifier";
         if (!(v = GET(name))) continue;
@@ -649,12 +602,12 @@ static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, cha
     int quality = one_of(GET("quality"), qualities), steps_given = GET("steps") != NULL;
     const int guid_given = GET("guidance_scale") != NULL, tcfg_given = GET("true_cfg_scale") != NULL;
 #undef GET
-    if (A.pr.video) {
+    if (dl_api.pr.video) {
         char what[400];
-        model_kind(what, sizeof what);
+        dl_api_model_kind(what, sizeof what);
         FAIL("model", "%s: use POST /v1/videos", what);
     }
-    dl_request_limits lim = {A.pr.max_steps, A.pr.max_prompt_bytes, 0};
+    dl_request_limits lim = {dl_api.pr.max_steps, dl_api.pr.max_prompt_bytes, 0};
     dl_request r;
     if (dl_request_from_json(j, &lim, &r, param, pn) != DL_OK) {
         snprintf(err, en, "%s", dl_last_error());
@@ -665,23 +618,23 @@ static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, cha
         dl_request_free(&r);
         FAIL("output_format", "`output_format` must be \"png\", \"jpeg\" or \"webp\" for this model's images");
     }
-    if (A.entry) { /* the served pipeline's own __call__ defaults (FLUX: 28 steps, guidance 3.5; Qwen-Image: 50, true CFG 4) */
-        if (!steps_given) r.steps = A.entry->default_steps < A.pr.max_steps ? A.entry->default_steps : A.pr.max_steps;
-        if (!guid_given) r.guidance = A.entry->default_guidance;
-        if (!tcfg_given && A.entry->default_true_cfg > 0) r.true_cfg = A.entry->default_true_cfg;
+    if (dl_api.entry) { /* the served pipeline's own __call__ defaults (FLUX: 28 steps, guidance 3.5; Qwen-Image: 50, true CFG 4) */
+        if (!steps_given) r.steps = dl_api.entry->default_steps < dl_api.pr.max_steps ? dl_api.entry->default_steps : dl_api.pr.max_steps;
+        if (!guid_given) r.guidance = dl_api.entry->default_guidance;
+        if (!tcfg_given && dl_api.entry->default_true_cfg > 0) r.true_cfg = dl_api.entry->default_true_cfg;
     }
     if (!steps_given) { /* quality is the step count: low a quarter of the default, medium half, the rest all of it */
         const char *level = quality == 7 ? "low" : quality == 6 ? "medium" : "high";
         r.steps = quality == 7 ? (r.steps + 3) / 4 : quality == 6 ? (r.steps + 1) / 2 : r.steps;
         snprintf(o->quality, sizeof o->quality, "%s", level);
     }
-    if (!r.width) r.width = A.pr.sizes[0][0], r.height = A.pr.sizes[0][1];
+    if (!r.width) r.width = dl_api.pr.sizes[0][0], r.height = dl_api.pr.sizes[0][1];
     int served = 0;
-    for (int i = 0; i < A.pr.nsizes; i++) served |= A.pr.sizes[i][0] == r.width && A.pr.sizes[i][1] == r.height;
+    for (int i = 0; i < dl_api.pr.nsizes; i++) served |= dl_api.pr.sizes[i][0] == r.width && dl_api.pr.sizes[i][1] == r.height;
     if (!served) {
         char list[256] = "";
-        for (int i = 0; i < A.pr.nsizes; i++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%dx%d", i ? ", " : "", A.pr.sizes[i][0], A.pr.sizes[i][1]);
+        for (int i = 0; i < dl_api.pr.nsizes; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%dx%d", i ? ", " : "", dl_api.pr.sizes[i][0], dl_api.pr.sizes[i][1]);
         int w = r.width, h = r.height;
         dl_request_free(&r);
         FAIL("size", "size `%dx%d` is not served; supported: %s", w, h, list);
@@ -703,16 +656,16 @@ static void new_id(char *id) {
 /* Enqueue n jobs of a kind ("image", "video"; seed s, s+1, ... when given; random
  * otherwise). 0 when the queue is full, -1 when the job store could not record them
  * (nothing was accepted). */
-static int enqueue(cJSON *req, int n, char ids[][24], const char *kind) {
-    pthread_mutex_lock(&A.mu);
-    int queued = dl_jobs_count(A.js, "queued");
-    if (queued + n > A.pr.queue_capacity) {
-        pthread_mutex_unlock(&A.mu);
+int dl_api_enqueue(cJSON *req, int n, char ids[][24], const char *kind) {
+    pthread_mutex_lock(&dl_api.mu);
+    int queued = dl_jobs_count(dl_api.js, "queued");
+    if (queued + n > dl_api.pr.queue_capacity) {
+        pthread_mutex_unlock(&dl_api.mu);
         return 0;
     }
     const cJSON *given = cJSON_GetObjectItemCaseSensitive(req, "seed");
     double seed = cJSON_IsNumber(given) ? given->valuedouble : -1;
-    int ok = dl_jobs_begin(A.js, 1) == DL_OK; /* the whole request is accepted with one durable commit */
+    int ok = dl_jobs_begin(dl_api.js, 1) == DL_OK; /* the whole request is accepted with one durable commit */
     for (int i = 0; i < n && ok; i++) {
         new_id(ids[i]);
         uint64_t sd;
@@ -721,18 +674,18 @@ static int enqueue(cJSON *req, int n, char ids[][24], const char *kind) {
         cJSON_DeleteItemFromObject(req, "seed"); /* each job its own: seed, seed + 1, ... or drawn here */
         cJSON_AddNumberToObject(req, "seed", (double)(sd & (uint64_t)(DL_SEED_MAX - 1)));
         char *t = cJSON_PrintUnformatted(req);
-        ok = t && dl_jobs_insert(A.js, ids[i], kind, t, wall() + A.pr.timeout_s) == DL_OK;
+        ok = t && dl_jobs_insert(dl_api.js, ids[i], kind, t, wall() + dl_api.pr.timeout_s) == DL_OK;
         free(t);
     }
-    if (!ok || dl_jobs_commit(A.js) != DL_OK) {
+    if (!ok || dl_jobs_commit(dl_api.js) != DL_OK) {
         DL_ERROR("serve: job store: %s", dl_last_error());
-        dl_jobs_rollback(A.js);
-        pthread_mutex_unlock(&A.mu);
+        dl_jobs_rollback(dl_api.js);
+        pthread_mutex_unlock(&dl_api.mu);
         return -1;
     }
-    pthread_cond_broadcast(&A.cv);
-    if (write(A.wake[1], "j", 1) < 0) {} /* full pipe: the supervisor is awake anyway */
-    pthread_mutex_unlock(&A.mu);
+    pthread_cond_broadcast(&dl_api.cv);
+    if (write(dl_api.wake[1], "j", 1) < 0) {} /* full pipe: the supervisor is awake anyway */
+    pthread_mutex_unlock(&dl_api.mu);
     return 1;
 }
 
@@ -807,7 +760,7 @@ static void url_sig(const char *id, long long expires, char hex[65]) {
     int n = snprintf(msg, sizeof msg, "%s:%lld", id, expires);
     uint8_t mac[32] = {0};
     AVHMAC *h = av_hmac_alloc(AV_HMAC_SHA256);
-    if (h) av_hmac_calc(h, (const uint8_t *)msg, (unsigned)n, A.url_key, sizeof A.url_key, mac, sizeof mac);
+    if (h) av_hmac_calc(h, (const uint8_t *)msg, (unsigned)n, dl_api.url_key, sizeof dl_api.url_key, mac, sizeof mac);
     av_hmac_free(h);
     for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", mac[i]);
 }
@@ -869,42 +822,42 @@ static void tb_printf(textbuf *b, const char *fmt, ...) {
 
 static enum MHD_Result metrics(struct MHD_Connection *c) {
     textbuf tb = {malloc(16384), 0, 16384};
-    pthread_mutex_lock(&A.mu);
+    pthread_mutex_lock(&dl_api.mu);
 #define P(...) tb_printf(&tb, __VA_ARGS__)
     P("# TYPE difflet_requests_total counter\n");
     for (int s = 100; s < 600; s++)
-        if (A.requests[s]) P("difflet_requests_total{status=\"%d\"} %ld\n", s, A.requests[s]);
+        if (dl_api.requests[s]) P("difflet_requests_total{status=\"%d\"} %ld\n", s, dl_api.requests[s]);
     P("# TYPE difflet_request_duration_seconds histogram\n");
     long cum = 0;
     for (int b = 0; b < NBUCKETS; b++) {
-        cum += A.dur_bucket[b];
+        cum += dl_api.dur_bucket[b];
         P("difflet_request_duration_seconds_bucket{le=\"%g\"} %ld\n", k_buckets[b], cum);
     }
-    P("difflet_request_duration_seconds_bucket{le=\"+Inf\"} %ld\n", A.dur_count);
-    P("difflet_request_duration_seconds_sum %.6f\ndifflet_request_duration_seconds_count %ld\n", A.dur_sum, A.dur_count);
+    P("difflet_request_duration_seconds_bucket{le=\"+Inf\"} %ld\n", dl_api.dur_count);
+    P("difflet_request_duration_seconds_sum %.6f\ndifflet_request_duration_seconds_count %ld\n", dl_api.dur_sum, dl_api.dur_count);
     P("# TYPE difflet_queue_wait_seconds summary\ndifflet_queue_wait_seconds_sum %.6f\ndifflet_queue_wait_seconds_count %ld\n",
-      A.wait_sum, A.wait_count);
-    P("# TYPE difflet_queue_depth gauge\ndifflet_queue_depth %d\n", dl_jobs_count(A.js, "queued"));
+      dl_api.wait_sum, dl_api.wait_count);
+    P("# TYPE difflet_queue_depth gauge\ndifflet_queue_depth %d\n", dl_jobs_count(dl_api.js, "queued"));
     P("# TYPE difflet_inflight gauge\ndifflet_inflight %d\n", inflight_count());
     P("# TYPE difflet_denoise_steps_total counter\ndifflet_denoise_steps_total{cached=\"false\"} %ld\n"
-      "difflet_denoise_steps_total{cached=\"true\"} %ld\n", A.steps_full, A.steps_cached);
-    P("# TYPE difflet_model_restarts_total counter\ndifflet_model_restarts_total %ld\n", A.restarts);
+      "difflet_denoise_steps_total{cached=\"true\"} %ld\n", dl_api.steps_full, dl_api.steps_cached);
+    P("# TYPE difflet_model_restarts_total counter\ndifflet_model_restarts_total %ld\n", dl_api.restarts);
     P("# TYPE difflet_ready gauge\ndifflet_ready %d\n", any_ready());
 #undef P
-    pthread_mutex_unlock(&A.mu);
-    if (!tb.p) return error_reply(c, 500, "server_error", NULL, "out of memory");
+    pthread_mutex_unlock(&dl_api.mu);
+    if (!tb.p) return dl_api_error_reply(c, 500, "server_error", NULL, "out of memory");
     enum MHD_Result r = respond(c, 200, "text/plain; version=0.0.4", tb.p, tb.n, NULL, NULL);
     free(tb.p);
     return r;
 }
 
 static void observe(double secs) {
-    pthread_mutex_lock(&A.mu);
+    pthread_mutex_lock(&dl_api.mu);
     int b = 0;
     while (b < NBUCKETS && secs > k_buckets[b]) b++;
-    if (b < NBUCKETS) A.dur_bucket[b]++;
-    A.dur_count++, A.dur_sum += secs;
-    pthread_mutex_unlock(&A.mu);
+    if (b < NBUCKETS) dl_api.dur_bucket[b]++;
+    dl_api.dur_count++, dl_api.dur_sum += secs;
+    pthread_mutex_unlock(&dl_api.mu);
 }
 
 /* The prompt's text tokens as the model's main text encoder reads them: counted by
@@ -914,24 +867,24 @@ static void observe(double secs) {
 static int prompt_tokens(const char *prompt) {
     size_t len = strlen(prompt);
     int n = 0, cap = (int)(len * 4 + 16); /* no truncation here: a few ids per byte at most, plus the specials */
-    if (!A.tok || A.tok_len < 1) return 0;
+    if (!dl_api.tok || dl_api.tok_len < 1) return 0;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    if (!ids || dl_tokenizer_encode(A.tok, prompt, len, cap, 0, ids, &n) != DL_OK) n = 0;
+    if (!ids || dl_tokenizer_encode(dl_api.tok, prompt, len, cap, 0, ids, &n) != DL_OK) n = 0;
     free(ids);
-    return n < A.tok_len ? n : A.tok_len;
+    return n < dl_api.tok_len ? n : dl_api.tok_len;
 }
 
 /* The tokenizer usage counts with, from the served model's folder (image models). */
 static void load_tokenizer(void) {
     char dir[1100];
-    snprintf(dir, sizeof dir, "%s/tokenizer_2", A.pr.model);
-    if (!dl_file_exists(dir)) snprintf(dir, sizeof dir, "%s/tokenizer", A.pr.model);
-    if (dl_tokenizer_load(&A.tok, dir) != DL_OK) {
+    snprintf(dir, sizeof dir, "%s/tokenizer_2", dl_api.pr.model);
+    if (!dl_file_exists(dir)) snprintf(dir, sizeof dir, "%s/tokenizer", dl_api.pr.model);
+    if (dl_tokenizer_load(&dl_api.tok, dir) != DL_OK) {
         DL_WARN("serve: %s; images' usage.input_tokens will be 0", dl_last_error());
-        A.tok = NULL;
+        dl_api.tok = NULL;
     }
-    A.tok_len = A.pr.max_sequence_length > 0 ? A.pr.max_sequence_length
-                                              : (int)dl_model_default_int(A.pr.model, "max_sequence_length", 1, 4096, 512);
+    dl_api.tok_len = dl_api.pr.max_sequence_length > 0 ? dl_api.pr.max_sequence_length
+                                              : (int)dl_model_default_int(dl_api.pr.model, "max_sequence_length", 1, 4096, 512);
 }
 
 /* POST /v1/images/generations: n jobs, answered when all are done, in OpenAI's
@@ -942,42 +895,42 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
     img_opts o;
     char err[1024], param[64];
     if (!validate(cn->body ? cn->body : "", cn->len, &req, &o, err, sizeof err, param, sizeof param))
-        return error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
+        return dl_api_error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
     const int n = o.n;
     char ids[4][24];
-    int q = enqueue(req, n, ids, "image");
+    int q = dl_api_enqueue(req, n, ids, "image");
     if (q < 0) {
         cJSON_Delete(req);
-        return error_reply(c, 500, "server_error", NULL, "the job store could not record the request: %s", dl_last_error());
+        return dl_api_error_reply(c, 500, "server_error", NULL, "the job store could not record the request: %s", dl_last_error());
     }
     if (!q) {
         cJSON_Delete(req);
-        return error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", A.pr.queue_capacity);
+        return dl_api_error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", dl_api.pr.queue_capacity);
     }
     cJSON *out = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(out, "data");
     cJSON_AddNumberToObject(out, "created", (double)(int64_t)wall());
     for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&A.mu);
+        pthread_mutex_lock(&dl_api.mu);
         cJSON *j = NULL;
         const char *st = NULL;
         for (;;) { /* wait for this job to finish */
             cJSON_Delete(j);
-            j = dl_jobs_get(A.js, ids[i]);
+            j = dl_jobs_get(dl_api.js, ids[i]);
             st = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : "failed";
             if (strcmp(st, "queued") && strcmp(st, "in_progress")) break;
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 200000000;
             if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-            pthread_cond_timedwait(&A.cv, &A.mu, &ts);
+            pthread_cond_timedwait(&dl_api.cv, &dl_api.mu, &ts);
         }
-        pthread_mutex_unlock(&A.mu);
+        pthread_mutex_unlock(&dl_api.mu);
         if (strcmp(st, "completed")) {
             const char *e = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "error")) : NULL;
             int timeout = e && strstr(e, "timed out");
             cJSON_Delete(out);
             cJSON_Delete(req);
-            enum MHD_Result r = error_reply(c, timeout ? 504 : 500, timeout ? "timeout_error" : "server_error", NULL,
+            enum MHD_Result r = dl_api_error_reply(c, timeout ? 504 : 500, timeout ? "timeout_error" : "server_error", NULL,
                                             "job %s %s: %s", ids[i], st, e ? e : "no result");
             cJSON_Delete(j);
             return r;
@@ -1030,7 +983,7 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
     cJSON_AddNumberToObject(u, "output_tokens", 0);
     cJSON_AddNumberToObject(u, "total_tokens", tokens);
     cJSON_Delete(req);
-    return json_reply(c, 200, out);
+    return dl_api_json_reply(c, 200, out);
 }
 
 /* Server-Sent Events: one `progress` event per denoising step (pushed from what the
@@ -1050,13 +1003,13 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     sse *e = cls;
     (void)pos;
     if (e->done) return MHD_CONTENT_READER_END_OF_STREAM;
-    pthread_mutex_lock(&A.mu);
+    pthread_mutex_lock(&dl_api.mu);
     const double since = wall();
     for (;;) {
         const int quiet = wall() - since >= 3.0; /* time for a keep-alive */
         const worker *w = NULL;
-        for (int i = 0; i < A.nworkers && !w; i++)
-            if (!strcmp(A.w[i].inflight, e->id)) w = &A.w[i];
+        for (int i = 0; i < dl_api.nworkers && !w; i++)
+            if (!strcmp(dl_api.w[i].inflight, e->id)) w = &dl_api.w[i];
         if (w && w->live_step > e->last_step && !strcmp(e->last_status, "in_progress")) {
             /* running: an event for every step done since the last one sent */
             size_t n = 0;
@@ -1073,21 +1026,21 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
                                           "\"steps\":%d,\"progress\":%d}\n\n",
                                           e->id, st, w->live_steps, pc);
             }
-            pthread_mutex_unlock(&A.mu);
+            pthread_mutex_unlock(&dl_api.mu);
             return (ssize_t)n;
         }
         cJSON *j = NULL;
         int idle_run = w && !strcmp(e->last_status, "in_progress") && w->live_step == e->last_step && !quiet;
-        if (!idle_run && !(j = dl_jobs_get(A.js, e->id))) { /* running with no news: no store read */
-            pthread_mutex_unlock(&A.mu);
+        if (!idle_run && !(j = dl_jobs_get(dl_api.js, e->id))) { /* running with no news: no store read */
+            pthread_mutex_unlock(&dl_api.mu);
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         const char *st = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : "in_progress";
         int step = w ? w->live_step : (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps_done"));
         if (j && (strcmp(st, e->last_status) || step > e->last_step || quiet)) { /* a change, or a keep-alive */
             /* the video object, progress as the model process reports it */
-            cJSON *v = e->video ? dl_video_object(j, A.pr.model_id, w ? w->live_step : 0, w ? w->live_steps : 0, A.pr.result_ttl_s) : NULL;
-            pthread_mutex_unlock(&A.mu);
+            cJSON *v = e->video ? dl_video_object(j, dl_api.pr.model_id, w ? w->live_step : 0, w ? w->live_steps : 0, dl_api.pr.result_ttl_s) : NULL;
+            pthread_mutex_unlock(&dl_api.mu);
             e->last_step = step > e->last_step ? step : e->last_step;
             snprintf(e->last_status, sizeof e->last_status, "%s", st);
             e->done = strcmp(st, "queued") && strcmp(st, "in_progress");
@@ -1107,11 +1060,11 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         struct timespec ts; /* news wakes us (progress, dispatch, completion, cancel); else 1 s */
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;
-        pthread_cond_timedwait(&A.cv, &A.mu, &ts);
+        pthread_cond_timedwait(&dl_api.cv, &dl_api.mu, &ts);
     }
 }
 
-static enum MHD_Result events(struct MHD_Connection *c, const char *id, int video) {
+enum MHD_Result dl_api_events(struct MHD_Connection *c, const char *id, int video) {
     sse *e = calloc(1, sizeof *e);
     if (!e) return MHD_NO;
     snprintf(e->id, sizeof e->id, "%s", id);
@@ -1128,260 +1081,64 @@ static enum MHD_Result events(struct MHD_Connection *c, const char *id, int vide
 /* The served model as OpenAI's model object (plus the sizes it serves). */
 static cJSON *model_object(void) {
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", A.pr.model_id);
+    cJSON_AddStringToObject(m, "id", dl_api.pr.model_id);
     cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)(int64_t)A.started);
+    cJSON_AddNumberToObject(m, "created", (double)(int64_t)dl_api.started);
     cJSON_AddStringToObject(m, "owned_by", "difflet");
     cJSON *s = cJSON_AddArrayToObject(m, "sizes");
-    for (int i = 0; i < A.pr.nsizes; i++) {
+    for (int i = 0; i < dl_api.pr.nsizes; i++) {
         char t[32];
-        snprintf(t, sizeof t, "%dx%d", A.pr.sizes[i][0], A.pr.sizes[i][1]);
+        snprintf(t, sizeof t, "%dx%d", dl_api.pr.sizes[i][0], dl_api.pr.sizes[i][1]);
         cJSON_AddItemToArray(s, cJSON_CreateString(t));
     }
-    cJSON_AddStringToObject(m, "output", A.pr.video ? "video" : "image"); /* which API it answers */
-    if (A.pr.video) { /* the lengths served: frame counts, and as `seconds` at the default fps */
+    cJSON_AddStringToObject(m, "output", dl_api.pr.video ? "video" : "image"); /* which API it answers */
+    if (dl_api.pr.video) { /* the lengths served: frame counts, and as `seconds` at the default fps */
         cJSON *f = cJSON_AddArrayToObject(m, "frames"), *sec = cJSON_AddArrayToObject(m, "seconds");
-        for (int i = 0; i < A.pr.nframes; i++) {
+        for (int i = 0; i < dl_api.pr.nframes; i++) {
             char t[32];
-            dl_video_seconds(A.pr.frames[i], A.pr.fps, t, sizeof t);
-            cJSON_AddItemToArray(f, cJSON_CreateNumber(A.pr.frames[i]));
+            dl_video_seconds(dl_api.pr.frames[i], dl_api.pr.fps, t, sizeof t);
+            cJSON_AddItemToArray(f, cJSON_CreateNumber(dl_api.pr.frames[i]));
             cJSON_AddItemToArray(sec, cJSON_CreateString(t));
         }
-        cJSON_AddNumberToObject(m, "fps", A.pr.fps);
+        cJSON_AddNumberToObject(m, "fps", dl_api.pr.fps);
     }
     return m;
-}
-
-/* ---- the videos API (OpenAI's /v1/videos) ------------------------------------------
- * A video is a job of kind "video": id "video_" + the job's id, the MP4 written by the
- * model process into the results folder beside the images, the same store, queue,
- * events and restart recovery. */
-
-/* "video_<16 hex>" at s into hex; the rest of the path in *tail */
-static int video_id(const char *s, char hex[17], const char **tail) {
-    if (strncmp(s, "video_", 6)) return 0;
-    s += 6;
-    for (int i = 0; i < 16; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
-    memcpy(hex, s, 16);
-    hex[16] = 0;
-    *tail = s + 16;
-    return **tail == 0 || **tail == '/';
-}
-
-/* the video object of job hex (NULL: no such video), progress live while it runs;
- * under A.mu */
-static cJSON *video_get(const char *hex) {
-    cJSON *j = dl_jobs_get(A.js, hex);
-    const char *kind = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "kind")) : NULL;
-    if (!kind || strcmp(kind, "video")) {
-        cJSON_Delete(j);
-        return NULL;
-    }
-    int step = 0, steps = 0;
-    for (int i = 0; i < A.nworkers; i++)
-        if (!strcmp(A.w[i].inflight, hex)) step = A.w[i].live_step, steps = A.w[i].live_steps;
-    cJSON *v = dl_video_object(j, A.pr.model_id, step, steps, A.pr.result_ttl_s);
-    cJSON_Delete(j);
-    return v;
-}
-
-static enum MHD_Result video_create(struct MHD_Connection *c, conn *cn) {
-    static const char *const numeric[] = {"frames", "fps", "seed", "steps", "guidance_scale", NULL};
-    const char *ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
-    char err[1024] = "", param[64] = "", what[400];
-    /* JSON, or a form (OpenAI's SDK sends multipart/form-data); `curl -d '{...}'` labels
-       JSON as urlencoded, so a urlencoded body is JSON when it reads as JSON */
-    int multipart = ctype && !strncasecmp(ctype, "multipart/", 10);
-    int urlenc = ctype && !strncasecmp(ctype, "application/x-www-form-urlencoded", 33);
-    cJSON *body = multipart ? NULL : parse_json_body(cn->body ? cn->body : "", cn->len);
-    if (!body && (multipart || urlenc) && !(body = dl_form_parse(ctype, cn->body ? cn->body : "", cn->len, numeric, err, sizeof err)))
-        return error_reply(c, 400, "invalid_request_error", NULL, "%s", err);
-    if (!body) return error_reply(c, 400, "invalid_request_error", NULL, "the body is not valid JSON (or a form)");
-    if (!A.pr.video) {
-        cJSON_Delete(body);
-        model_kind(what, sizeof what);
-        return error_reply(c, 400, "invalid_request_error", "model", "%s: use POST /v1/images/generations", what);
-    }
-    cJSON *req;
-    int ok = dl_video_request(body, &A.pr, A.entry ? A.entry->default_steps : 50, A.entry ? A.entry->default_guidance : 5.0,
-                              &req, err, sizeof err, param, sizeof param);
-    cJSON_Delete(body);
-    if (!ok)
-        return error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error",
-                           param[0] ? param : NULL, "%s", err);
-    char ids[1][24];
-    int q = enqueue(req, 1, ids, "video");
-    cJSON_Delete(req);
-    if (q < 0) return error_reply(c, 500, "server_error", NULL, "the job store could not record the video: %s", dl_last_error());
-    if (!q) return error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", A.pr.queue_capacity);
-    pthread_mutex_lock(&A.mu);
-    cJSON *v = video_get(ids[0]);
-    pthread_mutex_unlock(&A.mu);
-    return v ? json_reply(c, 200, v) : error_reply(c, 500, "server_error", NULL, "video %s vanished from the job store", ids[0]);
-}
-
-/* GET /v1/videos?limit=&after=&order=: newest first by default */
-static enum MHD_Result video_list(struct MHD_Connection *c) {
-    const char *ls = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
-    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
-    const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
-    char *e = NULL, hex[17];
-    const char *tail;
-    long limit = ls ? strtol(ls, &e, 10) : 20;
-    if (ls && (!*ls || *e || limit < 1 || limit > 100))
-        return error_reply(c, 400, "invalid_request_error", "limit", "`limit` must be an integer from 1 to 100");
-    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
-        return error_reply(c, 400, "invalid_request_error", "order", "`order` must be \"asc\" or \"desc\"");
-    if (after && (!video_id(after, hex, &tail) || *tail))
-        return error_reply(c, 400, "invalid_request_error", "after", "`after` must be a video id (video_...)");
-    int more = 0;
-    pthread_mutex_lock(&A.mu);
-    cJSON *known = after ? video_get(hex) : NULL;
-    if (after && !known) {
-        pthread_mutex_unlock(&A.mu);
-        return error_reply(c, 400, "invalid_request_error", "after", "`after`: no video %.60s", after);
-    }
-    cJSON_Delete(known);
-    cJSON *jobs = dl_jobs_list(A.js, "video", after ? hex : NULL, (int)limit, order && !strcmp(order, "asc"), &more);
-    cJSON *out = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(out, "data"), *j;
-    cJSON_ArrayForEach(j, jobs) {
-        const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "id"));
-        int step = 0, steps = 0;
-        for (int i = 0; id && i < A.nworkers; i++)
-            if (!strcmp(A.w[i].inflight, id)) step = A.w[i].live_step, steps = A.w[i].live_steps;
-        cJSON_AddItemToArray(data, dl_video_object(j, A.pr.model_id, step, steps, A.pr.result_ttl_s));
-    }
-    pthread_mutex_unlock(&A.mu);
-    if (!jobs) {
-        cJSON_Delete(out);
-        return error_reply(c, 500, "server_error", NULL, "%s", dl_last_error());
-    }
-    cJSON_Delete(jobs);
-    cJSON_AddStringToObject(out, "object", "list");
-    int n = cJSON_GetArraySize(data);
-    const char *first = n ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, 0), "id")) : NULL;
-    const char *last = n ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, n - 1), "id")) : NULL;
-    if (first) cJSON_AddStringToObject(out, "first_id", first);
-    else cJSON_AddNullToObject(out, "first_id");
-    if (last) cJSON_AddStringToObject(out, "last_id", last);
-    else cJSON_AddNullToObject(out, "last_id");
-    cJSON_AddBoolToObject(out, "has_more", more);
-    return json_reply(c, 200, out);
-}
-
-/* DELETE /v1/videos/ID: a queued video is dropped, a running one cancelled (its
- * result, should it still arrive, is removed), a finished one's MP4 removed; the
- * row goes with one durable commit. */
-static enum MHD_Result video_delete(struct MHD_Connection *c, const char *hex) {
-    pthread_mutex_lock(&A.mu);
-    cJSON *j = dl_jobs_get(A.js, hex);
-    const char *kind = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "kind")) : NULL;
-    if (!kind || strcmp(kind, "video")) {
-        pthread_mutex_unlock(&A.mu);
-        cJSON_Delete(j);
-        return error_reply(c, 404, "not_found_error", NULL, "no video video_%s", hex);
-    }
-    const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status"));
-    const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "result"));
-    if (st && !strcmp(st, "in_progress"))
-        for (int i = 0; i < A.nworkers; i++)
-            if (!strcmp(A.w[i].inflight, hex)) A.w[i].cancel_wanted = 1;
-    dl_status s = dl_jobs_begin(A.js, 1);
-    if (s == DL_OK && (s = dl_jobs_delete(A.js, hex)) == DL_OK) s = dl_jobs_commit(A.js);
-    if (s != DL_OK) dl_jobs_rollback(A.js);
-    else if (path) unlink(path);
-    pthread_cond_broadcast(&A.cv);
-    pthread_mutex_unlock(&A.mu);
-    cJSON_Delete(j);
-    if (s != DL_OK) return error_reply(c, 500, "server_error", NULL, "the job store could not delete it: %s", dl_last_error());
-    cJSON *out = cJSON_CreateObject();
-    char id[32];
-    snprintf(id, sizeof id, "video_%s", hex);
-    cJSON_AddStringToObject(out, "id", id);
-    cJSON_AddStringToObject(out, "object", "video.deleted"); /* OpenAI's VideoDeleteResponse */
-    cJSON_AddBoolToObject(out, "deleted", 1);
-    return json_reply(c, 200, out);
-}
-
-static enum MHD_Result videos(struct MHD_Connection *c, conn *cn, const char *url, int get, int post, int del) {
-    if (!strcmp(url, "/v1/videos")) {
-        if (post) return video_create(c, cn);
-        if (get) return video_list(c);
-        return error_reply(c, 405, "invalid_request_error", NULL, "/v1/videos takes GET or POST");
-    }
-    char hex[17];
-    const char *tail;
-    if (!video_id(url + 11, hex, &tail)) return error_reply(c, 404, "not_found_error", NULL, "no video %.100s", url + 11);
-    if (del && !*tail) return video_delete(c, hex);
-    if (!get) return error_reply(c, 405, "invalid_request_error", NULL, "method not allowed on %.100s", url);
-    pthread_mutex_lock(&A.mu);
-    cJSON *v = video_get(hex);
-    cJSON *job = v && !strcmp(tail, "/content") ? dl_jobs_get(A.js, hex) : NULL;
-    pthread_mutex_unlock(&A.mu);
-    if (!v) return error_reply(c, 404, "not_found_error", NULL, "no video video_%s", hex);
-    if (!*tail) return json_reply(c, 200, v);
-    if (!strcmp(tail, "/events")) {
-        cJSON_Delete(v);
-        return events(c, hex, 1);
-    }
-    if (!strcmp(tail, "/content")) {
-        const char *variant = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "variant");
-        const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(job, "status"));
-        const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(job, "result"));
-        char status[32];
-        snprintf(status, sizeof status, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "status")));
-        cJSON_Delete(v);
-        enum MHD_Result r = MHD_NO;
-        int ok = 0;
-        if (variant && strcmp(variant, "video")) {
-            cJSON_Delete(job);
-            return error_reply(c, 400, "invalid_request_error", "variant",
-                               "`variant` must be \"video\": this server keeps the MP4 only (no thumbnail or spritesheet)");
-        }
-        if (st && !strcmp(st, "completed") && path) r = file_reply(c, path, "video/mp4", &ok);
-        cJSON_Delete(job);
-        return ok ? r : error_reply(c, 404, "not_found_error", NULL, "video video_%s has no content (status %s)", hex, status);
-    }
-    cJSON_Delete(v);
-    cJSON_Delete(job);
-    return error_reply(c, 404, "not_found_error", NULL, "no route GET %.200s", url);
 }
 
 /* 200 when a model process is ready, else 503 with the reason */
 static enum MHD_Result ready_reply(struct MHD_Connection *c) {
     cJSON *j = cJSON_CreateObject(), *pids = cJSON_CreateArray();
-    pthread_mutex_lock(&A.mu);
-    int ready = any_ready(), pid = (int)A.w[0].pid;
-    for (int i = 0; i < A.nworkers; i++) cJSON_AddItemToArray(pids, cJSON_CreateNumber(A.w[i].ready ? (double)A.w[i].pid : -1));
-    pthread_mutex_unlock(&A.mu);
+    pthread_mutex_lock(&dl_api.mu);
+    int ready = any_ready(), pid = (int)dl_api.w[0].pid;
+    for (int i = 0; i < dl_api.nworkers; i++) cJSON_AddItemToArray(pids, cJSON_CreateNumber(dl_api.w[i].ready ? (double)dl_api.w[i].pid : -1));
+    pthread_mutex_unlock(&dl_api.mu);
     cJSON_AddBoolToObject(j, "ready", ready);
     cJSON_AddNumberToObject(j, "model_pid", pid);
     cJSON_AddItemToObject(j, "model_pids", pids);
-    if (!ready) cJSON_AddStringToObject(j, "reason", A.last_error[0] ? A.last_error : "the model process is starting or recovering");
-    return json_reply(c, ready ? 200 : 503, j);
+    if (!ready) cJSON_AddStringToObject(j, "reason", dl_api.last_error[0] ? dl_api.last_error : "the model process is starting or recovering");
+    return dl_api_json_reply(c, ready ? 200 : 503, j);
 }
 
 /* The health listener: /health and /ready only, on its own port and connections. */
 static enum MHD_Result health_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                       const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)cls, (void)version, (void)upload, (void)upload_size, (void)con_cls;
-    if (strcmp(method, "GET")) return error_reply(c, 405, "invalid_request_error", NULL, "only GET /health and GET /ready here");
-    if (!strcmp(url, "/health")) return json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
+    if (strcmp(method, "GET")) return dl_api_error_reply(c, 405, "invalid_request_error", NULL, "only GET /health and GET /ready here");
+    if (!strcmp(url, "/health")) return dl_api_json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
     if (!strcmp(url, "/ready")) return ready_reply(c);
-    return error_reply(c, 404, "not_found_error", NULL, "this listener serves /health and /ready only");
+    return dl_api_error_reply(c, 404, "not_found_error", NULL, "this listener serves /health and /ready only");
 }
 
 /* "Bearer KEY" (the scheme in any case, RFC 7235), the key compared in constant time */
 static int authorized(struct MHD_Connection *c) {
-    if (!A.pr.api_key[0]) return 1;
+    if (!dl_api.pr.api_key[0]) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
     const char *got = h + 7;
     while (*got == ' ') got++;
-    size_t n = strlen(A.pr.api_key), m = strlen(got);
+    size_t n = strlen(dl_api.pr.api_key), m = strlen(got);
     unsigned diff = (unsigned)(n ^ m);
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)A.pr.api_key[i] ^ (unsigned char)(i < m ? got[i] : 0);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)dl_api.pr.api_key[i] ^ (unsigned char)(i < m ? got[i] : 0);
     return diff == 0;
 }
 
@@ -1412,10 +1169,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
     enum MHD_Result r;
     if (!strcmp(version, MHD_HTTP_VERSION_1_1) && !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"))
-        return error_reply(c, 400, "invalid_request_error", NULL, "HTTP/1.1 requests need a Host header");
+        return dl_api_error_reply(c, 400, "invalid_request_error", NULL, "HTTP/1.1 requests need a Host header");
     if (!get && !post && !del)
-        return error_reply(c, 405, "invalid_request_error", NULL, "method %s is not allowed (GET, POST or DELETE)", method);
-    if (!strcmp(url, "/health")) return json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
+        return dl_api_error_reply(c, 405, "invalid_request_error", NULL, "method %s is not allowed (GET, POST or DELETE)", method);
+    if (!strcmp(url, "/health")) return dl_api_json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
     if (get && !strcmp(url, "/")) /* the page holds no data: it asks for the key itself */
         return respond(c, 200, "text/html; charset=utf-8", PAGE, strlen(PAGE), NULL, NULL);
     if (post || del) { /* another site's page may not make this server generate, cancel or delete (browsers send Origin) */
@@ -1424,30 +1181,30 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         char self[300];
         snprintf(self, sizeof self, "http://%s", host ? host : "");
         if (origin && strcmp(origin, self))
-            return error_reply(c, 403, "invalid_request_error", NULL, "cross-origin request from %.200s refused", origin);
+            return dl_api_error_reply(c, 403, "invalid_request_error", NULL, "cross-origin request from %.200s refused", origin);
     }
     if (!authorized(c) && !(get && signed_content(c, url)))
-        return error_reply(c, 401, "authentication_error", NULL, "a valid `Authorization: Bearer` key is required");
-    if (cn->too_big) return error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %d bytes", MAX_BODY);
+        return dl_api_error_reply(c, 401, "authentication_error", NULL, "a valid `Authorization: Bearer` key is required");
+    if (cn->too_big) return dl_api_error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %d bytes", MAX_BODY);
     if (get && !strcmp(url, "/ready")) return ready_reply(c);
     if (get && !strcmp(url, "/metrics")) return metrics(c);
     if (get && !strcmp(url, "/v1/models")) {
         cJSON *j = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(j, "data");
         cJSON_AddStringToObject(j, "object", "list");
         cJSON_AddItemToArray(d, model_object());
-        return json_reply(c, 200, j);
+        return dl_api_json_reply(c, 200, j);
     }
     if (get && !strncmp(url, "/v1/models/", 11)) {
-        if (strcmp(url + 11, A.pr.model_id))
-            return error_reply(c, 404, "invalid_request_error", "model", "The model `%.200s` does not exist", url + 11);
-        return json_reply(c, 200, model_object());
+        if (strcmp(url + 11, dl_api.pr.model_id))
+            return dl_api_error_reply(c, 404, "invalid_request_error", "model", "The model `%.200s` does not exist", url + 11);
+        return dl_api_json_reply(c, 200, model_object());
     }
     if (!strcmp(url, "/v1/videos") || !strncmp(url, "/v1/videos/", 11)) {
-        r = videos(c, cn, url, get, post, del);
+        r = dl_api_videos(c, cn, url, get, post, del);
         if (post) observe(dl_now() - cn->t0);
         return r;
     }
-    if (del) return error_reply(c, 405, "invalid_request_error", NULL, "DELETE is for /v1/videos/ID");
+    if (del) return dl_api_error_reply(c, 405, "invalid_request_error", NULL, "DELETE is for /v1/videos/ID");
     if (post && !strcmp(url, "/v1/images/generations")) {
         r = generations(c, cn);
         observe(dl_now() - cn->t0);
@@ -1458,48 +1215,48 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         img_opts o;
         char err[1024], param[64];
         if (!validate(cn->body ? cn->body : "", cn->len, &req, &o, err, sizeof err, param, sizeof param))
-            return error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
+            return dl_api_error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
         if (o.n != 1) {
             cJSON_Delete(req);
-            return error_reply(c, 400, "invalid_request_error", "n", "a job makes one image: `n` must be 1");
+            return dl_api_error_reply(c, 400, "invalid_request_error", "n", "a job makes one image: `n` must be 1");
         }
         char ids[1][24];
-        int ok = enqueue(req, 1, ids, "image");
+        int ok = dl_api_enqueue(req, 1, ids, "image");
         cJSON_Delete(req);
-        if (ok < 0) return error_reply(c, 500, "server_error", NULL, "the job store could not record the job: %s", dl_last_error());
-        if (!ok) return error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", A.pr.queue_capacity);
+        if (ok < 0) return dl_api_error_reply(c, 500, "server_error", NULL, "the job store could not record the job: %s", dl_last_error());
+        if (!ok) return dl_api_error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", dl_api.pr.queue_capacity);
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "id", ids[0]);
-        pthread_mutex_lock(&A.mu); /* the state now: an idle model process may have taken it already */
-        cJSON *cur = dl_jobs_get(A.js, ids[0]);
+        pthread_mutex_lock(&dl_api.mu); /* the state now: an idle model process may have taken it already */
+        cJSON *cur = dl_jobs_get(dl_api.js, ids[0]);
         const char *st = cur ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cur, "status")) : NULL;
         cJSON_AddStringToObject(j, "status", st ? st : "queued");
-        cJSON_AddNumberToObject(j, "queue_position", dl_jobs_position(A.js, ids[0]));
-        pthread_mutex_unlock(&A.mu);
+        cJSON_AddNumberToObject(j, "queue_position", dl_jobs_position(dl_api.js, ids[0]));
+        pthread_mutex_unlock(&dl_api.mu);
         cJSON_Delete(cur);
-        return json_reply(c, 202, j);
+        return dl_api_json_reply(c, 202, j);
     }
     if (!strncmp(url, "/v1/jobs/", 9)) {
         char id[64], tail[64] = "";
         const char *at = url + 9 + (strncmp(url + 9, "video_", 6) ? 0 : 6); /* a video's id names its job too */
         if (sscanf(at, "%63[0-9a-f]%63s", id, tail) < 1 || strlen(id) != 16)
-            return error_reply(c, 404, "not_found_error", NULL, "no such job");
-        pthread_mutex_lock(&A.mu);
-        cJSON *j = dl_jobs_get(A.js, id);
-        int pos = j ? dl_jobs_position(A.js, id) : 0;
-        pthread_mutex_unlock(&A.mu);
-        if (!j) return error_reply(c, 404, "not_found_error", NULL, "no job %s", id);
+            return dl_api_error_reply(c, 404, "not_found_error", NULL, "no such job");
+        pthread_mutex_lock(&dl_api.mu);
+        cJSON *j = dl_jobs_get(dl_api.js, id);
+        int pos = j ? dl_jobs_position(dl_api.js, id) : 0;
+        pthread_mutex_unlock(&dl_api.mu);
+        if (!j) return dl_api_error_reply(c, 404, "not_found_error", NULL, "no job %s", id);
         /* the status outlives j: replies below are formatted after j is freed */
         char st[32];
         snprintf(st, sizeof st, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) ?: "unknown");
         if (get && !tail[0]) {
             cJSON_DeleteItemFromObject(j, "result"); /* a server path: not for clients */
             if (pos) cJSON_AddNumberToObject(j, "queue_position", pos);
-            return json_reply(c, 200, j);
+            return dl_api_json_reply(c, 200, j);
         }
         if (get && !strcmp(tail, "/events")) {
             cJSON_Delete(j);
-            return events(c, id, 0);
+            return dl_api_events(c, id, 0);
         }
         if (get && !strcmp(tail, "/content")) {
             const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "result"));
@@ -1507,37 +1264,37 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             const char *type = ext && !strcmp(ext, ".jpg") ? "image/jpeg" : ext && !strcmp(ext, ".webp") ? "image/webp"
                                : ext && !strcmp(ext, ".mp4") ? "video/mp4" : "image/png";
             int ok = 0;
-            r = !strcmp(st, "completed") && path ? file_reply(c, path, type, &ok) : MHD_NO;
+            r = !strcmp(st, "completed") && path ? dl_api_file_reply(c, path, type, &ok) : MHD_NO;
             cJSON_Delete(j);
-            return ok ? r : error_reply(c, 404, "not_found_error", NULL, "job %s has no content (status %s)", id, st);
+            return ok ? r : dl_api_error_reply(c, 404, "not_found_error", NULL, "job %s has no content (status %s)", id, st);
         }
         if (post && !strcmp(tail, "/cancel")) {
-            pthread_mutex_lock(&A.mu);
+            pthread_mutex_lock(&dl_api.mu);
             if (!strcmp(st, "queued")) { /* durable: a cancelled job never runs after a restart */
-                if (dl_jobs_begin(A.js, 1) == DL_OK) {
-                    dl_jobs_set(A.js, id, "cancelled", "cancelled by the client", NULL);
-                    if (dl_jobs_commit(A.js) != DL_OK) dl_jobs_rollback(A.js);
+                if (dl_jobs_begin(dl_api.js, 1) == DL_OK) {
+                    dl_jobs_set(dl_api.js, id, "cancelled", "cancelled by the client", NULL);
+                    if (dl_jobs_commit(dl_api.js) != DL_OK) dl_jobs_rollback(dl_api.js);
                 }
             } else if (!strcmp(st, "in_progress")) { /* every model process has its own slot; durable across a crash */
-                for (int i = 0; i < A.nworkers; i++)
-                    if (!strcmp(A.w[i].inflight, id)) A.w[i].cancel_wanted = 1;
-                if (dl_jobs_begin(A.js, 1) == DL_OK) {
-                    dl_jobs_request_cancel(A.js, id);
-                    if (dl_jobs_commit(A.js) != DL_OK) dl_jobs_rollback(A.js);
+                for (int i = 0; i < dl_api.nworkers; i++)
+                    if (!strcmp(dl_api.w[i].inflight, id)) dl_api.w[i].cancel_wanted = 1;
+                if (dl_jobs_begin(dl_api.js, 1) == DL_OK) {
+                    dl_jobs_request_cancel(dl_api.js, id);
+                    if (dl_jobs_commit(dl_api.js) != DL_OK) dl_jobs_rollback(dl_api.js);
                 }
             }
-            pthread_cond_broadcast(&A.cv);
-            pthread_mutex_unlock(&A.mu);
+            pthread_cond_broadcast(&dl_api.cv);
+            pthread_mutex_unlock(&dl_api.mu);
             cJSON_Delete(j);
-            pthread_mutex_lock(&A.mu);
-            j = dl_jobs_get(A.js, id);
-            pthread_mutex_unlock(&A.mu);
+            pthread_mutex_lock(&dl_api.mu);
+            j = dl_jobs_get(dl_api.js, id);
+            pthread_mutex_unlock(&dl_api.mu);
             cJSON_DeleteItemFromObject(j, "result");
-            return json_reply(c, 200, j);
+            return dl_api_json_reply(c, 200, j);
         }
         cJSON_Delete(j);
     }
-    return error_reply(c, 404, "not_found_error", NULL, "no route %s %s", method, url);
+    return dl_api_error_reply(c, 404, "not_found_error", NULL, "no route %s %s", method, url);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -1554,30 +1311,30 @@ static void on_signal(int s) {
 }
 
 int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
-    memset(&A, 0, sizeof A);
-    A.pr = *pr;
-    A.exe = self_exe;
-    A.nworkers = pr->replicas < 1 ? 1 : pr->replicas > MAX_WORKERS ? MAX_WORKERS : pr->replicas;
-    for (int i = 0; i < A.nworkers; i++) A.w[i] = (worker){.fd = -1, .pid = -1, .backoff = 0.5};
-    pthread_mutex_init(&A.mu, NULL);
-    pthread_cond_init(&A.cv, NULL);
-    if (pipe(A.wake) != 0 || fcntl(A.wake[0], F_SETFL, O_NONBLOCK) != 0 || fcntl(A.wake[1], F_SETFL, O_NONBLOCK) != 0) {
+    memset(&dl_api, 0, sizeof dl_api);
+    dl_api.pr = *pr;
+    dl_api.exe = self_exe;
+    dl_api.nworkers = pr->replicas < 1 ? 1 : pr->replicas > MAX_WORKERS ? MAX_WORKERS : pr->replicas;
+    for (int i = 0; i < dl_api.nworkers; i++) dl_api.w[i] = (worker){.fd = -1, .pid = -1, .backoff = 0.5};
+    pthread_mutex_init(&dl_api.mu, NULL);
+    pthread_cond_init(&dl_api.cv, NULL);
+    if (pipe(dl_api.wake) != 0 || fcntl(dl_api.wake[0], F_SETFL, O_NONBLOCK) != 0 || fcntl(dl_api.wake[1], F_SETFL, O_NONBLOCK) != 0) {
         fprintf(stderr, "difflet: serve: pipe: %s\n", strerror(errno));
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
-    if (getrandom(A.url_key, sizeof A.url_key, 0) != sizeof A.url_key) {
+    if (getrandom(dl_api.url_key, sizeof dl_api.url_key, 0) != sizeof dl_api.url_key) {
         fprintf(stderr, "difflet: serve: no random bytes for signing URLs\n");
         return 1;
     }
-    A.started = wall();
-    if (dl_registry_lookup(pr->model, &A.entry) != DL_OK) A.entry = NULL; /* its model process says why */
+    dl_api.started = wall();
+    if (dl_registry_lookup(pr->model, &dl_api.entry) != DL_OK) dl_api.entry = NULL; /* its model process says why */
     if (!pr->video) load_tokenizer();
-    if (dl_mkdir_p(pr->results) != DL_OK || dl_jobs_open(&A.js, pr->db) != DL_OK) {
+    if (dl_mkdir_p(pr->results) != DL_OK || dl_jobs_open(&dl_api.js, pr->db) != DL_OK) {
         fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
         return 1;
     }
-    int requeued = dl_jobs_recover(A.js, pr->result_ttl_s);
+    int requeued = dl_jobs_recover(dl_api.js, pr->result_ttl_s);
     if (requeued) DL_INFO("serve: %d interrupted jobs back in the queue", requeued);
     /* the profile travels to the model process as a file beside the database */
     char ppath[1200];
@@ -1586,7 +1343,7 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
     char *pt = cJSON_Print(pj);
     dl_file_write_atomic(ppath, pt, strlen(pt));
     free(pt), cJSON_Delete(pj);
-    A.profile_path = ppath;
+    dl_api.profile_path = ppath;
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)pr->port)};
     if (inet_pton(AF_INET, pr->host, &addr.sin_addr) != 1) {
         fprintf(stderr, "difflet: serve: host %s is not an IPv4 address\n", pr->host);
@@ -1602,7 +1359,7 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
                                             (unsigned)pr->max_connections_per_ip, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "difflet: serve: cannot listen on %s:%d\n", pr->host, pr->port);
-        dl_jobs_close(A.js);
+        dl_jobs_close(dl_api.js);
         return 1;
     }
     struct MHD_Daemon *hd = NULL;
@@ -1615,7 +1372,7 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
         if (!hd) {
             fprintf(stderr, "difflet: serve: cannot listen for health checks on %s:%d\n", pr->host, pr->health_port);
             MHD_stop_daemon(d);
-            dl_jobs_close(A.js);
+            dl_jobs_close(dl_api.js);
             return 1;
         }
     }
@@ -1634,11 +1391,11 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
     DL_INFO("serve: stopping");
     if (hd) MHD_stop_daemon(hd);
     MHD_stop_daemon(d);
-    pthread_mutex_lock(&A.mu);
-    A.stopping = 1;
-    pthread_mutex_unlock(&A.mu);
+    pthread_mutex_lock(&dl_api.mu);
+    dl_api.stopping = 1;
+    pthread_mutex_unlock(&dl_api.mu);
     pthread_join(sup, NULL);
-    dl_jobs_close(A.js);
-    dl_tokenizer_free(A.tok);
+    dl_jobs_close(dl_api.js);
+    dl_tokenizer_free(dl_api.tok);
     return 0;
 }
