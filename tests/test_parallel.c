@@ -432,7 +432,7 @@ static void pipelines(dl_comm *world) {
         if (!strstr(list[i], "tp=2,cp=2")) /* the parity model has 2 heads */
             pipeline_layout(world, DATA_DIR "/flux/dev", "parity-dev", 32, 48, list[i]);
     }
-    static const char *wan2[] = {"cfg=2", "cp=2:ulysses", "cp=2:ring", "tp=2", NULL}, *wan3[] = {"cp=3:gather", NULL};
+    static const char *wan2[] = {"cfg=2", "cp=2:ulysses", "cp=2:ring", "tp=2", "tp=2,sp", NULL}, *wan3[] = {"cp=3:gather", NULL};
     static const char *wan4[] = {"cp=2:ulysses,cfg=2", "cp=4:ring", "dp=2,cp=2:gather", "tp=2,cp=2:ring", NULL};
     const char **wl = W == 2 ? wan2 : W == 3 ? wan3 : W == 4 ? wan4 : one;
     for (int i = 0; wl[i]; i++) wan_pipeline_layout(world, wl[i]);
@@ -465,15 +465,16 @@ static void wan_model(dl_comm *world, const char *dir, const char *name, int64_t
     memset(txt + nt / 2, 0, (size_t)(nt - nt / 2) * 4); /* zero rows past the prompt, as the pipeline pads */
     int ok = dl_wan_run(ref, lat, txt, 640.f, a) == DL_OK;
     CHECK(ok, "%s: unsplit run: %s", name, dl_last_error());
-    static const char *const modes[] = {"ulysses", "ring", "gather", "tp"};
-    for (int k = 0; ok && n > 1 && k < 4; k++) {
+    static const char *const modes[] = {"ulysses", "ring", "gather", "tp", "tp-plain"};
+    for (int k = 0; ok && n > 1 && k < 5; k++) {
         char spec[64], why[512];
         if (k < 3) snprintf(spec, sizeof spec, "cp=%d:%s", n, modes[k]);
-        else if (n == 2 || n == 4) snprintf(spec, sizeof spec, n == 2 ? "tp=2" : "tp=2,cp=2:ring");
+        else if (n == 2 || n == 4) /* TP with and without sequence parallelism */
+            snprintf(spec, sizeof spec, k == 3 ? (n == 2 ? "tp=2,sp" : "tp=2,sp,cp=2:ring") : (n == 2 ? "tp=2" : "tp=2,cp=2:ring"));
         else continue;
         dl_par_config pc;
         dl_par_parse(spec, &pc);
-        dl_dit_split sp = {.tp = pc.tp, .cp = pc.cp, .cp_mode = pc.cp_mode};
+        dl_dit_split sp = {.tp = pc.tp, .cp = pc.cp, .sp = pc.sp, .cp_mode = pc.cp_mode};
         const char *bad = dl_dit_split_check(&sp, dl_wan_heads(ref), why, sizeof why);
         dl_par_place pl;
         if (dl_par_place_new(world, &pc, &pl) != DL_OK) {
@@ -496,11 +497,6 @@ static void wan_model(dl_comm *world, const char *dir, const char *name, int64_t
         dl_wan_free(m);
         dl_par_place_free(&pl);
     }
-    dl_dit_split sp2 = {.tp = 2, .cp = 1, .sp = 1};
-    dl_wan *m = NULL;
-    CHECK(dl_wan_load(&m, md, "transformer", lf, lh, lw, T, DL_F32, NULL, &sp2) == DL_ERR_UNSUPPORTED &&
-              strstr(dl_last_error(), "sequence parallelism"),
-          "%s: sp not refused: %s", name, dl_last_error());
     free(lat), free(txt), free(a), free(b);
     dl_wan_free(ref);
     dl_model_dir_free(md);

@@ -264,10 +264,10 @@ static void test_refusals(void) {
     CHECK(dl_wan_load(&m, dir, "transformer", 3, 7, 12, 16, DL_F32, NULL, NULL) == DL_ERR_INVALID &&
               strstr(dl_last_error(), "patch_size"),
           "odd grid: %s", dl_last_error());
-    dl_dit_split sp2 = {.tp = 2, .cp = 1, .sp = 1};
-    CHECK(dl_wan_load(&m, dir, "transformer", 3, 8, 12, 16, DL_F32, NULL, &sp2) == DL_ERR_UNSUPPORTED &&
-              strstr(dl_last_error(), "sequence parallelism"),
-          "sp refused: %s", dl_last_error());
+    dl_dit_split tp4 = {.tp = 4, .cp = 1}; /* a has 2 heads */
+    CHECK(dl_wan_load(&m, dir, "transformer", 3, 8, 12, 16, DL_F32, NULL, &tp4) == DL_ERR_INVALID &&
+              strstr(dl_last_error(), "not divisible by tp=4"),
+          "tp=4 refused for 2 heads: %s", dl_last_error());
     CHECK(dl_wan_load(&m, dir, "vae", 3, 8, 12, 16, DL_F32, NULL, NULL) != DL_OK, "not a transformer");
     dl_model_dir_free(dir);
 }

@@ -301,10 +301,6 @@ dl_status dl_wan_load_batch(dl_wan **out, dl_model_dir *dir, const char *compone
         s = dl_fail(DL_ERR_INVALID, "Wan transformer: empty text");
         goto fail;
     }
-    if (m->c.sp.sp) {
-        s = dl_fail(DL_ERR_UNSUPPORTED, "parallel split refused: sequence parallelism is not supported for Wan yet (tp and cp are)");
-        goto fail;
-    }
     char why[256];
     const char *bad = dl_dit_split_check(&m->c.sp, m->c.H, why, sizeof why);
     if (bad) {
@@ -388,7 +384,7 @@ dl_status dl_wan_load_batch(dl_wan **out, dl_model_dir *dir, const char *compone
     const int64_t keys = N > T ? N : T;
     act_plan pl = {0};
     dl_plan_add(&pl, &m->c.x, (size_t)(batch * m->c.xn * D) * 4, 0, 2);
-    dl_plan_add(&pl, &m->c.o, (size_t)(BN * D) * 4, 1, 1);
+    dl_plan_add(&pl, &m->c.o, (size_t)(BN * D) * 4, 0, 1); /* SP: the embedding's rows first */
     dl_plan_add(&pl, &m->c.h, (size_t)(BN * D) * es, 1, 2);
     dl_plan_add(&pl, &m->c.qkv, (size_t)(BN * 3 * Dl) * es, 1, 1);
     dl_plan_add(&pl, &m->c.att, (size_t)(BN * Dl) * es, 1, 1);
@@ -453,8 +449,11 @@ static dl_status run_batch(dl_wan *m, const float *latents, const float *const *
     for (int b = 0; b < B; b++) to_dt(dt, (char *)m->txt_in + (size_t)(b * T * m->Td) * es, txt[b], T * m->Td);
     RUN(&m->x1, m->txt_in, m->txt_h);
     RUN(&m->x2, m->txt_h, m->ctx);
-    TRY(embed_patch(&m->e, latents, m->c.x)); /* this rank's video tokens, the same for every branch */
-    for (int b = 1; b < B; b++) memcpy(v[b].x, m->c.x, (size_t)(Nl * D) * 4);
+    /* this rank's video tokens, the same for every branch (SP: into o, then each branch's shard) */
+    const int sp = dl_dit_sp_on(&m->c);
+    TRY(embed_patch(&m->e, latents, sp ? m->c.o : m->c.x));
+    for (int b = sp ? 0 : 1; b < B; b++)
+        memcpy(v[b].x, (sp ? m->c.o + m->c.xa * D : m->c.x), (size_t)(m->c.xn * D) * 4);
     for (int64_t i = 0; i < D; i++) m->ones[i] = 1.f;
     for (int i = 0; i < m->nl; i++) {
         wan_block *bl = &m->blk[i];
@@ -462,21 +461,32 @@ static dl_status run_batch(dl_wan *m, const float *latents, const float *const *
         add_table(md, bl->sst, m->e.tproj, 6 * D);
         if (pt) t0 = dl_now(); /* the sublayers' clocks start here */
         /* self-attention, per branch over its own tokens */
-        for (int b = 0; b < B; b++) dl_dit_ln_mod(&v[b], NULL, NULL, md + D, md);
+        for (int b = 0; b < B; b++) {
+            dl_dit_ln_mod(&v[b], NULL, NULL, md + D, md);
+            TRY(dl_dit_gather_h(&v[b])); /* SP: every rank's rows */
+        }
         RUN(&bl->qkv, m->c.h, m->c.qkv);
         for (int b = 0; b < B; b++) TRY(dl_dit_qk_norm_full_rope(&v[b], bl->nq, bl->nk, m->eps, m->ss));
         if (pt) ta = dl_now();
         for (int b = 0; b < B; b++) TRY(dl_dit_attention(&v[b], Dl));
         if (pt) pt->self_attn_s += dl_now() - ta;
         RUN(&bl->out, m->c.att, m->c.o);
-        for (int b = 0; b < B; b++) TRY(dl_dit_reduce_out(&v[b])); /* TP: the row-parallel partial sums */
-        for (int b = 0; b < B; b++) dl_dit_gate_add(&v[b], NULL, md + 2 * D);
+        for (int b = 0; b < B; b++) { /* TP: the row-parallel partial sums (SP: reduce-scattered to the shard) */
+            TRY(dl_dit_reduce_out(&v[b]));
+            dl_dit_gate_add(&v[b], NULL, md + 2 * D);
+        }
         if (pt) phase(&pt->self_s, &t0);
         /* cross-attention to every text row of the branch's own text */
-        if (m->cross_norm)
-            DL_PAR(dl_layernorm_x_t(dt, m->c.h, DL_F32, m->c.x, B * Nl, D, bl->n2w, bl->n2b, NULL, NULL, m->eps, ith, nth));
-        else
-            to_dt(dt, m->c.h, m->c.x, B * Nl * D);
+        for (int b = 0; b < B; b++) { /* norm2 over the rows held, then every rank's (SP) */
+            char *hb = (char *)v[b].h + (size_t)(v[b].xa * D) * es;
+            const float *xb = v[b].x;
+            const int64_t xn = v[b].xn;
+            if (m->cross_norm)
+                DL_PAR(dl_layernorm_x_t(dt, hb, DL_F32, xb, xn, D, bl->n2w, bl->n2b, NULL, NULL, m->eps, ith, nth));
+            else
+                to_dt(dt, hb, xb, xn * D);
+            TRY(dl_dit_gather_h(&v[b]));
+        }
         RUN(&bl->q2, m->c.h, m->q2);
         RUN(&bl->kv2, m->ctx, m->kv2);
         TRY(dl_dit_rmsnorm_full(&m->c, m->q2, B * Nl, Dl, bl->nq2, m->eps, m->ss));
@@ -486,20 +496,30 @@ static dl_status run_batch(dl_wan *m, const float *latents, const float *const *
             dl_dit_cross_attention(&v[b], q, Dl, kv, kv + (size_t)Dl * es, 2 * Dl, T, T, v[b].att, Dl);
         }
         RUN(&bl->out2, m->c.att, m->c.o);
-        for (int b = 0; b < B; b++) TRY(dl_dit_reduce_out(&v[b]));
-        for (int b = 0; b < B; b++) dl_dit_gate_add(&v[b], NULL, m->ones);
+        for (int b = 0; b < B; b++) {
+            TRY(dl_dit_reduce_out(&v[b]));
+            dl_dit_gate_add(&v[b], NULL, m->ones);
+        }
         if (pt) phase(&pt->cross_s, &t0);
         /* feed-forward */
-        for (int b = 0; b < B; b++) dl_dit_ln_mod(&v[b], NULL, NULL, md + 4 * D, md + 3 * D);
+        for (int b = 0; b < B; b++) {
+            dl_dit_ln_mod(&v[b], NULL, NULL, md + 4 * D, md + 3 * D);
+            TRY(dl_dit_gather_h(&v[b]));
+        }
         RUN(&bl->ff1, m->c.h, m->f);
         RUN(&bl->ff2, m->f, m->c.o);
-        for (int b = 0; b < B; b++) TRY(dl_dit_reduce_out(&v[b]));
-        for (int b = 0; b < B; b++) dl_dit_gate_add(&v[b], NULL, md + 5 * D);
+        for (int b = 0; b < B; b++) {
+            TRY(dl_dit_reduce_out(&v[b]));
+            dl_dit_gate_add(&v[b], NULL, md + 5 * D);
+        }
         if (pt) phase(&pt->ffn_s, &t0);
     }
     add_table(m->mod, m->sst_out, m->e.temb, D); /* shift */
     add_table(m->mod + D, m->sst_out + D, m->e.temb, D); /* scale */
-    for (int b = 0; b < B; b++) dl_dit_ln_mod(&v[b], NULL, NULL, m->mod + D, m->mod);
+    for (int b = 0; b < B; b++) {
+        dl_dit_ln_mod(&v[b], NULL, NULL, m->mod + D, m->mod);
+        TRY(dl_dit_gather_h(&v[b]));
+    }
     RUN(&m->proj_out, m->c.h, m->pout);
     /* unpatchify: row (f, h, w), column ((pt, ph, pw), c) -> out[c, f pt + pt', ...] */
     for (int b = 0; b < B; b++) {
@@ -606,10 +626,7 @@ dl_status dl_wan_probe_load(dl_wan_probe **out, dl_model_dir *dir, const char *c
     }
     p->c = (dl_dit){.sp = split ? *split : (dl_dit_split){.tp = 1, .cp = 1}, .dt = dt, .D = m->c.D, .H = m->c.H,
                     .Dh = m->c.Dh, .F = m->c.F, .N = N, .S = N};
-    if (p->c.sp.sp) { /* tp ranks compute the probe alike (replicated); cp ranks their rows */
-        s = dl_fail(DL_ERR_UNSUPPORTED, "parallel split refused: sequence parallelism is not supported for Wan yet");
-        goto fail;
-    }
+    /* tp ranks compute the probe alike (replicated, SP or not); cp ranks their own rows */
     if ((s = dl_dit_plan(&p->c)) != DL_OK) goto fail;
     const int64_t D = m->c.D, Nl = p->c.Nl;
     p->e = (wan_embed){.dt = dt, .D = D, .freq = m->freq, .Cin = m->Cin, .lat = {lat_frames, lat_h, lat_w}, .N = N,

@@ -378,10 +378,6 @@ static void entry_default_shape(const char *dir, int *w, int *h, int *frames) {
 }
 
 static const char *entry_split_check(const char *dir, const dl_par_config *c, char *buf, size_t n) {
-    if (c->sp) {
-        snprintf(buf, n, "sequence parallelism is not supported for Wan yet (tp, cp and cfg are)");
-        return buf;
-    }
     return dl_registry_heads_check(dir, c, 40, buf, n); /* 40: diffusers' default */
 }
 
