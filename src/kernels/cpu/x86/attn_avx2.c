@@ -21,7 +21,7 @@
 #include "avx2_vec.h"
 #include "vexp.inc"
 
-enum { BQ = 64, BK = 128, R = 4 };
+enum { BQ = 60, BK = 128, R = 6 }; /* 6 x 16 micro-tiles: 12 accumulators, 2 loads, 1 broadcast of AVX2's 16 registers */
 
 int dl_attn_avx2_supported(const dl_attn_args *a) {
     if (a->dt != DL_F32 && a->dt != DL_BF16) return 0;
@@ -97,28 +97,34 @@ static void pack_head(const dl_attn_args *a, int64_t h, tiles *t) {
     }
 }
 
-/* S[R][16] = Qt[R][D] . K[16 keys]^T (R = 4 rows, spelled out: the row pointers and
+/* S[R][16] = Qt[R][D] . K[16 keys]^T (R = 6 rows, spelled out: the row pointers and
  * accumulators stay in registers) */
 static inline void qk(const float *q, int64_t D, const float *kp, float *s) {
-    const float *q0 = q, *q1 = q + D, *q2 = q + 2 * D, *q3 = q + 3 * D, *k0 = kp, *k1 = kp + D * 8;
-    __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0;
+    const float *q0 = q, *q1 = q + D, *q2 = q + 2 * D, *q3 = q + 3 * D, *q4 = q + 4 * D, *q5 = q + 5 * D;
+    const float *k0 = kp, *k1 = kp + D * 8;
+    __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0, a4 = a0, b4 = a0,
+           a5 = a0, b5 = a0;
     for (int64_t d = 0; d < D; d++) {
         __m256 x0 = _mm256_loadu_ps(k0 + d * 8), x1 = _mm256_loadu_ps(k1 + d * 8), b;
         b = _mm256_broadcast_ss(q0 + d), a0 = _mm256_fmadd_ps(b, x0, a0), b0 = _mm256_fmadd_ps(b, x1, b0);
         b = _mm256_broadcast_ss(q1 + d), a1 = _mm256_fmadd_ps(b, x0, a1), b1 = _mm256_fmadd_ps(b, x1, b1);
         b = _mm256_broadcast_ss(q2 + d), a2 = _mm256_fmadd_ps(b, x0, a2), b2 = _mm256_fmadd_ps(b, x1, b2);
         b = _mm256_broadcast_ss(q3 + d), a3 = _mm256_fmadd_ps(b, x0, a3), b3 = _mm256_fmadd_ps(b, x1, b3);
+        b = _mm256_broadcast_ss(q4 + d), a4 = _mm256_fmadd_ps(b, x0, a4), b4 = _mm256_fmadd_ps(b, x1, b4);
+        b = _mm256_broadcast_ss(q5 + d), a5 = _mm256_fmadd_ps(b, x0, a5), b5 = _mm256_fmadd_ps(b, x1, b5);
     }
     _mm256_storeu_ps(s, a0), _mm256_storeu_ps(s + 8, b0);
     _mm256_storeu_ps(s + BK, a1), _mm256_storeu_ps(s + BK + 8, b1);
     _mm256_storeu_ps(s + 2 * BK, a2), _mm256_storeu_ps(s + 2 * BK + 8, b2);
     _mm256_storeu_ps(s + 3 * BK, a3), _mm256_storeu_ps(s + 3 * BK + 8, b3);
+    _mm256_storeu_ps(s + 4 * BK, a4), _mm256_storeu_ps(s + 4 * BK + 8, b4);
+    _mm256_storeu_ps(s + 5 * BK, a5), _mm256_storeu_ps(s + 5 * BK + 8, b5);
 }
 
-/* O[R][d0 : d0+16] = alpha * O + P[R][BK] . V[BK][d0 : d0+16] (R = 4 rows) */
+/* O[R][d0 : d0+16] = alpha * O + P[R][BK] . V[BK][d0 : d0+16] (R = 6 rows) */
 static inline void pv(const float *p, const float *vp, int64_t D, int64_t d0, float *o, const float *alpha) {
-    float *o0 = o + d0, *o1 = o0 + D, *o2 = o0 + 2 * D, *o3 = o0 + 3 * D;
-    const float *p0 = p, *p1 = p + BK, *p2 = p + 2 * BK, *p3 = p + 3 * BK, *v = vp + d0;
+    float *o0 = o + d0, *o1 = o0 + D, *o2 = o0 + 2 * D, *o3 = o0 + 3 * D, *o4 = o0 + 4 * D, *o5 = o0 + 5 * D;
+    const float *p0 = p, *p1 = p + BK, *p2 = p + 2 * BK, *p3 = p + 3 * BK, *p4 = p + 4 * BK, *p5 = p + 5 * BK, *v = vp + d0;
     __m256 l = _mm256_set1_ps(alpha[0]);
     __m256 a0 = _mm256_mul_ps(l, _mm256_loadu_ps(o0)), b0 = _mm256_mul_ps(l, _mm256_loadu_ps(o0 + 8));
     l = _mm256_set1_ps(alpha[1]);
@@ -127,17 +133,25 @@ static inline void pv(const float *p, const float *vp, int64_t D, int64_t d0, fl
     __m256 a2 = _mm256_mul_ps(l, _mm256_loadu_ps(o2)), b2 = _mm256_mul_ps(l, _mm256_loadu_ps(o2 + 8));
     l = _mm256_set1_ps(alpha[3]);
     __m256 a3 = _mm256_mul_ps(l, _mm256_loadu_ps(o3)), b3 = _mm256_mul_ps(l, _mm256_loadu_ps(o3 + 8));
+    l = _mm256_set1_ps(alpha[4]);
+    __m256 a4 = _mm256_mul_ps(l, _mm256_loadu_ps(o4)), b4 = _mm256_mul_ps(l, _mm256_loadu_ps(o4 + 8));
+    l = _mm256_set1_ps(alpha[5]);
+    __m256 a5 = _mm256_mul_ps(l, _mm256_loadu_ps(o5)), b5 = _mm256_mul_ps(l, _mm256_loadu_ps(o5 + 8));
     for (int64_t k = 0; k < BK; k++, v += D) {
         __m256 x0 = _mm256_loadu_ps(v), x1 = _mm256_loadu_ps(v + 8), b;
         b = _mm256_broadcast_ss(p0 + k), a0 = _mm256_fmadd_ps(b, x0, a0), b0 = _mm256_fmadd_ps(b, x1, b0);
         b = _mm256_broadcast_ss(p1 + k), a1 = _mm256_fmadd_ps(b, x0, a1), b1 = _mm256_fmadd_ps(b, x1, b1);
         b = _mm256_broadcast_ss(p2 + k), a2 = _mm256_fmadd_ps(b, x0, a2), b2 = _mm256_fmadd_ps(b, x1, b2);
         b = _mm256_broadcast_ss(p3 + k), a3 = _mm256_fmadd_ps(b, x0, a3), b3 = _mm256_fmadd_ps(b, x1, b3);
+        b = _mm256_broadcast_ss(p4 + k), a4 = _mm256_fmadd_ps(b, x0, a4), b4 = _mm256_fmadd_ps(b, x1, b4);
+        b = _mm256_broadcast_ss(p5 + k), a5 = _mm256_fmadd_ps(b, x0, a5), b5 = _mm256_fmadd_ps(b, x1, b5);
     }
     _mm256_storeu_ps(o0, a0), _mm256_storeu_ps(o0 + 8, b0);
     _mm256_storeu_ps(o1, a1), _mm256_storeu_ps(o1 + 8, b1);
     _mm256_storeu_ps(o2, a2), _mm256_storeu_ps(o2 + 8, b2);
     _mm256_storeu_ps(o3, a3), _mm256_storeu_ps(o3 + 8, b3);
+    _mm256_storeu_ps(o4, a4), _mm256_storeu_ps(o4 + 8, b4);
+    _mm256_storeu_ps(o5, a5), _mm256_storeu_ps(o5 + 8, b5);
 }
 
 /* lanes c .. c+7 that are below `valid`, as an all-ones / zero mask */
