@@ -338,7 +338,8 @@ dl_status dl_cache_list(dl_cache_entry **out, int *n) {
         }
         dl_cache_entry *e = &(*out)[(*n)++];
         memset(e, 0, sizeof *e);
-        snprintf(e->id, sizeof e->id, "%s", de->d_name);
+        memcpy(e->id, de->d_name, 16); /* 16 hex digits, checked above */
+        e->id[16] = 0;
         char dir[2400];
         snprintf(dir, sizeof dir, "%s/%s", root, de->d_name);
         dl_artifact *a;

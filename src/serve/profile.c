@@ -180,7 +180,7 @@ dl_status dl_deployment_set_model(dl_deployment *p, const char *ref) {
             size_t n = strlen(given);
             while (n > 1 && given[n - 1] == '/') given[--n] = 0;
             const char *b = strrchr(given, '/');
-            snprintf(p->model_id, sizeof p->model_id, "%s", b ? b + 1 : given);
+            snprintf(p->model_id, sizeof p->model_id, "%.255s", b ? b + 1 : given); /* a longer name is cut */
         }
     }
     snprintf(p->model, sizeof p->model, "%s", resolved);
