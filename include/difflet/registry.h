@@ -100,6 +100,15 @@ typedef dl_status (*dl_pipeline_gen_fn)(void *impl, const dl_gen_request *r, dl_
 dl_status dl_pipeline_host_generate(void *impl, int host, dl_denoise *loop, dl_pipeline_gen_fn gen, const dl_gen_request *r,
                                     dl_media *out, dl_gen_timing *tm);
 
+/* `--latents`: the tensor `latents` of the initial noise (f32, bf16 or f16) with n
+ * values into out; `shape` names the expected shape in the error. */
+dl_status dl_pipeline_read_latents(const dl_checkpoint *ck, int64_t n, const char *shape, float *out);
+/* A decoded [3, frames, height, width] output in [-1, 1] as a dl_media (x / 2 + 0.5
+ * clamped to [0, 1], x255 rounded; pixels kept when asked): kind, size and fps set,
+ * the buffers the caller's to free (dl_media_free). */
+dl_status dl_pipeline_media(dl_media *out, dl_media_kind kind, const float *planar, int64_t frames, int64_t height,
+                            int64_t width, double fps, int want_pixels);
+
 /* The entry for a pipeline class, or NULL. */
 const dl_model_entry *dl_registry_find(const char *pipeline_class);
 /* The entry for a model folder (its model_index.json), or an error naming the

@@ -208,14 +208,6 @@ static dl_status encode(qi_pipe *p, const char *prompt, float *emb, int64_t *val
     return DL_OK;
 }
 
-static dl_status read_latents(qi_pipe *p, const dl_checkpoint *ck, float *lat) {
-    const dl_st_tensor *t = dl_ckpt_find(ck, "latents");
-    if (!t || t->numel != p->N * p->Cp || (t->dtype != DL_ST_F32 && t->dtype != DL_ST_BF16 && t->dtype != DL_ST_F16))
-        return dl_fail(DL_ERR_INVALID, "%s: needs a float tensor \"latents\" of %lld x %lld (packed) values",
-                       dl_ckpt_label(ck), (long long)p->N, (long long)p->Cp);
-    return dl_ckpt_read(t, DL_F32, lat);
-}
-
 static dl_status generate(qi_pipe *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *timing, int *ran) {
     dl_gen_timing tm = {0};
     if (!r->prompt) return dl_fail(DL_ERR_INVALID, "a prompt is required");
@@ -239,7 +231,9 @@ static dl_status generate(qi_pipe *p, const dl_gen_request *r, dl_media *out, dl
     const int64_t N = p->N, Cp = p->Cp, C = p->C, gw = p->lw / 2;
     float *lat = dl_denoise_latents(p->loop);
     if (r->init) {
-        if ((s = read_latents(p, r->init, lat))) return s;
+        char what[96];
+        snprintf(what, sizeof what, "%lld x %lld (packed)", (long long)N, (long long)Cp);
+        if ((s = dl_pipeline_read_latents(r->init, N * Cp, what, lat))) return s;
     } else {
         dl_randn(r->seed, p->z, N * Cp);
         for (int64_t c = 0; c < C; c++)
@@ -267,21 +261,7 @@ static dl_status generate(qi_pipe *p, const dl_gen_request *r, dl_media *out, dl
             }
     }
     if ((s = dl_wan_vae_decode(p->vae, p->z, p->img, NULL, NULL))) return s;
-    const int64_t H = p->shape.height, W = p->shape.width;
-    *out = (dl_media){.kind = DL_MEDIA_IMAGE, .width = (int)W, .height = (int)H, .frames = 1};
-    if (!(out->rgb = malloc((size_t)(H * W * 3))) ||
-        (r->want_pixels && !(out->pixels = malloc((size_t)(H * W * 3) * sizeof(float))))) {
-        dl_media_free(out);
-        return dl_fail(DL_ERR_NOMEM, "out of memory");
-    }
-    for (int64_t y = 0; y < H; y++)
-        for (int64_t x = 0; x < W; x++)
-            for (int c = 0; c < 3; c++) {
-                float v = p->img[(c * H + y) * W + x] / 2.f + 0.5f;
-                v = v < 0.f ? 0.f : v > 1.f ? 1.f : v;
-                if (out->pixels) out->pixels[(y * W + x) * 3 + c] = v;
-                out->rgb[(y * W + x) * 3 + c] = (uint8_t)lrintf(v * 255.f);
-            }
+    if ((s = dl_pipeline_media(out, DL_MEDIA_IMAGE, p->img, 1, p->shape.height, p->shape.width, 0, r->want_pixels))) return s;
     tm.decode_s = dl_now() - t0;
     if (timing) *timing = tm;
     return DL_OK;

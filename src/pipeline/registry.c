@@ -4,6 +4,7 @@
 #include "difflet/registry.h"
 #include "difflet/comm.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,4 +159,32 @@ dl_status dl_pipeline_host_generate(void *impl, int host, dl_denoise *loop, dl_p
     dl_status s = gen(impl, r, out, tm, &ran);
     if (!ran) dl_denoise_abandon(loop);
     return s;
+}
+
+dl_status dl_pipeline_read_latents(const dl_checkpoint *ck, int64_t n, const char *shape, float *out) {
+    const dl_st_tensor *t = dl_ckpt_find(ck, "latents");
+    if (!t || t->numel != n || (t->dtype != DL_ST_F32 && t->dtype != DL_ST_BF16 && t->dtype != DL_ST_F16))
+        return dl_fail(DL_ERR_INVALID, "%s: needs a float tensor \"latents\" of %s values", dl_ckpt_label(ck), shape);
+    return dl_ckpt_read(t, DL_F32, out);
+}
+
+dl_status dl_pipeline_media(dl_media *out, dl_media_kind kind, const float *planar, int64_t F, int64_t H, int64_t W,
+                            double fps, int want_pixels) {
+    const size_t n = (size_t)(F * H * W * 3);
+    *out = (dl_media){.kind = kind, .width = (int)W, .height = (int)H, .frames = (int)F, .fps = fps};
+    if (!(out->rgb = malloc(n)) || (want_pixels && !(out->pixels = malloc(n * sizeof(float))))) {
+        dl_media_free(out);
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t f = 0; f < F; f++)
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++)
+                for (int c = 0; c < 3; c++) {
+                    float v = planar[((c * F + f) * H + y) * W + x] / 2.f + 0.5f;
+                    v = v < 0.f ? 0.f : v > 1.f ? 1.f : v;
+                    int64_t at = ((f * H + y) * W + x) * 3 + c;
+                    if (out->pixels) out->pixels[at] = v;
+                    out->rgb[at] = (uint8_t)lrintf(v * 255.f);
+                }
+    return DL_OK;
 }

@@ -285,14 +285,6 @@ static dl_status unipc_step(void *ctx, int i, const float *v, float *lat) {
     return dl_unipc_step(p->ust, i, v, lat);
 }
 
-static dl_status read_latents(wan_pipe *p, const dl_checkpoint *ck, float *lat) {
-    const dl_st_tensor *t = dl_ckpt_find(ck, "latents");
-    if (!t || t->numel != p->n || (t->dtype != DL_ST_F32 && t->dtype != DL_ST_BF16 && t->dtype != DL_ST_F16))
-        return dl_fail(DL_ERR_INVALID, "%s: needs a float tensor \"latents\" of %lld x %lld x %lld x %lld values (channels, latent frames, height, width)",
-                       dl_ckpt_label(ck), (long long)p->C, (long long)p->lf, (long long)p->lh, (long long)p->lw);
-    return dl_ckpt_read(t, DL_F32, lat);
-}
-
 static dl_status generate(wan_pipe *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *timing, int *ran) {
     dl_gen_timing tm = {0};
     if (!r->prompt) return dl_fail(DL_ERR_INVALID, "a prompt is required");
@@ -317,7 +309,10 @@ static dl_status generate(wan_pipe *p, const dl_gen_request *r, dl_media *out, d
     if (s != DL_OK) return s;
     float *lat = dl_denoise_latents(p->loop);
     if (r->init) {
-        if ((s = read_latents(p, r->init, lat))) return s;
+        char what[128];
+        snprintf(what, sizeof what, "%lld x %lld x %lld x %lld (channels, latent frames, height, width)", (long long)p->C,
+                 (long long)p->lf, (long long)p->lh, (long long)p->lw);
+        if ((s = dl_pipeline_read_latents(r->init, p->n, what, lat))) return s;
     } else
         dl_randn(r->seed, lat, p->n);
     if (p->unipc && p->ust && p->ust_steps == r->steps)
@@ -347,23 +342,8 @@ static dl_status generate(wan_pipe *p, const dl_gen_request *r, dl_media *out, d
     }
     if ((s = dl_wan_vae_decode(p->vae, p->z, p->video, r->on_decode, r->ctx))) return s; /* one latent frame at a time */
     const int64_t F = p->shape.frames, H = p->shape.height, W = p->shape.width;
-    *out = (dl_media){.kind = DL_MEDIA_VIDEO, .width = (int)W, .height = (int)H, .frames = (int)F,
-                      .fps = r->fps > 0 ? r->fps : 16.0};
-    if (!(out->rgb = malloc((size_t)(F * H * W * 3))) ||
-        (r->want_pixels && !(out->pixels = malloc((size_t)(F * H * W * 3) * sizeof(float))))) {
-        dl_media_free(out);
-        return dl_fail(DL_ERR_NOMEM, "out of memory");
-    }
-    for (int64_t f = 0; f < F; f++)
-        for (int64_t y = 0; y < H; y++)
-            for (int64_t x = 0; x < W; x++)
-                for (int c = 0; c < 3; c++) {
-                    float v = p->video[((c * F + f) * H + y) * W + x] / 2.f + 0.5f;
-                    v = v < 0.f ? 0.f : v > 1.f ? 1.f : v;
-                    int64_t at = ((f * H + y) * W + x) * 3 + c;
-                    if (out->pixels) out->pixels[at] = v;
-                    out->rgb[at] = (uint8_t)lrintf(v * 255.f);
-                }
+    if ((s = dl_pipeline_media(out, DL_MEDIA_VIDEO, p->video, F, H, W, r->fps > 0 ? r->fps : 16.0, r->want_pixels)))
+        return s;
     tm.decode_s = dl_now() - t0;
     if (timing) *timing = tm;
     return DL_OK;
