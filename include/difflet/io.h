@@ -139,6 +139,8 @@ int64_t dl_json_file_int(const char *dir, const char *rel, const char *key, int6
  * for settings other than their pipeline's defaults, such as difflet-tiny's 32 text
  * tokens), when in [lo, hi]; else def, the diffusers pipeline's own default. */
 int64_t dl_model_default_int(const char *dir, const char *key, int64_t lo, int64_t hi, int64_t def);
+/* The same for a number that need not be whole (guidance_scale, fps). */
+double dl_model_default_num(const char *dir, const char *key, double lo, double hi, double def);
 
 /* Reads DIR/model_index.json. */
 dl_status dl_model_dir_open(dl_model_dir **out, const char *dir);

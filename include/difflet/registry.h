@@ -65,6 +65,7 @@ struct dl_model_entry {
     int default_steps;          /* the pipeline __call__'s num_inference_steps default */
     float default_guidance;     /* its guidance_scale default */
     float default_true_cfg;     /* its true_cfg_scale default (0: none, 1 is used) */
+    double default_fps;         /* video pipelines: the export rate (0: images) */
     int guidance_cfg;           /* 1: classifier-free guidance whenever guidance_scale > 1 (Wan);
                                    0: guidance is distilled, CFG is true_cfg_scale > 1 with a negative prompt (FLUX) */
     const char *const *components; /* its programs, in load order; the denoiser (the one every rank runs) last */
@@ -108,6 +109,17 @@ dl_status dl_pipeline_read_latents(const dl_checkpoint *ck, int64_t n, const cha
  * the buffers the caller's to free (dl_media_free). */
 dl_status dl_pipeline_media(dl_media *out, dl_media_kind kind, const float *planar, int64_t frames, int64_t height,
                             int64_t width, double fps, int want_pixels);
+
+/* A model folder's request defaults: its entry's (the pipeline __call__'s) unless the
+ * folder's difflet.json says otherwise, for a model trained for other settings
+ * (difflet-tiny-video: 20 steps at 8 fps). Keys: num_inference_steps, guidance_scale,
+ * true_cfg_scale, fps. */
+typedef struct {
+    int steps;
+    float guidance, true_cfg; /* true_cfg 0: the pipeline has none */
+    double fps;               /* 0: an image pipeline */
+} dl_model_defaults;
+void dl_registry_defaults(const dl_model_entry *e, const char *model_dir, dl_model_defaults *d);
 
 /* The entry for a pipeline class, or NULL. */
 const dl_model_entry *dl_registry_find(const char *pipeline_class);

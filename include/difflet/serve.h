@@ -27,7 +27,8 @@ typedef struct {
     int video;              /* the model makes videos (set by dl_deployment_set_model) */
     int frame_step;         /* a video model's valid counts are frame_step * k + 1 (the VAE's
                                temporal scale factor); 1 for an image model */
-    double fps;             /* a video request's frame rate when it does not say (16) */
+    double fps;             /* a video request's frame rate when it does not say (the model's: 16 for Wan) */
+    int fps_given;          /* fps set by the deployment or --fps, not the model's default */
     int max_sequence_length; /* the text encoder's padded length (0: the pipeline's default) */
     double timeout_s, grace_s, result_ttl_s;
     double idle_timeout_s;      /* a connection idle this long (headers included) is closed */

@@ -207,7 +207,9 @@ static int parse_opts(int argc, char **argv, opts *o, const char *cmd) {
     e->default_shape(o->model, &dw, &dh, &df);
     if (!o->w) o->w = dw, o->h = dh;
     if (!o->frames) o->frames = df;
-    if (isnan(o->guidance)) o->guidance = e->default_guidance;
+    dl_model_defaults md;
+    dl_registry_defaults(e, o->model, &md);
+    if (isnan(o->guidance)) o->guidance = md.guidance;
     o->guidance_cfg = e->guidance_cfg;
     if (o->frames < 1 || o->frames > 10000 || (e->output == DL_MEDIA_IMAGE && o->frames != 1)) {
         fprintf(stderr, "difflet: %s: --frames %d (%s)\n", cmd, o->frames,

@@ -181,9 +181,11 @@ int cli_generate(int argc, char **argv) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
         return 1;
     }
-    if (steps == LONG_MIN) steps = entry->default_steps; /* the pipeline's own defaults */
-    if (isnan(guidance)) guidance = entry->default_guidance;
-    if (isnan(true_cfg)) true_cfg = entry->default_true_cfg > 0 ? entry->default_true_cfg : 1.f;
+    dl_model_defaults md; /* the pipeline's own defaults, or the model folder's */
+    dl_registry_defaults(entry, model, &md);
+    if (steps == LONG_MIN) steps = md.steps;
+    if (isnan(guidance)) guidance = md.guidance;
+    if (isnan(true_cfg)) true_cfg = md.true_cfg > 0 ? md.true_cfg : 1.f;
     /* the typed request, validated once (the same checks the HTTP API makes) */
     dl_request rq;
     dl_request_init(&rq);

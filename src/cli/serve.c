@@ -71,7 +71,7 @@ int cli_serve(int argc, char **argv) {
             else p.nframes = n, p.frames_given = 1;
         } else if (!strcmp(a, "--fps")) {
             char *end;
-            p.fps = strtod(v, &end);
+            p.fps = strtod(v, &end), p.fps_given = 1;
             if (*end || !(p.fps > 0 && p.fps <= 1000)) {
                 fprintf(stderr, "difflet: serve: --fps must be a number in (0, 1000]\n");
                 return 2;

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <sys/stat.h>
 #include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,7 +69,8 @@ int64_t dl_json_file_int(const char *dir, const char *rel, const char *key, int6
     return n;
 }
 
-int64_t dl_model_default_int(const char *dir, const char *key, int64_t lo, int64_t hi, int64_t def) {
+/* defaults.key of DIR/difflet.json when a number in [lo, hi] (and whole, when whole), else def */
+static double model_default(const char *dir, const char *key, double lo, double hi, double def, int whole) {
     char path[4096];
     snprintf(path, sizeof path, "%s/difflet.json", dir);
     cJSON *j;
@@ -78,14 +80,22 @@ int64_t dl_model_default_int(const char *dir, const char *key, int64_t lo, int64
         return def;
     }
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "defaults"), key);
-    int64_t n = def;
-    if (cJSON_IsNumber(v) && v->valuedouble >= (double)lo && v->valuedouble <= (double)hi && v->valuedouble == (double)(int64_t)v->valuedouble)
-        n = (int64_t)v->valuedouble;
+    double n = def;
+    if (cJSON_IsNumber(v) && v->valuedouble >= lo && v->valuedouble <= hi && (!whole || v->valuedouble == floor(v->valuedouble)))
+        n = v->valuedouble;
     else if (v)
-        DL_WARN("`%s`: defaults.%s must be an integer from %lld to %lld (the pipeline's default %lld is used)", path, key,
-                (long long)lo, (long long)hi, (long long)def);
+        DL_WARN("`%s`: defaults.%s must be %s from %g to %g (the pipeline's default %g is used)", path, key,
+                whole ? "an integer" : "a number", lo, hi, def);
     cJSON_Delete(j);
     return n;
+}
+
+int64_t dl_model_default_int(const char *dir, const char *key, int64_t lo, int64_t hi, int64_t def) {
+    return (int64_t)model_default(dir, key, (double)lo, (double)hi, (double)def, 1);
+}
+
+double dl_model_default_num(const char *dir, const char *key, double lo, double hi, double def) {
+    return model_default(dir, key, lo, hi, def, 0);
 }
 
 static int is_dir(const char *p) {

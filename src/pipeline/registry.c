@@ -33,6 +33,13 @@ const char *dl_registry_classes(void) {
     return buf;
 }
 
+void dl_registry_defaults(const dl_model_entry *e, const char *model_dir, dl_model_defaults *d) {
+    d->steps = (int)dl_model_default_int(model_dir, "num_inference_steps", 1, 100000, e->default_steps);
+    d->guidance = (float)dl_model_default_num(model_dir, "guidance_scale", 0, 1000, e->default_guidance);
+    d->true_cfg = e->default_true_cfg > 0 ? (float)dl_model_default_num(model_dir, "true_cfg_scale", 0, 1000, e->default_true_cfg) : 0;
+    d->fps = e->default_fps > 0 ? dl_model_default_num(model_dir, "fps", 1e-3, 1000, e->default_fps) : 0;
+}
+
 dl_status dl_registry_lookup(const char *model_dir, const dl_model_entry **out) {
     *out = NULL;
     dl_model_dir *d;

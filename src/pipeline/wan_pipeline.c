@@ -78,6 +78,7 @@ typedef struct {
     char prog_id[NCOMP][17];
     const dl_par_place *par;
     int host;
+    double fps; /* the export rate when a request gives none (difflet.json, else WanPipeline's 16) */
 } wan_pipe;
 
 
@@ -207,6 +208,7 @@ static dl_status pipe_load(wan_pipe **out, const char *model_dir, const dl_gen_s
     p->lh = shape->height / p->ss;
     p->lw = shape->width / p->ss;
     p->T = p->shape.max_sequence_length;
+    p->fps = dl_model_default_num(model_dir, "fps", 1e-3, 1000, 16.0);
     p->par = shape->par;
     p->host = !p->par || dl_comm_rank(p->par->replica_comm) == 0;
     if (p->host) {
@@ -342,7 +344,7 @@ static dl_status generate(wan_pipe *p, const dl_gen_request *r, dl_media *out, d
     }
     if ((s = dl_wan_vae_decode(p->vae, p->z, p->video, r->on_decode, r->ctx))) return s; /* one latent frame at a time */
     const int64_t F = p->shape.frames, H = p->shape.height, W = p->shape.width;
-    if ((s = dl_pipeline_media(out, DL_MEDIA_VIDEO, p->video, F, H, W, r->fps > 0 ? r->fps : 16.0, r->want_pixels)))
+    if ((s = dl_pipeline_media(out, DL_MEDIA_VIDEO, p->video, F, H, W, r->fps > 0 ? r->fps : p->fps, r->want_pixels)))
         return s;
     tm.decode_s = dl_now() - t0;
     if (timing) *timing = tm;
@@ -352,9 +354,11 @@ static dl_status generate(wan_pipe *p, const dl_gen_request *r, dl_media *out, d
 /* ---- the registry entry ------------------------------------------------------------ */
 
 /* WanPipeline's __call__ defaults: 832 x 480, 81 frames */
+/* WanPipeline's 832x480, 81 frames, unless the folder's difflet.json says otherwise */
 static void entry_default_shape(const char *dir, int *w, int *h, int *frames) {
-    (void)dir;
-    *w = 832, *h = 480, *frames = 81;
+    *w = (int)dl_model_default_int(dir, "width", 16, 8192, 832);
+    *h = (int)dl_model_default_int(dir, "height", 16, 8192, 480);
+    *frames = (int)dl_model_default_int(dir, "num_frames", 1, 100000, 81);
 }
 
 static const char *entry_split_check(const char *dir, const dl_par_config *c, char *buf, size_t n) {
@@ -363,7 +367,7 @@ static const char *entry_split_check(const char *dir, const dl_par_config *c, ch
 
 static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) {
     dl_gen_shape sh = *g;
-    if (!sh.frames) sh.frames = 81;
+    if (!sh.frames) sh.frames = (int)dl_model_default_int(dir, "num_frames", 1, 100000, 81);
     return pipe_load((wan_pipe **)impl, dir, &sh);
 }
 static void entry_free(void *impl) { pipe_free(impl); }
@@ -386,6 +390,7 @@ const dl_model_entry dl_wan_entry = {
     .output = DL_MEDIA_VIDEO,
     .default_steps = 50,
     .default_guidance = 5.0f,
+    .default_fps = 16.0,
     .guidance_cfg = 1,
     .components = k_wan_components,
     .ncomponents = NCOMP,

@@ -36,6 +36,7 @@ typedef struct {
 typedef struct {
     dl_deployment pr;
     const dl_model_entry *entry; /* the served model's registry entry (NULL: not one difflet knows) */
+    dl_model_defaults defaults;  /* its request defaults (entry and difflet.json), when entry is set */
     const char *exe, *profile_path;
     dl_jobstore *js;
     pthread_mutex_t mu;

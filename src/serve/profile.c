@@ -98,6 +98,7 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
         p->frames_given = 1;
     }
     double msl = p->max_sequence_length;
+    if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "fps"))) p->fps_given = 1;
     if (!num_field(j, "fps", &p->fps) || !num_field(j, "max_sequence_length", &msl))
         return dl_fail(DL_ERR_FORMAT, "serving deployment: fps and max_sequence_length must be numbers");
     if (!(p->fps > 0 && p->fps <= 1000) || msl != floor(msl) || msl < 0 || msl > 4096)
@@ -144,6 +145,11 @@ static dl_status resolve_frames(dl_deployment *p) {
                 p->frame_step = (int)ts;
             dl_model_dir_free(d);
         }
+    }
+    if (p->video && !p->fps_given) { /* the model's own rate (difflet.json, else the pipeline's) */
+        dl_model_defaults md;
+        dl_registry_defaults(e, p->model, &md);
+        if (md.fps > 0) p->fps = md.fps;
     }
     if (!p->frames_given) { /* the model's own: 81 frames for Wan, one for an image */
         int w, h, f = 1;

@@ -618,10 +618,11 @@ static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, cha
         dl_request_free(&r);
         FAIL("output_format", "`output_format` must be \"png\", \"jpeg\" or \"webp\" for this model's images");
     }
-    if (dl_api.entry) { /* the served pipeline's own __call__ defaults (FLUX: 28 steps, guidance 3.5; Qwen-Image: 50, true CFG 4) */
-        if (!steps_given) r.steps = dl_api.entry->default_steps < dl_api.pr.max_steps ? dl_api.entry->default_steps : dl_api.pr.max_steps;
-        if (!guid_given) r.guidance = dl_api.entry->default_guidance;
-        if (!tcfg_given && dl_api.entry->default_true_cfg > 0) r.true_cfg = dl_api.entry->default_true_cfg;
+    if (dl_api.entry) { /* the served pipeline's own __call__ defaults (FLUX: 28 steps, guidance 3.5; Qwen-Image: 50, true CFG 4), or its folder's */
+        const dl_model_defaults *md = &dl_api.defaults;
+        if (!steps_given) r.steps = md->steps < dl_api.pr.max_steps ? md->steps : dl_api.pr.max_steps;
+        if (!guid_given) r.guidance = md->guidance;
+        if (!tcfg_given && md->true_cfg > 0) r.true_cfg = md->true_cfg;
     }
     if (!steps_given) { /* quality is the step count: low a quarter of the default, medium half, the rest all of it */
         const char *level = quality == 7 ? "low" : quality == 6 ? "medium" : "high";
@@ -1329,6 +1330,7 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
     }
     dl_api.started = wall();
     if (dl_registry_lookup(pr->model, &dl_api.entry) != DL_OK) dl_api.entry = NULL; /* its model process says why */
+    else dl_registry_defaults(dl_api.entry, pr->model, &dl_api.defaults);
     if (!pr->video) load_tokenizer();
     if (dl_mkdir_p(pr->results) != DL_OK || dl_jobs_open(&dl_api.js, pr->db) != DL_OK) {
         fprintf(stderr, "difflet: serve: %s\n", dl_last_error());

@@ -60,7 +60,7 @@ static enum MHD_Result video_create(struct MHD_Connection *c, conn *cn) {
         return dl_api_error_reply(c, 400, "invalid_request_error", "model", "%s: use POST /v1/images/generations", what);
     }
     cJSON *req;
-    int ok = dl_video_request(body, &dl_api.pr, dl_api.entry ? dl_api.entry->default_steps : 50, dl_api.entry ? dl_api.entry->default_guidance : 5.0,
+    int ok = dl_video_request(body, &dl_api.pr, dl_api.entry ? dl_api.defaults.steps : 50, dl_api.entry ? dl_api.defaults.guidance : 5.0,
                               &req, err, sizeof err, param, sizeof param);
     cJSON_Delete(body);
     if (!ok)
