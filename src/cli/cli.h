@@ -23,6 +23,7 @@ int cli_bench_wan(int argc, char **argv);
 int cli_bench_qwen(int argc, char **argv);
 int cli_compile(int argc, char **argv);
 int cli_eval_tiny(int argc, char **argv);
+int cli_eval_tiny_video(int argc, char **argv);
 int cli_calibrate(int argc, char **argv);
 int cli_eval_cache(int argc, char **argv);
 int cli_serve(int argc, char **argv);

@@ -34,6 +34,7 @@ static void usage(FILE *f) {
             "                       --model DIR [--size WxH] [--dtype f32|bf16]\n"
             "                       [--max-sequence-length N] [--recompile-on-mismatch]\n"
             "  eval-tiny            prompt-following table of difflet-tiny on held-out prompts\n"
+            "  eval-tiny-video      the same for difflet-tiny-video: colours and motion of held-out clips\n"
             "                       [--model DIR] [--prompts N] [--steps N] [--true-cfg S]\n"
             "                       [--min-bg F --min-fg F --min-pos F] [--json F] [--save-grid PNG]\n"
             "  calibrate            fit the probe -> output-change polynomial for step caching:\n"
@@ -169,6 +170,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "compile")) return cli_compile(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval-tiny")) return cli_eval_tiny(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval-tiny-video")) return cli_eval_tiny_video(argc - 2, argv + 2);
     if (!strcmp(cmd, "calibrate")) return cli_calibrate(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve-worker")) return cli_serve_worker(argc - 2, argv + 2);
