@@ -28,12 +28,17 @@ test-asan: deps
 bench: deps build
 	$(BUILD)/difflet bench kernels --json $(BUILD)/bench-kernels.json
 
-# The main job: a prompt in, a picture out, with the embedded model (difflet-tiny).
+# The main job: a prompt in, a picture and a clip out, with the embedded models
+# (difflet-tiny: pictures; difflet-tiny-video: 64x64 clips of 9 frames at 8 fps).
 DEMO_PROMPT ?= a large yellow triangle in the bottom right on a purple background
+DEMO_VIDEO_PROMPT ?= a large white circle moving from left to right on a green background
 demo: deps build
 	$(BUILD)/difflet selfcheck > /dev/null
 	$(BUILD)/difflet generate --prompt "$(DEMO_PROMPT)" --seed 1 -o $(CURDIR)/demo.png
-	@echo "wrote $(CURDIR)/demo.png ($(DEMO_PROMPT)); try: make demo DEMO_PROMPT='a small green square in the centre on a white background'"
+	$(BUILD)/difflet generate --model $(CURDIR)/models/difflet-tiny-video --prompt "$(DEMO_VIDEO_PROMPT)" --seed 1 -o $(CURDIR)/demo.mp4
+	@echo "wrote $(CURDIR)/demo.png ($(DEMO_PROMPT))"
+	@echo "wrote $(CURDIR)/demo.mp4 ($(DEMO_VIDEO_PROMPT))"
+	@echo "try: make demo DEMO_PROMPT='a small green square in the centre on a white background' DEMO_VIDEO_PROMPT='a small red square moving up on a black background'"
 
 # libFuzzer targets (clang): parsers and tokenizers, FUZZ_SECONDS each (not in CI).
 FUZZ_SECONDS ?= 300

@@ -136,6 +136,48 @@ static void test_pipeline(const char *v, dl_dtype dt, int ngen) {
     dl_pipeline_free(p);
 }
 
+/* difflet-tiny-video (the embedded video model) against diffusers' WanPipeline on the
+ * same initial latents (tests/data/tiny_video, tools/tiny_video/export_eval.py): its
+ * own defaults (64x64, 9 frames, 32 text tokens from difflet.json), 8 steps, CFG 5
+ * with an empty negative prompt; every frame >= 40 dB in f32 (the issue's bar) */
+static void test_tiny_video(dl_dtype dt) { /* f32: the bf16 run drifts to 22 dB on this under-trained model (README) */
+    dl_checkpoint *ck;
+    if (dl_ckpt_open(&ck, DATA_DIR "/tiny_video/parity.safetensors", "tiny_video") != DL_OK) {
+        CHECK(0, "%s", dl_last_error());
+        return;
+    }
+    const int S = 64, F = 9;
+    const dl_st_tensor *tv = dl_ckpt_find(ck, "video");
+    dl_gen_shape shape = {.dt = dt}; /* 0: the model's defaults */
+    shape.width = shape.height = S, shape.frames = F;
+    dl_pipeline *p;
+    if (!tv || tv->numel != (int64_t)F * S * S * 3 || dl_pipeline_load(&p, SOURCE_DIR "/models/difflet-tiny-video", &shape) != DL_OK) {
+        CHECK(0, "difflet-tiny-video parity setup: %s", dl_last_error());
+        dl_ckpt_free(ck);
+        return;
+    }
+    float *want = malloc(sizeof(float) * (size_t)tv->numel);
+    dl_ckpt_read(tv, DL_F32, want);
+    dl_gen_request r = {.prompt = "a large red circle moving from left to right on a blue background", .negative_prompt = "",
+                        .steps = 8, .guidance = 5.f, .init = ck, .want_pixels = 1};
+    dl_media m;
+    if (dl_pipeline_generate(p, &r, &m, NULL) == DL_OK) {
+        double worst = 1e9;
+        for (int f = 0; f < F && m.frames == F && m.width == S && m.height == S; f++) {
+            double ps = psnr_range(m.pixels + (size_t)f * S * S * 3, want + (size_t)f * S * S * 3, (int64_t)S * S * 3, 1.0);
+            worst = ps < worst ? ps : worst;
+        }
+        printf("difflet-tiny-video %s: worst frame PSNR %.1f dB\n", dl_dtype_name(dt), worst);
+        CHECK(m.frames == F && worst >= (dt == DL_F32 ? 40.0 : 30.0), "difflet-tiny-video %s: %d frames, worst %.1f dB",
+              dl_dtype_name(dt), m.frames, worst);
+        dl_media_free(&m);
+    } else
+        CHECK(0, "difflet-tiny-video: %s", dl_last_error());
+    free(want);
+    dl_pipeline_free(p);
+    dl_ckpt_free(ck);
+}
+
 static void on_probe(void *ctx, int step, int branch, double probe, double change) {
     double *sc = ctx;
     (void)change;
@@ -285,7 +327,8 @@ int main(void) {
         test_pipeline(i ? "b" : "a", DL_F32, 2);
         test_pipeline(i ? "b" : "a", DL_BF16, 2);
     }
-    test_pipeline("a_euler", DL_F32, 1); /* FlowMatchEulerDiscreteScheduler, set_timesteps(steps) */
+    test_pipeline("a_euler", DL_F32, 1);
+    test_tiny_video(DL_F32); /* FlowMatchEulerDiscreteScheduler, set_timesteps(steps) */
     test_batch("a", DL_F32);
     test_batch("b", DL_F32);
     test_batch("a", DL_BF16);

@@ -1,0 +1,315 @@
+"""Train difflet-tiny-video: a Wan 2.1-architecture text-to-video pipeline small enough
+to train on a 2-core CPU, saved in the ordinary diffusers layout (WanPipeline).
+
+    tools/venv/bin/python tools/tiny_video/train.py --out models/difflet-tiny-video
+
+Phases (fixed seeds, progress logged to stdout):
+  1. a SentencePiece Unigram tokenizer trained on the caption corpus (T5-style, as
+     UMT5's; tools/parity/make_tokenizer_vectors.py's recipe);
+  2. a tiny causal 3-D AutoencoderKLWan (64x64x9 RGB <-> 16x16x3 x 16: 4x spatial, 4x
+     temporal) trained on the clips; latents_mean / latents_std per channel from the
+     latent statistics, as Wan's VAE carries them;
+  3. a tiny UMT5EncoderModel and WanTransformer3DModel trained jointly with the
+     flow-matching objective (x_t = (1-s) x0 + s noise, target noise - x0, timestep
+     1000 s, s logit-normal then shifted as the sampler shifts it), 10% empty captions
+     so classifier-free guidance works; the text embedding is masked past the prompt's
+     tokens as WanPipeline pads it;
+  4. WanPipeline.save_pretrained(out) with UniPCMultistepScheduler as Wan configures
+     it, written again at every checkpoint (every 10 minutes).
+--vae-minutes and --minutes bound phases 2 and 3.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "parity"))
+import scenes  # noqa: E402  (tools/tiny_video/scenes.py)
+from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel  # noqa: E402
+from transformers import T5TokenizerFast, UMT5Config, UMT5EncoderModel  # noqa: E402
+
+TEXT_LEN = 32  # text tokens the transformer sees (difflet.json's max_sequence_length)
+FLOW_SHIFT = 3.0
+Z = 16
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def make_tokenizer(out, train, seed):
+    import make_tokenizer_vectors as mtv
+    rng = random.Random(seed)
+    corpus = [scenes.caption(rng.choice(train), rng) for _ in range(6000)]
+    path = os.path.join(out, "tokenizer")
+    mtv.train_t5_tiny(corpus, path)
+    tok = T5TokenizerFast.from_pretrained(path, model_max_length=TEXT_LEN)
+    tok.save_pretrained(path)
+    return tok
+
+
+def render_batch(batch, rng):
+    """[B, 3, F, 64, 64] in [-1, 1]"""
+    clips = np.stack([scenes.render(s, jitter=rng) for s in batch])
+    return torch.from_numpy(clips).permute(0, 4, 1, 2, 3).float() / 127.5 - 1.0
+
+
+def new_vae(mean=None, std=None):
+    return AutoencoderKLWan(base_dim=16, z_dim=Z, dim_mult=[1, 2, 2], num_res_blocks=1, attn_scales=[],
+                            temperal_downsample=[True, True], dropout=0.0,
+                            latents_mean=mean or [0.0] * Z, latents_std=std or [1.0] * Z,
+                            scale_factor_temporal=4, scale_factor_spatial=4)
+
+
+def crops(x, size, rng):
+    """a random size x size window of each clip (the VAE is convolutional: it trains on
+    windows four times cheaper than whole clips and runs on whole ones)"""
+    if size >= x.shape[-1]:
+        return x
+    out = []
+    for c in x:
+        oy, ox = rng.randint(0, x.shape[-2] - size), rng.randint(0, x.shape[-1] - size)
+        out.append(c[..., oy:oy + size, ox:ox + size])
+    return torch.stack(out)
+
+
+def train_vae(train, minutes, seed, batch, crop, frames, lr):
+    """frames: the clips' first `frames` frames (1 + 4k: the first frame alone, then
+    chunks of four, as the causal VAE sees any clip)"""
+    torch.manual_seed(seed)
+    vae = new_vae()
+    opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    t0, step, ema = time.time(), 0, None
+    while time.time() - t0 < minutes * 60:
+        x = crops(render_batch([rng.choice(train) for _ in range(batch)], rng)[:, :, :frames], crop, rng)
+        post = vae.encode(x).latent_dist
+        rec = vae.decode(post.sample()).sample
+        kl = post.kl().mean()
+        mse = F.mse_loss(rec, x)
+        loss = mse + 1e-6 * kl
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        opt.step()
+        step += 1
+        ema = mse.item() if ema is None else 0.95 * ema + 0.05 * mse.item()
+        if step % 20 == 0:
+            log(f"vae step {step}: mse {ema:.5f} kl {kl.item():.1f} {(time.time() - t0) / step:.2f} s/step")
+    vae.eval()
+    with torch.no_grad():
+        x = render_batch([rng.choice(train) for _ in range(16)], rng)
+        full = F.mse_loss(vae.decode(vae.encode(x).latent_dist.mean).sample.clamp(-1, 1), x).item()
+        log(f"vae: whole-clip reconstruction mse {full:.5f} (16 fresh clips)")
+        zs = torch.cat([vae.encode(render_batch([rng.choice(train) for _ in range(16)], rng)).latent_dist.mean
+                        for _ in range(8)])
+    mean = zs.mean(dim=(0, 2, 3, 4)).tolist()
+    std = zs.std(dim=(0, 2, 3, 4)).tolist()
+    vae.register_to_config(latents_mean=[round(v, 5) for v in mean], latents_std=[round(v, 5) for v in std])
+    log(f"vae done after {step} steps: mse {ema:.5f}; latent means {min(mean):.3f}..{max(mean):.3f}, "
+        f"stds {min(std):.3f}..{max(std):.3f}")
+    return vae, step, ema
+
+
+def encode_latents(vae, train, n, seed):
+    """n (scene, latent) training pairs, latents normalised as WanPipeline expects them
+    before the decoder: (z - mean) / std."""
+    rng = random.Random(seed)
+    mean = torch.tensor(vae.config.latents_mean).view(1, Z, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, Z, 1, 1, 1)
+    picked, lats = [], []
+    t0 = time.time()
+    with torch.no_grad():
+        for i in range(0, n, 32):
+            b = [rng.choice(train) for _ in range(min(32, n - i))]
+            z = vae.encode(render_batch(b, rng)).latent_dist.mean
+            lats.append((z - mean) / std)
+            picked += b
+            if (i // 32) % 40 == 0:
+                log(f"encoded {i + len(b)}/{n} clips ({time.time() - t0:.0f} s)")
+    return picked, torch.cat(lats)
+
+
+def scheduler():
+    return UniPCMultistepScheduler(beta_end=0.02, beta_schedule="linear", beta_start=0.0001, disable_corrector=[],
+                                   dynamic_thresholding_ratio=0.995, final_sigmas_type="zero", lower_order_final=True,
+                                   num_train_timesteps=1000, predict_x0=True, prediction_type="flow_prediction",
+                                   rescale_betas_zero_snr=False, sample_max_value=1.0, solver_order=2, solver_p=None,
+                                   solver_type="bh2", steps_offset=0, thresholding=False, timestep_spacing="linspace",
+                                   trained_betas=None, use_beta_sigmas=False, use_exponential_sigmas=False,
+                                   use_flow_sigmas=True, use_karras_sigmas=False, flow_shift=FLOW_SHIFT)
+
+
+DEFAULTS = {"max_sequence_length": TEXT_LEN, "height": scenes.SIZE, "width": scenes.SIZE,
+            "num_frames": scenes.FRAMES, "fps": scenes.FPS, "num_inference_steps": 20, "guidance_scale": 5.0}
+
+
+def save(out, vae, te, tok, tr):
+    pipe = WanPipeline(tokenizer=tok, text_encoder=te, vae=vae, scheduler=scheduler(), transformer=tr)
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    pipe.save_pretrained(tmp)
+    with open(os.path.join(tmp, "difflet.json"), "w") as f:
+        json.dump({"_comment": "Generation defaults difflet uses for this model where the request gives none. "
+                   "diffusers' WanPipeline defaults to 480x832, 81 frames and 512 text tokens; this model was "
+                   f"trained on {scenes.SIZE}x{scenes.SIZE}, {scenes.FRAMES} frames at {scenes.FPS} fps, "
+                   f"{TEXT_LEN} text tokens (pass these to diffusers).", "defaults": DEFAULTS}, f, indent=2)
+        f.write("\n")
+    for f in ("README.md", "training_log.json", "eval_prompts.json"):  # keep what the folder already documents
+        if os.path.exists(os.path.join(out, f)):
+            shutil.copy(os.path.join(out, f), tmp)
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="models/difflet-tiny-video")
+    ap.add_argument("--minutes", type=float, default=60, help="wall-clock budget of the joint training phase")
+    ap.add_argument("--vae-minutes", type=float, default=14)
+    ap.add_argument("--vae-batch", type=int, default=8)
+    ap.add_argument("--vae-crop", type=int, default=32, help="VAE training window (pixels)")
+    ap.add_argument("--vae-frames", type=int, default=9, help="VAE training clip length (1 + 4k frames)")
+    ap.add_argument("--vae-lr", type=float, default=1e-3)
+    ap.add_argument("--vae-only", action="store_true", help="stop after the VAE (saved to OUT/vae) and a reconstruction check")
+    ap.add_argument("--clips", type=int, default=8000, help="clips encoded for the joint phase")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--probe", action="store_true", help="time a few steps of each phase and stop")
+    ap.add_argument("--resume", help="a saved pipeline folder: continue training its text encoder and transformer "
+                    "(its tokenizer and VAE are kept; phases 1-2 are skipped)")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    t_start = time.time()
+    os.makedirs(args.out, exist_ok=True)
+    train, heldout = scenes.split()
+    log(f"{len(train)} training scenes, {len(heldout)} held out")
+    if args.resume:
+        resume(args)
+        return
+    tok = make_tokenizer(args.out, train, args.seed)
+    log(f"tokenizer: Unigram {len(tok)} pieces")
+    vae, vae_steps, vae_mse = train_vae(train, 0.5 if args.probe else args.vae_minutes, args.seed, args.vae_batch,
+                                      args.vae_crop, args.vae_frames, args.vae_lr)
+    if args.vae_only:
+        vae.save_pretrained(os.path.join(args.out, "vae"))
+        return
+    vae.requires_grad_(False)
+    pairs, lats = encode_latents(vae, train, 64 if args.probe else args.clips, args.seed + 1)
+    log(f"encoded {len(pairs)} training latents {tuple(lats.shape)}")
+
+    torch.manual_seed(args.seed)
+    te = UMT5EncoderModel(UMT5Config(vocab_size=len(tok), d_model=64, d_kv=32, d_ff=128, num_layers=2, num_heads=2,
+                                     relative_attention_num_buckets=32, relative_attention_max_distance=128,
+                                     feed_forward_proj="gated-gelu", dropout_rate=0.0, layer_norm_epsilon=1e-6,
+                                     pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
+    tr = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=32, in_channels=Z,
+                               out_channels=Z, text_dim=64, freq_dim=64, ffn_dim=256, num_layers=4,
+                               cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=256)
+    joint(args, tok, vae, te, tr, pairs, lats, t_start, {"vae_steps": vae_steps, "vae_batch": args.vae_batch,
+                                                          "vae_crop": args.vae_crop, "vae_frames": args.vae_frames,
+                                                          "vae_lr": args.vae_lr, "vae_mse": vae_mse})
+
+
+def resume(args):
+    """continue from a saved pipeline: same tokenizer and VAE, the text encoder and
+    transformer trained further (a new warm-up and cosine decay over --minutes)"""
+    t_start = time.time()
+    train, _ = scenes.split()
+    tok = T5TokenizerFast.from_pretrained(os.path.join(args.resume, "tokenizer"))
+    vae = AutoencoderKLWan.from_pretrained(os.path.join(args.resume, "vae")).eval()
+    vae.requires_grad_(False)
+    te = UMT5EncoderModel.from_pretrained(os.path.join(args.resume, "text_encoder"))
+    tr = WanTransformer3DModel.from_pretrained(os.path.join(args.resume, "transformer"))
+    te.train(), tr.train()
+    log(f"resumed from {args.resume}")
+    pairs, lats = encode_latents(vae, train, 64 if args.probe else args.clips, args.seed + 3)
+    joint(args, tok, vae, te, tr, pairs, lats, t_start, {"resumed_from": args.resume})
+
+
+def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
+    """phase 3: the text encoder and transformer, flow matching, wall-clock budget"""
+    os.makedirs(args.out, exist_ok=True)
+    params = list(te.parameters()) + list(tr.parameters())
+    log(f"parameters: transformer {sum(p.numel() for p in tr.parameters())/1e6:.2f} M, "
+        f"UMT5 {sum(p.numel() for p in te.parameters())/1e6:.2f} M, VAE {sum(p.numel() for p in vae.parameters())/1e6:.2f} M")
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
+    rng = random.Random(args.seed + 2)
+    history, step, t0 = [], 0, time.time()
+    budget = (0.5 if args.probe else args.minutes) * 60
+    last_save = time.time()
+    ema = None
+    while time.time() - t0 < budget:
+        idx = [rng.randrange(len(pairs)) for _ in range(args.batch)]
+        caps = [scenes.caption(pairs[i], rng) if rng.random() >= 0.1 else "" for i in idx]
+        enc = tok(caps, padding="max_length", max_length=TEXT_LEN, truncation=True, add_special_tokens=True,
+                  return_attention_mask=True, return_tensors="pt")
+        mask = enc.attention_mask
+        emb = te(enc.input_ids, mask).last_hidden_state * mask[..., None]  # WanPipeline zero-pads past the prompt
+        x0 = lats[idx]
+        noise = torch.randn_like(x0)
+        s = torch.sigmoid(torch.randn(args.batch))  # logit-normal, then the sampler's shift
+        s = FLOW_SHIFT * s / (1 + (FLOW_SHIFT - 1) * s)
+        sb = s.view(-1, 1, 1, 1, 1)
+        xt = (1 - sb) * x0 + sb * noise
+        v = tr(hidden_states=xt, timestep=s * 1000, encoder_hidden_states=emb, return_dict=False)[0]
+        loss = F.mse_loss(v, noise - x0)
+        frac = (time.time() - t0) / budget  # linear warm-up, then cosine decay over the time budget
+        lr = args.lr * min(1.0, (step + 1) / 200) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        if step % 25 == 0:
+            el = time.time() - t0
+            log(f"step {step}: loss {ema:.4f} lr {lr:.2e} {el / step:.3f} s/step")
+            history.append({"step": step, "loss": round(ema, 5), "seconds": round(el, 1)})
+        if not args.probe and time.time() - last_save > 600:  # a usable checkpoint every 10 minutes
+            te.eval(), tr.eval()
+            save(args.out, vae, te, tok, tr)
+            te.train(), tr.train()
+            last_save = time.time()
+            log(f"checkpoint saved at step {step}")
+    te.eval(), tr.eval()
+    save(args.out, vae, te, tok, tr)
+    total = time.time() - t_start
+    with open(os.path.join(args.out, "training_log.json"), "w") as f:
+        json.dump({"command": " ".join(sys.argv), "seed": args.seed, "cpu": cpu_name(), **info, "clips": len(pairs), "steps": step,
+                   "batch": args.batch, "final_loss": ema, "total_minutes": round(total / 60, 1),
+                   "history": history}, f, indent=1)
+    log(f"done: {step} steps, loss {ema:.4f}, {total / 60:.1f} min in all; saved {args.out}")
+
+
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()
