@@ -29,6 +29,14 @@ MODEL = os.path.join(DATA, "flux", "dev")
 passed = failed = 0
 
 
+
+def kill_one(pid, sig):
+    """signal one model process: never pid 0 or -1, which would signal the test's own
+    process group or every process (what /ready reports for a process not running)"""
+    if not isinstance(pid, int) or pid <= 1:
+        raise RuntimeError(f"no model process to signal (pid {pid!r})")
+    os.kill(pid, sig)
+
 def check(cond, what):
     global passed, failed
     if cond:
@@ -244,7 +252,7 @@ t_end = time.time() + 10
 while time.time() < t_end and s.json("GET", f"/v1/jobs/{j['id']}")[1]["status"] != "in_progress":
     time.sleep(0.02)
 pid = s.json("GET", "/ready")[1]["model_pid"]
-os.kill(pid, signal.SIGKILL)
+kill_one(pid, signal.SIGKILL)
 t0 = time.time()
 e = s.wait_job(j["id"], timeout=5)
 check(e and e["status"] == "failed" and "model process" in e.get("error", "") and time.time() - t0 < 1.5,
@@ -264,7 +272,7 @@ th = threading.Thread(target=lambda: res.update(r=s.json("POST", "/v1/images/gen
 th.start()
 time.sleep(0.3)
 pid = s.json("GET", "/ready")[1]["model_pid"]
-os.kill(pid, signal.SIGSTOP)  # a stuck model process: it cannot see the cancel
+kill_one(pid, signal.SIGSTOP)  # a stuck model process: it cannot see the cancel
 th.join(15)
 check(res.get("r", (0,))[0] == 504, f"504 at the deadline: {res.get('r')}")
 t0 = time.time()
@@ -318,7 +326,7 @@ while time.time() - t0 < 60 and sum(p > 0 for p in s.json("GET", "/ready")[1]["m
     time.sleep(0.05)
 pids = s.json("GET", "/ready")[1]["model_pids"]
 check(len(pids) == 2 and all(p > 0 for p in pids) and pids[0] != pids[1], f"two ready model processes: {pids}")
-os.kill(pids[0], signal.SIGKILL)
+kill_one(pids[0], signal.SIGKILL)
 t0 = time.time()  # once the supervisor has seen the death, requests go to the survivor
 while time.time() - t0 < 10 and s.json("GET", "/ready")[1]["model_pids"][0] == pids[0]:
     time.sleep(0.02)
@@ -373,7 +381,7 @@ if shutil.which("mpirun"):
     check(st == 200 and png == before_crash, "after the cancel the ranks are still in step (same bytes)")
     old = r["model_pid"]
     check(len(session(old)) >= 3, f"mpirun and its 2 ranks share a session: {session(old)}")
-    os.kill(old, signal.SIGKILL)  # mpirun dies: every rank goes, a new job starts
+    kill_one(old, signal.SIGKILL)  # mpirun dies: every rank goes, a new job starts
     t0 = time.time()
     while time.time() - t0 < 60 and s.json("GET", "/ready")[1].get("model_pid") in (old, -1, 0, None):
         time.sleep(0.05)

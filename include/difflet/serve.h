@@ -1,7 +1,9 @@
 /* `difflet serve`: an OpenAI-style HTTP API (the API process) in front of resident
- * model processes, configured by a deployment (a JSON file: the model, the sizes it
- * serves, replicas and their parallel layout, limits, timeouts). "Profile" in
- * difflet means only the DDiT step-time profile (sched.h). docs/serve.md. */
+ * model processes, configured by a deployment (a JSON file: the models, the sizes
+ * each serves, replicas and their parallel layout, limits, timeouts). One server may
+ * serve several models (an image and a video model, say): each has its own model
+ * processes, and a request's `model` picks one. "Profile" in difflet means only the
+ * DDiT step-time profile (sched.h). docs/serve.md. */
 #ifndef DIFFLET_SERVE_H
 #define DIFFLET_SERVE_H
 
@@ -13,7 +15,9 @@
 extern "C" {
 #endif
 
-/* ---- a deployment: what one `difflet serve` serves, and how ---- */
+/* ---- a deployment of one model: what it serves, and how ----
+ * The server's own settings (host, port, api_key, results, db, result_ttl_s, the
+ * connection limits, health_port) are here too, the same in every served model's. */
 typedef struct {
     char model[1024], results[1024], db[1024], host[64], api_key[256];
     char model_id[256];         /* what clients call it: the Hub id given, or the folder's name */
@@ -40,8 +44,9 @@ typedef struct {
                                process is an mpirun job whose first rank talks to the server */
 } dl_deployment;
 
-/* Defaults (difflet-tiny, 64x64, 127.0.0.1), then the deployment's JSON file if given;
- * the model reference is resolved (a folder, or a Hub id in the local cache). */
+/* Defaults (difflet-tiny, 64x64, 127.0.0.1), then the deployment's JSON file if given,
+ * in the one-model form (what a model process reads); the model reference is
+ * resolved (a folder, or a Hub id in the local cache). */
 dl_status dl_deployment_load(dl_deployment *p, const char *path);
 /* The model: a folder or a Hub id (resolved in the local cache); model_id becomes
  * the id given or the folder's name. Also what it makes (video, frame_step) and the
@@ -54,11 +59,37 @@ cJSON *dl_deployment_to_json(const dl_deployment *p);
 int dl_deployment_round_frames(const dl_deployment *p, int frames);
 dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j);
 
-/* The API process: listens, validates, queues, supervises the model processes.
- * self_exe: this binary (started again as `serve-worker`). Returns the exit code. */
-int dl_serve_api_main(const dl_deployment *p, const char *self_exe);
-/* fd: the connection to the API process; or, fd < 0, the unix socket path the
- * first rank of a parallel model process connects to. */
+/* ---- what one `difflet serve` serves: one deployment per model ----
+ * models[0] is the default model. The JSON file has the one-model form (`model`,
+ * `sizes`, ... at the top level) or a list, `"models": [{"model": ..., "sizes": ...},
+ * "folder", ...]`, whose entries take the top level's settings unless they say
+ * otherwise (docs/serve.md). */
+enum { DL_SERVE_MAX_MODELS = 8, DL_SERVE_MAX_PROCESSES = 16 };
+typedef struct {
+    int nmodels;
+    dl_deployment models[DL_SERVE_MAX_MODELS];
+} dl_serve_config;
+
+/* Defaults (difflet-tiny alone), then the deployment file if given (either form),
+ * checked by dl_serve_config_check. */
+dl_status dl_serve_config_load(dl_serve_config *c, const char *path);
+/* A deployment's JSON (either form) into c, each model resolved; the rest is
+ * dl_serve_config_load's (the store's default path, the check). */
+dl_status dl_serve_config_from_json(dl_serve_config *c, const cJSON *j);
+/* Makes the server's settings models[0]'s in every model, then checks: model ids
+ * unique, at most DL_SERVE_MAX_PROCESSES model processes in all. */
+dl_status dl_serve_config_check(dl_serve_config *c);
+/* The defaults of a model added to c (on the command line): models[0]'s settings but
+ * for what is the model's own (sizes 64x64, frames, fps, model_id, text length). */
+void dl_serve_config_new_model(const dl_serve_config *c, dl_deployment *out);
+
+/* The API process: listens, validates, routes each request to its model, queues,
+ * supervises the model processes. self_exe: this binary (started again as
+ * `serve-worker`, one model each). Returns the exit code. */
+int dl_serve_api_main(const dl_serve_config *c, const char *self_exe);
+/* One model process (p: its model's deployment). fd: the connection to the API
+ * process; or, fd < 0, the unix socket path the first rank of a parallel model
+ * process connects to. */
 int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *p);
 
 

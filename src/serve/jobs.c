@@ -108,6 +108,11 @@ dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
     sqlite3_exec(js->db, "ALTER TABLE jobs ADD COLUMN model_s REAL DEFAULT 0;", NULL, NULL, NULL);
     sqlite3_exec(js->db, "ALTER TABLE jobs ADD COLUMN cancel_requested INTEGER DEFAULT 0;", NULL, NULL, NULL);
     sqlite3_exec(js->db, "ALTER TABLE jobs ADD COLUMN kind TEXT DEFAULT 'image';", NULL, NULL, NULL);
+    sqlite3_exec(js->db, "ALTER TABLE jobs ADD COLUMN model TEXT;", NULL, NULL, NULL); /* NULL: a one-model server's */
+    if ((s = exec(js, "CREATE INDEX IF NOT EXISTS jobs_model ON jobs(model, status, created);")) != DL_OK) {
+        dl_jobs_close(js);
+        return s;
+    }
     *out = js;
     return DL_OK;
 }
@@ -141,6 +146,34 @@ int dl_jobs_recover(dl_jobstore *js, double ttl_s) {
     return n;
 }
 
+int dl_jobs_adopt(dl_jobstore *js, const char *kind, const char *model) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET model=?2 WHERE model IS NULL AND kind=?1 AND status='queued';", -1, &st,
+                           NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(st, 1, kind, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, model, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? sqlite3_changes(js->db) : 0;
+}
+
+int dl_jobs_fail_unserved(dl_jobstore *js, const char *const *models, int n) {
+    char sql[640] = "UPDATE jobs SET status='failed', finished=?1, error='not served by this server (it was restarted with "
+                    "another deployment): ' || IFNULL('model `' || model || '`', 'no model makes ' || kind || 's') "
+                    "WHERE status='queued' AND (model IS NULL OR model NOT IN (";
+    DL_ASSERT(n >= 1 && n <= 16);
+    for (int i = 0; i < n; i++) snprintf(sql + strlen(sql), sizeof sql - strlen(sql), "%s?%d", i ? ", " : "", i + 2);
+    snprintf(sql + strlen(sql), sizeof sql - strlen(sql), "));");
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(js->db, sql, -1, &st, NULL) != SQLITE_OK) return 0;
+    sqlite3_bind_double(st, 1, wall());
+    for (int i = 0; i < n; i++) sqlite3_bind_text(st, i + 2, models[i], -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? sqlite3_changes(js->db) : 0;
+}
+
 dl_status dl_jobs_request_cancel(dl_jobstore *js, const char *id) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET cancel_requested=1 WHERE id=?;", -1, &st, NULL) != SQLITE_OK)
@@ -165,9 +198,10 @@ int dl_jobs_expire(dl_jobstore *js, double now) {
     return rc == SQLITE_DONE ? sqlite3_changes(js->db) : 0;
 }
 
-dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *kind, const char *req, double deadline) {
+dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *kind, const char *model, const char *req, double deadline) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(js->db, "INSERT INTO jobs (id, status, request, created, deadline, kind) VALUES (?, 'queued', ?, ?, ?, ?);",
+    if (sqlite3_prepare_v2(js->db,
+                           "INSERT INTO jobs (id, status, request, created, deadline, kind, model) VALUES (?, 'queued', ?, ?, ?, ?, ?);",
                            -1, &st, NULL) != SQLITE_OK)
         return dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
     sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
@@ -175,27 +209,33 @@ dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *kind, cons
     sqlite3_bind_double(st, 3, wall());
     sqlite3_bind_double(st, 4, deadline);
     sqlite3_bind_text(st, 5, kind, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 6, model, -1, SQLITE_TRANSIENT);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
 }
 
-int dl_jobs_count(dl_jobstore *js, const char *status) {
+int dl_jobs_count(dl_jobstore *js, const char *status, const char *model) {
     sqlite3_stmt *st;
     int n = 0;
-    if (sqlite3_prepare_v2(js->db, "SELECT COUNT(*) FROM jobs WHERE status = ?;", -1, &st, NULL) != SQLITE_OK) return 0;
+    if (sqlite3_prepare_v2(js->db, "SELECT COUNT(*) FROM jobs WHERE status = ?1 AND (?2 IS NULL OR model = ?2);", -1, &st, NULL) !=
+        SQLITE_OK)
+        return 0;
     sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
+    if (model) sqlite3_bind_text(st, 2, model, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 2);
     if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
     return n;
 }
 
-int dl_jobs_next(dl_jobstore *js, char *id, size_t idn, char **req, double *deadline) {
+int dl_jobs_next(dl_jobstore *js, const char *model, char *id, size_t idn, char **req, double *deadline) {
     sqlite3_stmt *st;
     int found = 0;
-    if (sqlite3_prepare_v2(js->db, "SELECT id, request, deadline FROM jobs WHERE status='queued' ORDER BY created LIMIT 1;", -1,
-                           &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(js->db, "SELECT id, request, deadline FROM jobs WHERE model=? AND status='queued' ORDER BY created LIMIT 1;",
+                           -1, &st, NULL) != SQLITE_OK)
         return 0;
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
     if (sqlite3_step(st) == SQLITE_ROW) {
         snprintf(id, idn, "%s", (const char *)sqlite3_column_text(st, 0));
         *req = strdup((const char *)sqlite3_column_text(st, 1));
@@ -250,8 +290,8 @@ dl_status dl_jobs_progress(dl_jobstore *js, const char *id, int step, int steps,
 cJSON *dl_jobs_get(dl_jobstore *js, const char *id) {
     sqlite3_stmt *st;
     cJSON *j = NULL;
-    if (sqlite3_prepare_v2(js->db, "SELECT status, created, error, result, step, steps, cached, request, model_s, started, kind, finished "
-                                   "FROM jobs WHERE id=?;", -1,
+    if (sqlite3_prepare_v2(js->db, "SELECT status, created, error, result, step, steps, cached, request, model_s, started, kind, finished, "
+                                   "model FROM jobs WHERE id=?;", -1,
                            &st, NULL) != SQLITE_OK)
         return NULL;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
@@ -274,6 +314,7 @@ cJSON *dl_jobs_get(dl_jobstore *js, const char *id) {
         if (req) cJSON_AddItemToObject(j, "request", req);
         cJSON_AddStringToObject(j, "kind", sqlite3_column_type(st, 10) == SQLITE_NULL ? "image" : (const char *)sqlite3_column_text(st, 10));
         if (sqlite3_column_type(st, 11) != SQLITE_NULL) cJSON_AddNumberToObject(j, "finished", (double)(int64_t)sqlite3_column_double(st, 11));
+        if (sqlite3_column_type(st, 12) != SQLITE_NULL) cJSON_AddStringToObject(j, "model", (const char *)sqlite3_column_text(st, 12));
     }
     sqlite3_finalize(st);
     return j;
@@ -283,8 +324,8 @@ int dl_jobs_position(dl_jobstore *js, const char *id) {
     sqlite3_stmt *st;
     int pos = 0;
     if (sqlite3_prepare_v2(js->db,
-                           "SELECT COUNT(*) FROM jobs WHERE status='queued' AND created <= "
-                           "(SELECT created FROM jobs WHERE id=? AND status='queued');",
+                           "SELECT COUNT(*) FROM jobs WHERE status='queued' AND model IS (SELECT model FROM jobs WHERE id=?1) "
+                           "AND created <= (SELECT created FROM jobs WHERE id=?1 AND status='queued');",
                            -1, &st, NULL) != SQLITE_OK)
         return 0;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);

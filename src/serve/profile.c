@@ -1,6 +1,8 @@
-/* The serving profile: one JSON file (all fields optional), defaults serve
- * difflet-tiny at 64x64 on 127.0.0.1:8080. A video model also serves a list of frame
- * counts (`frames`, default the model's own) at a default `fps`. */
+/* The deployment: one JSON file (all fields optional), defaults serve difflet-tiny
+ * at 64x64 on 127.0.0.1:8080. A video model also serves a list of frame counts
+ * (`frames`, default the model's own) at a default `fps`. Several models are a
+ * `models` list whose entries take the top level's settings (dl_serve_config); each
+ * model process reads its own model's deployment in the one-model form. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +59,8 @@ static int num_field(const cJSON *j, const char *k, double *dst) {
 }
 
 dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
+    if (cJSON_GetObjectItemCaseSensitive(j, "models"))
+        return dl_fail(DL_ERR_FORMAT, "serving deployment: `models` (a list) is a whole server's; one model's deployment has `model`");
     double reps = p->replicas;
     double port = p->port, qc = p->queue_capacity, ms = p->max_steps, mp = p->max_prompt_bytes, nc = p->no_compile;
     double mc = p->max_connections, mci = p->max_connections_per_ip, hp = p->health_port;
@@ -199,6 +203,13 @@ int dl_deployment_round_frames(const dl_deployment *p, int frames) {
     return frames % t == 1 % t ? frames : frames / t * t + 1;
 }
 
+/* what a parsed deployment still needs: the store beside the results, and the model
+ * resolved when the file named none */
+static dl_status finish(dl_deployment *p) {
+    if (!p->db[0]) snprintf(p->db, sizeof p->db, "%.1000s/jobs.sqlite", p->results);
+    return p->model_id[0] ? DL_OK : dl_deployment_set_model(p, p->model);
+}
+
 dl_status dl_deployment_load(dl_deployment *p, const char *path) {
     defaults(p);
     if (path) {
@@ -209,12 +220,146 @@ dl_status dl_deployment_load(dl_deployment *p, const char *path) {
         cJSON_Delete(j);
         if (s != DL_OK) return s;
     }
-    if (!p->db[0]) snprintf(p->db, sizeof p->db, "%.1000s/jobs.sqlite", p->results);
-    if (!p->model_id[0]) { /* the defaults' model */
-        dl_status s = dl_deployment_set_model(p, p->model);
-        if (s != DL_OK) return s;
+    return finish(p);
+}
+
+/* ---- several models: dl_serve_config ---------------------------------------------- */
+
+/* What a `models` entry may set: the model's own fields (k_own: never taken from the
+ * top level, which may not have them beside a list), and the layout and limits that
+ * may differ per model (taken from the top level unless the entry says). The other
+ * fields are the server's, given once at the top level. */
+static const char *const k_own[] = {"model", "model_id", "sizes", "frames", "fps", "max_sequence_length", NULL};
+static const char *const k_per_model[] = {"dtype", "cache", "replicas", "parallel", "no_compile", "queue_capacity", "max_steps",
+                                          "max_prompt_bytes", "request_timeout_s", "cancel_grace_s", NULL};
+static const char *const k_server[] = {"results_dir", "db", "host", "port", "api_key", "result_ttl_s", "idle_timeout_s",
+                                       "max_connections", "max_connections_per_ip", "health_port", NULL};
+
+static int in_list(const char *s, const char *const *list) {
+    for (int i = 0; list[i]; i++)
+        if (!strcmp(s, list[i])) return 1;
+    return 0;
+}
+
+/* entry i of `models` (a folder or Hub id, or an object) over the top level's
+ * settings: the one-model JSON it stands for, NULL with the reason in err */
+static cJSON *model_entry(const cJSON *top, const cJSON *e, int i, char *err, size_t en) {
+    if (cJSON_IsObject(e) && !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(e, "model"))) {
+        snprintf(err, en, "models[%d] needs `model` (a folder or a Hub id)", i);
+        return NULL;
+    }
+    if (!cJSON_IsString(e) && !cJSON_IsObject(e)) {
+        snprintf(err, en, "models[%d] must be a model (a folder or a Hub id) or an object with `model`", i);
+        return NULL;
+    }
+    cJSON *one = cJSON_Duplicate(top, 1);
+    if (!one) {
+        snprintf(err, en, "out of memory");
+        return NULL;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(one, "models");
+    if (cJSON_IsString(e)) {
+        cJSON_AddStringToObject(one, "model", e->valuestring);
+        return one;
+    }
+    for (const cJSON *f = e->child; f; f = f->next) {
+        if (!in_list(f->string, k_own) && !in_list(f->string, k_per_model)) {
+            snprintf(err, en, "models[%d]: `%.60s` is %s", i, f->string,
+                     in_list(f->string, k_server) ? "the server's: give it once, at the top level" : "not a field of a model's entry");
+            cJSON_Delete(one);
+            return NULL;
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(one, f->string);
+        cJSON_AddItemToObject(one, f->string, cJSON_Duplicate(f, 1));
+    }
+    return one;
+}
+
+dl_status dl_serve_config_from_json(dl_serve_config *c, const cJSON *j) {
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "models"), *e;
+    memset(c, 0, sizeof *c);
+    if (!list) { /* the one-model form */
+        c->nmodels = 1;
+        defaults(&c->models[0]);
+        return dl_deployment_from_json(&c->models[0], j);
+    }
+    int n = cJSON_GetArraySize(list);
+    if (!cJSON_IsArray(list) || n < 1 || n > DL_SERVE_MAX_MODELS)
+        return dl_fail(DL_ERR_FORMAT, "serving deployment: `models` must be a list of 1 to %d models", DL_SERVE_MAX_MODELS);
+    for (int i = 0; k_own[i]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(j, k_own[i]))
+            return dl_fail(DL_ERR_FORMAT, "serving deployment: with `models`, `%s` goes in each model's entry, not at the top level",
+                           k_own[i]);
+    cJSON_ArrayForEach(e, list) {
+        char why[1200];
+        cJSON *one = model_entry(j, e, c->nmodels, why, sizeof why);
+        if (!one) return dl_fail(DL_ERR_FORMAT, "serving deployment: %s", why);
+        dl_deployment *p = &c->models[c->nmodels];
+        defaults(p);
+        dl_status s = dl_deployment_from_json(p, one);
+        cJSON_Delete(one);
+        if (s != DL_OK) { /* the reason copied first: dl_fail formats into the buffer dl_last_error reads */
+            snprintf(why, sizeof why, "%s", dl_last_error());
+            return dl_fail(s, "models[%d]: %s", c->nmodels, why);
+        }
+        c->nmodels++;
     }
     return DL_OK;
+}
+
+dl_status dl_serve_config_load(dl_serve_config *c, const char *path) {
+    memset(c, 0, sizeof *c);
+    if (!path) {
+        c->nmodels = 1;
+        dl_status s = dl_deployment_load(&c->models[0], NULL);
+        return s != DL_OK ? s : dl_serve_config_check(c);
+    }
+    cJSON *j;
+    dl_status s = dl_json_read_object(path, NULL, &j);
+    if (s != DL_OK) return s;
+    s = dl_serve_config_from_json(c, j);
+    cJSON_Delete(j);
+    for (int i = 0; s == DL_OK && i < c->nmodels; i++) s = finish(&c->models[i]);
+    return s != DL_OK ? s : dl_serve_config_check(c);
+}
+
+dl_status dl_serve_config_check(dl_serve_config *c) {
+    const dl_deployment *d = &c->models[0];
+    int procs = 0;
+    if (c->nmodels < 1 || c->nmodels > DL_SERVE_MAX_MODELS)
+        return dl_fail(DL_ERR_INVALID, "serving deployment: 1 to %d models, not %d", DL_SERVE_MAX_MODELS, c->nmodels);
+    for (int i = 0; i < c->nmodels; i++) {
+        dl_deployment *p = &c->models[i];
+        if (i) { /* the server's settings: the first model's */
+            memcpy(p->results, d->results, sizeof p->results), memcpy(p->db, d->db, sizeof p->db);
+            memcpy(p->host, d->host, sizeof p->host), memcpy(p->api_key, d->api_key, sizeof p->api_key);
+            p->port = d->port, p->result_ttl_s = d->result_ttl_s, p->idle_timeout_s = d->idle_timeout_s;
+            p->max_connections = d->max_connections, p->max_connections_per_ip = d->max_connections_per_ip;
+            p->health_port = d->health_port;
+        }
+        for (int k = 0; k < i; k++)
+            if (!strcmp(p->model_id, c->models[k].model_id))
+                return dl_fail(DL_ERR_INVALID, "serving deployment: two served models are called `%s` (%s and %s); give one a "
+                                               "`model_id`", p->model_id, c->models[k].model, p->model);
+        procs += p->replicas;
+    }
+    if (procs > DL_SERVE_MAX_PROCESSES)
+        return dl_fail(DL_ERR_INVALID, "serving deployment: %d model processes (the models' replicas together); at most %d", procs,
+                       DL_SERVE_MAX_PROCESSES);
+    return DL_OK;
+}
+
+void dl_serve_config_new_model(const dl_serve_config *c, dl_deployment *out) {
+    dl_deployment d;
+    defaults(&d);
+    *out = c->models[0];
+    out->model_id[0] = 0;
+    out->nsizes = d.nsizes;
+    memcpy(out->sizes, d.sizes, sizeof d.sizes);
+    out->nframes = 0, out->frames_given = 0;
+    out->fps = d.fps, out->fps_given = 0;
+    out->max_sequence_length = d.max_sequence_length;
+    out->video = 0, out->frame_step = 1;
 }
 
 cJSON *dl_deployment_to_json(const dl_deployment *p) {

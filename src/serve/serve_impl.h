@@ -23,18 +23,25 @@ dl_status dl_jobs_open(dl_jobstore **js, const char *path);
 void dl_jobs_close(dl_jobstore *js);
 /* After a restart: jobs left in_progress go back to the queue; expired results go. */
 int dl_jobs_recover(dl_jobstore *js, double ttl_s);
-/* kind: "image" or "video" (which API lists and shows the job) */
-dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *kind, const char *request_json, double deadline);
-int dl_jobs_count(dl_jobstore *js, const char *status);
-/* The oldest queued job (id and request), or 0. */
-int dl_jobs_next(dl_jobstore *js, char *id, size_t idn, char **request_json, double *deadline);
+/* Every job records the id of the model it is for (`model`); a store from before that
+ * has none. Queued jobs of a kind with no model become model's; how many. */
+int dl_jobs_adopt(dl_jobstore *js, const char *kind, const char *model);
+/* Queued jobs for a model not among the n served fail, saying so; how many. */
+int dl_jobs_fail_unserved(dl_jobstore *js, const char *const *models, int n);
+/* kind: "image" or "video" (which API lists and shows the job); model: its model's id */
+dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *kind, const char *model, const char *request_json,
+                         double deadline);
+/* Jobs in a status, of one model (NULL: of every model). */
+int dl_jobs_count(dl_jobstore *js, const char *status, const char *model);
+/* The oldest queued job of a model (id and request), or 0. */
+int dl_jobs_next(dl_jobstore *js, const char *model, char *id, size_t idn, char **request_json, double *deadline);
 dl_status dl_jobs_begin(dl_jobstore *js, int durable); /* durable: the commit is fsynced */
 dl_status dl_jobs_commit(dl_jobstore *js);
 void dl_jobs_rollback(dl_jobstore *js);
 dl_status dl_jobs_set(dl_jobstore *js, const char *id, const char *status, const char *error, const char *result);
 dl_status dl_jobs_progress(dl_jobstore *js, const char *id, int step, int steps, int cached);
 dl_status dl_jobs_model_seconds(dl_jobstore *js, const char *id, double secs);
-/* The job as JSON (id, status, progress, kind, finished...), NULL when unknown. */
+/* The job as JSON (id, status, progress, kind, model, finished...), NULL when unknown. */
 cJSON *dl_jobs_get(dl_jobstore *js, const char *id);
 /* Up to `limit` jobs of one kind (each as dl_jobs_get has it), newest first (oldest
  * with ascending), after the job `after` (NULL: from the start); *has_more when more
@@ -46,7 +53,7 @@ dl_status dl_jobs_delete(dl_jobstore *js, const char *id);
 dl_status dl_jobs_request_cancel(dl_jobstore *js, const char *id);
 /* Queued jobs past their deadline fail (no model process took them); how many. */
 int dl_jobs_expire(dl_jobstore *js, double now);
-/* Queue position of a queued job (1 = next), 0 otherwise. */
+/* Queue position of a queued job in its model's queue (1 = next), 0 otherwise. */
 int dl_jobs_position(dl_jobstore *js, const char *id);
 
 

@@ -1,18 +1,16 @@
 /* The API process of `difflet serve` (Difflet §6): HTTP (libmicrohttpd), request
- * validation, a bounded queue kept in SQLite (an accepted job is never lost), and a
- * supervisor thread that owns the resident model process: it starts it, feeds it one
- * job at a time over a Unix socket, enforces the request deadline (cancel, then kill
- * after a grace period, then a replacement that reloads and passes its start-up
- * check), and replaces it when it dies. Dispatch pauses while it recovers. */
+ * validation and routing (a request's `model` picks one of the served models,
+ * models.c), a bounded queue per model kept in SQLite (an accepted job is never
+ * lost), the images and jobs routes, metrics, readiness, and start-up: each served
+ * model's set-up and the job store's recovery before the supervisor (models.c) starts
+ * the model processes. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <sched.h>
 #include <fcntl.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdarg.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,11 +18,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <dirent.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,353 +40,6 @@ static double wall(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int any_ready(void) {
-    for (int i = 0; i < dl_api.nworkers; i++)
-        if (dl_api.w[i].ready) return 1;
-    return 0;
-}
-
-static int inflight_count(void) {
-    int n = 0;
-    for (int i = 0; i < dl_api.nworkers; i++) n += dl_api.w[i].inflight[0] != 0;
-    return n;
-}
-
-/* ---- the model processes ------------------------------------------------------------ */
-
-/* in a model process's child: replica k on cores [k*per, (k+1)*per) when there are several */
-static int pin_replica(int k, int per) {
-    if (dl_api.nworkers < 2 || per < 1) return 0;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    for (int c = k * per; c < (k + 1) * per; c++) CPU_SET(c, &set);
-    sched_setaffinity(0, sizeof set, &set);
-    return 1;
-}
-
-/* a parallel replica: listen on a unix socket, start `mpirun ... serve-worker
- * unix:PATH` in its own session (so every rank can be killed together) */
-static void spawn_mpi_worker(worker *w, int k, int ranks, int per) {
-    static unsigned seq;
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(w->sock, sizeof w->sock, "/tmp/difflet-serve-%d-%d-%u.sock", (int)getpid(), k, seq++);
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", w->sock);
-    unlink(w->sock);
-    int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 1) != 0) {
-        DL_ERROR("serve: socket %s: %s", w->sock, strerror(errno));
-        if (ls >= 0) close(ls);
-        return;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        setsid();
-        pin_replica(k, per);
-        static char store[4200], connect_url[128];
-        const char *av[64];
-        int n = dl_comm_mpirun_argv(av, 56, ranks, per / ranks > 0 ? per / ranks : 1, store, sizeof store);
-        snprintf(connect_url, sizeof connect_url, "unix:%s", w->sock);
-        av[n++] = "serve-worker", av[n++] = connect_url, av[n++] = dl_api.profile_path, av[n] = NULL;
-        execvp("mpirun", (char *const *)av);
-        _exit(127);
-    }
-    if (pid < 0) {
-        close(ls);
-        unlink(w->sock);
-        DL_ERROR("serve: fork: %s", strerror(errno));
-        return;
-    }
-    w->fd = ls;
-    w->pid = pid;
-    w->mpi = w->listening = 1;
-    w->ready = 0;
-    w->spawn_time = wall();
-    DL_INFO("serve: model process %d (replica %d, %d MPI ranks, %s) starting", (int)pid, k, ranks, dl_api.pr.parallel);
-}
-
-static void spawn_worker(worker *w, int k) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int per = (int)(ncpu / dl_api.nworkers);
-    dl_par_config pc;
-    if (dl_par_parse(dl_api.pr.parallel, &pc) == DL_OK && dl_par_ranks(&pc) > 1) {
-        spawn_mpi_worker(w, k, dl_par_ranks(&pc), per > 0 ? per : 1);
-        return;
-    }
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-        DL_ERROR("serve: socketpair: %s", strerror(errno));
-        return;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = dup(sv[1]); /* without CLOEXEC: it survives exec */
-        char fds[16], th[16];
-        snprintf(fds, sizeof fds, "%d", fd);
-        if (pin_replica(k, per)) {
-            snprintf(th, sizeof th, "%d", per);
-            setenv("OMP_NUM_THREADS", th, 1);
-        }
-        execl(dl_api.exe, dl_api.exe, "serve-worker", fds, dl_api.profile_path, (char *)NULL);
-        _exit(127);
-    }
-    close(sv[1]);
-    if (pid < 0) {
-        close(sv[0]);
-        DL_ERROR("serve: fork: %s", strerror(errno));
-        return;
-    }
-    w->fd = sv[0];
-    w->pid = pid;
-    w->ready = 0;
-    DL_INFO("serve: model process %d (replica %d) starting", (int)pid, k);
-}
-
-/* SIGKILL every process of session sid (mpirun and its ranks) */
-static void kill_session(pid_t sid) {
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        char path[300], buf[512];
-        pid_t p = (pid_t)atoi(e->d_name);
-        if (p <= 0) continue;
-        snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = 0;
-        const char *rp = strrchr(buf, ')'); /* fields after "(comm)": state ppid pgrp session */
-        int ppid, pgrp, sess;
-        char st;
-        if (rp && sscanf(rp + 1, " %c %d %d %d", &st, &ppid, &pgrp, &sess) == 4 && sess == (int)sid) kill(p, SIGKILL);
-    }
-    if (d) closedir(d);
-}
-
-static void reap_worker(worker *w, int kill_it) {
-    if (w->pid <= 0) return;
-    if (kill_it && w->mpi) kill_session(w->pid);
-    if (kill_it) kill(w->pid, SIGKILL);
-    int st;
-    waitpid(w->pid, &st, 0); /* confirm the exit before a replacement starts */
-    if (w->mpi) kill_session(w->pid); /* no rank may outlive its job */
-    close(w->fd);
-    if (w->listening) unlink(w->sock);
-    w->fd = -1;
-    w->pid = -1;
-    w->ready = 0;
-    w->mpi = w->listening = 0;
-}
-
-static void finish_inflight(worker *w, const char *status, const char *err, const char *result) {
-    if (!w->inflight[0]) return;
-    cJSON *j = dl_jobs_get(dl_api.js, w->inflight);
-    const char *cur = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : NULL;
-    if (cur && !strcmp(cur, "in_progress")) dl_jobs_set(dl_api.js, w->inflight, status, err, result);
-    cJSON_Delete(j);
-    w->inflight[0] = 0;
-    w->cancel_sent = 0;
-    pthread_cond_broadcast(&dl_api.cv);
-}
-
-static void handle_msg(worker *w, cJSON *m) {
-    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "type"));
-    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "id"));
-    if (!type) return;
-    if (!strcmp(type, "ready")) {
-        w->ready = 1;
-        w->backoff = 0.5;
-        DL_INFO("serve: model process %d ready (%.1f s)", (int)w->pid,
-                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "load_seconds")));
-        pthread_cond_broadcast(&dl_api.cv);
-    } else if (!strcmp(type, "fatal")) {
-        snprintf(dl_api.last_error, sizeof dl_api.last_error, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")));
-        DL_ERROR("serve: the model process failed to start: %s", dl_api.last_error);
-    } else if (id && !strcmp(id, w->inflight)) {
-        if (!strcmp(type, "progress")) {
-            /* every step to the event streams (memory), at most every 0.25 s to the store */
-            w->live_step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step"));
-            w->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps"));
-            pthread_cond_broadcast(&dl_api.cv);
-            if (wall() - w->progress_written >= 0.25) { /* each write is a commit: not one per step */
-                dl_jobs_progress(dl_api.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
-                              (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps")), 0);
-                w->progress_written = wall();
-            }
-        } else if (!strcmp(type, "done")) {
-            const char *path = w->out;
-            int calls = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "calls"));
-            int cached = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "cached"));
-            dl_api.steps_full += calls, dl_api.steps_cached += cached;
-            cJSON *j = dl_jobs_get(dl_api.js, id);
-            int steps = j ? (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps")) : 0;
-            if (!j) unlink(path); /* deleted while it ran (DELETE /v1/videos/ID): its result goes too */
-            cJSON_Delete(j);
-            int tx = dl_jobs_begin(dl_api.js, 0) == DL_OK;
-            dl_jobs_progress(dl_api.js, id, steps, steps, cached);
-            dl_jobs_model_seconds(dl_api.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "seconds")));
-            finish_inflight(w, "completed", NULL, path);
-            if (tx && dl_jobs_commit(dl_api.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
-        } else if (!strcmp(type, "error")) {
-            int cancelled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "cancelled"));
-            finish_inflight(w, cancelled ? "cancelled" : "failed", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL);
-        }
-    }
-}
-
-/* Each queued job goes to a ready model process with nothing in flight. */
-static void dispatch(void) {
-    char id[40], *req = NULL;
-    double deadline;
-    for (;;) {
-        worker *w = NULL;
-        for (int i = 0; i < dl_api.nworkers && !w; i++)
-            if (dl_api.w[i].ready && !dl_api.w[i].inflight[0]) w = &dl_api.w[i];
-        if (!w || !dl_jobs_next(dl_api.js, id, sizeof id, &req, &deadline)) return;
-        if (wall() > deadline) { /* waited past its deadline in the queue */
-            dl_jobs_set(dl_api.js, id, "failed", "timed out in the queue", NULL);
-            free(req);
-            pthread_cond_broadcast(&dl_api.cv);
-            continue;
-        }
-        cJSON *m = cJSON_CreateObject(), *rq = cJSON_Parse(req);
-        const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "output_format"));
-        snprintf(w->out, sizeof w->out, "%s/%s.%s", dl_api.pr.results, id,
-                 fmt && !strcmp(fmt, "jpeg") ? "jpg" : fmt && !strcmp(fmt, "webp") ? "webp" : fmt && !strcmp(fmt, "mp4") ? "mp4" : "png");
-        cJSON_AddStringToObject(m, "type", "job");
-        cJSON_AddStringToObject(m, "id", id);
-        cJSON_AddStringToObject(m, "out", w->out);
-        cJSON_AddItemToObject(m, "request", rq);
-        int tx = dl_jobs_begin(dl_api.js, 0) == DL_OK;
-        dl_jobs_set(dl_api.js, id, "in_progress", NULL, NULL);
-        dl_jobs_progress(dl_api.js, id, 0, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")), 0);
-        if (tx && dl_jobs_commit(dl_api.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
-        w->progress_written = wall();
-        snprintf(w->inflight, sizeof w->inflight, "%s", id);
-        w->deadline = deadline;
-        w->cancel_sent = 0;
-        w->cancel_wanted = 0;
-        w->live_step = 0;
-        w->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps"));
-        pthread_cond_broadcast(&dl_api.cv); /* event streams: the job is running */
-        cJSON *j = dl_jobs_get(dl_api.js, id);
-        double created = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "created")) : wall();
-        cJSON_Delete(j);
-        dl_api.wait_sum += wall() - created, dl_api.wait_count++;
-        if (dl_msg_send(w->fd, m) != DL_OK) DL_WARN("serve: could not send job %s to the model process", id);
-        cJSON_Delete(m);
-        free(req);
-        pthread_cond_broadcast(&dl_api.cv);
-    }
-}
-
-/* One pass over a model process: spawn, messages, death, deadline, kill. */
-static void tend(worker *w, int k, const struct pollfd *pf) {
-    double now = wall();
-    if (w->pid <= 0 && now >= w->next_spawn && !dl_api.stopping) spawn_worker(w, k);
-    if (w->pid > 0 && w->mpi) { /* an mpirun job: its first rank connects; mpirun's exit is its death */
-        int st, gone = waitpid(w->pid, &st, WNOHANG) == w->pid;
-        if (!gone && w->listening && pf && (pf->revents & POLLIN)) {
-            int c = accept4(w->fd, NULL, NULL, SOCK_CLOEXEC);
-            if (c >= 0) {
-                close(w->fd);
-                unlink(w->sock);
-                w->fd = c;
-                w->listening = 0;
-            }
-            return;
-        }
-        if (gone || (w->listening && now - w->spawn_time > 300)) {
-            pid_t pid = w->pid;
-            cJSON *m = NULL; /* what its first rank said last (a fatal start-up error) */
-            struct pollfd q = {.fd = w->fd, .events = POLLIN};
-            while (!w->listening && poll(&q, 1, 0) > 0 && (q.revents & POLLIN) && dl_msg_recv_within(w->fd, &m, 100) == DL_OK) {
-                handle_msg(w, m);
-                cJSON_Delete(m);
-            }
-            reap_worker(w, !gone); /* an mpirun already reaped: its wait returns at once; every rank is killed */
-            dl_api.restarts++;
-            if (w->inflight[0]) finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
-            DL_WARN("serve: parallel model process %d exited; replacing it", (int)pid);
-            w->next_spawn = now + w->backoff;
-            w->backoff = fmin(w->backoff * 2, 30);
-            return;
-        }
-        if (w->listening) return;
-    }
-    if (w->pid > 0 && pf && (pf->revents & (POLLIN | POLLHUP | POLLERR))) {
-        cJSON *m = NULL;
-        if (dl_msg_recv_within(w->fd, &m, 2000) == DL_OK) {
-            handle_msg(w, m);
-            cJSON_Delete(m);
-        } else { /* the model process exited, or stalled half-way through a frame: fail its job, replace it */
-            int was_ready = w->ready;
-            pid_t pid = w->pid;
-            reap_worker(w, 1); /* SIGKILL: a no-op on one that already exited, and never a wait on a stuck one */
-            dl_api.restarts++;
-            if (w->inflight[0]) {
-                DL_WARN("serve: model process %d died during job %s; replacing it", (int)pid, w->inflight);
-                finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
-            } else {
-                DL_WARN("serve: model process %d exited; replacing it", (int)pid);
-            }
-            w->next_spawn = now + (was_ready ? 0 : w->backoff);
-            w->backoff = was_ready ? 0.5 : fmin(w->backoff * 2, 30);
-        }
-    }
-    if (w->inflight[0] && !w->cancel_sent && (now > w->deadline || w->cancel_wanted)) {
-        /* deadline (or a cancel request): the client hears now; the process stops at a step boundary */
-        int timed_out = now > w->deadline;
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "type", "cancel");
-        cJSON_AddStringToObject(c, "id", w->inflight);
-        dl_msg_send(w->fd, c);
-        cJSON_Delete(c);
-        if (timed_out) {
-            char err[128];
-            snprintf(err, sizeof err, "timed out after %.0f s", dl_api.pr.timeout_s);
-            dl_jobs_set(dl_api.js, w->inflight, "failed", err, NULL);
-            pthread_cond_broadcast(&dl_api.cv);
-        }
-        w->cancel_sent = 1;
-        w->cancel_time = now;
-    }
-    if (w->inflight[0] && w->cancel_sent && now > w->cancel_time + dl_api.pr.grace_s) {
-        DL_WARN("serve: model process %d did not stop job %s within %.1f s: killing it", (int)w->pid, w->inflight, dl_api.pr.grace_s);
-        finish_inflight(w, "failed", "timed out; the model process was replaced", NULL);
-        reap_worker(w, 1);
-        dl_api.restarts++;
-        w->next_spawn = wall();
-    }
-}
-
-static void *supervisor(void *arg) {
-    (void)arg;
-    pthread_mutex_lock(&dl_api.mu);
-    while (!dl_api.stopping) {
-        struct pollfd pf[MAX_WORKERS + 1];
-        for (int i = 0; i < dl_api.nworkers; i++) pf[i] = (struct pollfd){.fd = dl_api.w[i].pid > 0 ? dl_api.w[i].fd : -1, .events = POLLIN};
-        pf[dl_api.nworkers] = (struct pollfd){.fd = dl_api.wake[0], .events = POLLIN};
-        pthread_mutex_unlock(&dl_api.mu);
-        int pr = poll(pf, (nfds_t)dl_api.nworkers + 1, 50);
-        if (pr > 0 && (pf[dl_api.nworkers].revents & POLLIN)) {
-            char drain[64];
-            while (read(dl_api.wake[0], drain, sizeof drain) > 0) {}
-        }
-        pthread_mutex_lock(&dl_api.mu);
-        for (int i = 0; i < dl_api.nworkers; i++) tend(&dl_api.w[i], i, pr > 0 ? &pf[i] : NULL);
-        dispatch();
-        double now = wall();
-        if (now - dl_api.last_expire >= 0.25) { /* queued jobs no model process takes in time end at their deadline */
-            dl_api.last_expire = now;
-            if (dl_jobs_expire(dl_api.js, now) > 0) pthread_cond_broadcast(&dl_api.cv);
-        }
-    }
-    for (int i = 0; i < dl_api.nworkers; i++) reap_worker(&dl_api.w[i], 1);
-    pthread_mutex_unlock(&dl_api.mu);
-    return NULL;
 }
 
 /* ---- HTTP ------------------------------------------------------------------------ */
@@ -490,15 +137,10 @@ cJSON *dl_api_parse_json_body(const char *body, size_t len) {
     return j;
 }
 
-/* what the served model makes, for messages: "`a` makes videos (WanPipeline)" */
-void dl_api_model_kind(char *out, size_t n) {
-    snprintf(out, n, "`%s` makes %s (%s)", dl_api.pr.model_id, dl_api.pr.video ? "videos" : "images",
-             dl_api.entry ? dl_api.entry->pipeline_class : "an unknown pipeline");
-}
-
 /* What an images request asks of the answer beyond the typed request: OpenAI's
  * parameters that shape the response, not the picture. */
 typedef struct {
+    const served *model; /* the model it asked for */
     int n, b64;
     char quality[8];  /* what the step count stands for ("low", "medium", "high"); "" when `steps` was given */
     char safety[260]; /* safety_identifier, else user; "" when neither */
@@ -561,8 +203,9 @@ static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, cha
         o->b64 = !strcmp(v->valuestring, "b64_json");
     }
     if ((v = GET("model")) && !cJSON_IsString(v)) FAIL("model", "`model` must be a string");
-    if (v && v->valuestring[0] && strcmp(v->valuestring, dl_api.pr.model_id)) /* the callers answer 404 */
-        FAIL("model", "The model `%.200s` does not exist (this server serves `%s`)", v->valuestring, dl_api.pr.model_id);
+    char unknown[800];
+    const served *m = o->model = dl_api_route(v, 0, unknown, sizeof unknown);
+    if (!m) FAIL("model", "%s", unknown); /* the callers answer 404 */
     for (int k = 0; k < 2; k++) { /* echoed as the answer's safety_identifier (safety_identifier wins) */
         const char *name = k ? "user" : "safety_identifier";
         if (!(v = GET(name))) continue;
@@ -602,12 +245,12 @@ static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, cha
     int quality = one_of(GET("quality"), qualities), steps_given = GET("steps") != NULL;
     const int guid_given = GET("guidance_scale") != NULL, tcfg_given = GET("true_cfg_scale") != NULL;
 #undef GET
-    if (dl_api.pr.video) {
+    if (m->pr.video) {
         char what[400];
-        dl_api_model_kind(what, sizeof what);
+        dl_api_model_kind(m, what, sizeof what);
         FAIL("model", "%s: use POST /v1/videos", what);
     }
-    dl_request_limits lim = {dl_api.pr.max_steps, dl_api.pr.max_prompt_bytes, 0};
+    dl_request_limits lim = {m->pr.max_steps, m->pr.max_prompt_bytes, 0};
     dl_request r;
     if (dl_request_from_json(j, &lim, &r, param, pn) != DL_OK) {
         snprintf(err, en, "%s", dl_last_error());
@@ -618,9 +261,9 @@ static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, cha
         dl_request_free(&r);
         FAIL("output_format", "`output_format` must be \"png\", \"jpeg\" or \"webp\" for this model's images");
     }
-    if (dl_api.entry) { /* the served pipeline's own __call__ defaults (FLUX: 28 steps, guidance 3.5; Qwen-Image: 50, true CFG 4), or its folder's */
-        const dl_model_defaults *md = &dl_api.defaults;
-        if (!steps_given) r.steps = md->steps < dl_api.pr.max_steps ? md->steps : dl_api.pr.max_steps;
+    if (m->entry) { /* the served pipeline's own __call__ defaults (FLUX: 28 steps, guidance 3.5; Qwen-Image: 50, true CFG 4), or its folder's */
+        const dl_model_defaults *md = &m->defaults;
+        if (!steps_given) r.steps = md->steps < m->pr.max_steps ? md->steps : m->pr.max_steps;
         if (!guid_given) r.guidance = md->guidance;
         if (!tcfg_given && md->true_cfg > 0) r.true_cfg = md->true_cfg;
     }
@@ -629,13 +272,13 @@ static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, cha
         r.steps = quality == 7 ? (r.steps + 3) / 4 : quality == 6 ? (r.steps + 1) / 2 : r.steps;
         snprintf(o->quality, sizeof o->quality, "%s", level);
     }
-    if (!r.width) r.width = dl_api.pr.sizes[0][0], r.height = dl_api.pr.sizes[0][1];
-    int served = 0;
-    for (int i = 0; i < dl_api.pr.nsizes; i++) served |= dl_api.pr.sizes[i][0] == r.width && dl_api.pr.sizes[i][1] == r.height;
-    if (!served) {
+    if (!r.width) r.width = m->pr.sizes[0][0], r.height = m->pr.sizes[0][1];
+    int size_ok = 0;
+    for (int i = 0; i < m->pr.nsizes; i++) size_ok |= m->pr.sizes[i][0] == r.width && m->pr.sizes[i][1] == r.height;
+    if (!size_ok) {
         char list[256] = "";
-        for (int i = 0; i < dl_api.pr.nsizes; i++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%dx%d", i ? ", " : "", dl_api.pr.sizes[i][0], dl_api.pr.sizes[i][1]);
+        for (int i = 0; i < m->pr.nsizes; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%dx%d", i ? ", " : "", m->pr.sizes[i][0], m->pr.sizes[i][1]);
         int w = r.width, h = r.height;
         dl_request_free(&r);
         FAIL("size", "size `%dx%d` is not served; supported: %s", w, h, list);
@@ -655,12 +298,12 @@ static void new_id(char *id) {
 }
 
 /* Enqueue n jobs of a kind ("image", "video"; seed s, s+1, ... when given; random
- * otherwise). 0 when the queue is full, -1 when the job store could not record them
- * (nothing was accepted). */
-int dl_api_enqueue(cJSON *req, int n, char ids[][24], const char *kind) {
+ * otherwise) for model m. 0 when its queue is full, -1 when the job store could not
+ * record them (nothing was accepted). */
+int dl_api_enqueue(const served *m, cJSON *req, int n, char ids[][24], const char *kind) {
     pthread_mutex_lock(&dl_api.mu);
-    int queued = dl_jobs_count(dl_api.js, "queued");
-    if (queued + n > dl_api.pr.queue_capacity) {
+    int queued = dl_jobs_count(dl_api.js, "queued", m->pr.model_id);
+    if (queued + n > m->pr.queue_capacity) {
         pthread_mutex_unlock(&dl_api.mu);
         return 0;
     }
@@ -675,7 +318,7 @@ int dl_api_enqueue(cJSON *req, int n, char ids[][24], const char *kind) {
         cJSON_DeleteItemFromObject(req, "seed"); /* each job its own: seed, seed + 1, ... or drawn here */
         cJSON_AddNumberToObject(req, "seed", (double)(sd & (uint64_t)(DL_SEED_MAX - 1)));
         char *t = cJSON_PrintUnformatted(req);
-        ok = t && dl_jobs_insert(dl_api.js, ids[i], kind, t, wall() + dl_api.pr.timeout_s) == DL_OK;
+        ok = t && dl_jobs_insert(dl_api.js, ids[i], kind, m->pr.model_id, t, wall() + m->pr.timeout_s) == DL_OK;
         free(t);
     }
     if (!ok || dl_jobs_commit(dl_api.js) != DL_OK) {
@@ -705,15 +348,16 @@ static char *b64(const uint8_t *d, size_t n) {
 }
 
 /* The web page: ids are looked up explicitly (window.prompt and window.status are
- * built-ins that named access would not override). A video model (the model object's
- * `output`) gets a length choice, POST /v1/videos, and a <video> player. */
+ * built-ins that named access would not override). With several models, a model
+ * picker (`?model=ID` preselects one). A video model (the model object's `output`)
+ * gets a length choice, POST /v1/videos, and a <video> player. */
 static const char *PAGE =
     "<!doctype html><html><head><meta charset=utf-8><title>difflet</title><style>"
     "body{font-family:sans-serif;max-width:640px;margin:2em auto}input,select{margin:.2em}"
     "#bar{height:10px;background:#4a7;width:0}#wrap{border:1px solid #999;width:100%}img,video{image-rendering:pixelated;width:256px}"
     "</style></head><body><h1>difflet</h1><form id=form>"
     "<input id=q_prompt size=60 value='a large red circle in the centre on a blue background'><br>"
-    "size <select id=q_size></select> <span id=q_len hidden>length <select id=q_frames></select></span> "
+    "<span id=q_mwrap hidden>model <select id=q_model></select></span> size <select id=q_size></select> <span id=q_len hidden>length <select id=q_frames></select></span> "
     "steps <input id=q_steps type=number value=20 min=1 size=4> "
     "seed <input id=q_seed type=number value=1 size=6> cache <select id=q_cache><option>off<option>cadence:2"
     "<option>online-delta</select> <button>Generate</button><br>"
@@ -730,20 +374,26 @@ static const char *PAGE =
     ":{'Content-Type':'application/json'}};"
     "const api=(u,o)=>fetch(u,Object.assign({headers:H()},o||{}));"
     "const opt=(sel,v,t)=>{const o=document.createElement('option');o.value=v;o.textContent=t;$(sel).appendChild(o)};"
+    /* the chosen model's sizes, and for a video model its lengths */
+    "let M=[];const pick=()=>{const d=M[$('q_model').selectedIndex]||M[0];$('q_size').textContent='';$('q_frames').textContent='';"
+    "for(const s of d.sizes)opt('q_size',s,s);V=d.output=='video';$('q_len').hidden=!V;"
+    "if(V)d.frames.forEach((f,i)=>opt('q_frames',f,d.seconds[i]+' s ('+f+' frames)'))};"
     "api('/v1/models').then(r=>r.json()).then(m=>{if(!m.data){$('q_status').textContent=m.error.message;return}"
-    "const d=m.data[0];for(const s of d.sizes)opt('q_size',s,s);V=d.output=='video';"
-    "if(V){$('q_len').hidden=false;d.frames.forEach((f,i)=>opt('q_frames',f,d.seconds[i]+' s ('+f+' frames)'))}"
+    "M=m.data;for(const d of M)opt('q_model',d.id,d.id+' ('+d.output+')');$('q_mwrap').hidden=M.length<2;"
+    "const w=new URLSearchParams(location.search).get('model');if(w)$('q_model').value=w;"
+    "$('q_model').onchange=pick;pick();"
     "if(location.search.includes('autorun'))$('form').requestSubmit()});"
     /* a finished video plays from its content route (as a blob when a key is needed) */
-    "const result=id=>{if(!V){api('/v1/jobs/'+id+'/content').then(r=>r.blob()).then(b=>{$('q_img').src=URL.createObjectURL(b)});return}"
-    "const u='/v1/videos/'+id+'/content';$('q_video').hidden=false;"
+    "const result=id=>{$('q_img').hidden=V;$('q_video').hidden=!V;"
+    "if(!V){api('/v1/jobs/'+id+'/content').then(r=>r.blob()).then(b=>{$('q_img').src=URL.createObjectURL(b)});return}"
+    "const u='/v1/videos/'+id+'/content';"
     "if(!$('q_key').value)$('q_video').src=u;else api(u).then(r=>r.blob()).then(b=>{$('q_video').src=URL.createObjectURL(b)})};"
     "const show=(id,s)=>{$('bar').style.width=s.progress+'%';$('q_status').textContent=s.status+' '+s.steps_done+'/'+s.steps;"
     "if(s.status=='completed'){result(id);return 1}"
     "if(s.status=='failed'||s.status=='cancelled'){$('q_status').textContent=s.status+': '+(s.error||'');return 1}return 0};"
     "$('form').onsubmit=async e=>{e.preventDefault();$('q_status').textContent='queued';$('bar').style.width='0';"
-    "const b={prompt:$('q_prompt').value,size:$('q_size').value,steps:+$('q_steps').value,seed:+$('q_seed').value,"
-    "cache:$('q_cache').value};if(V)b.frames=+$('q_frames').value;"
+    "const b={prompt:$('q_prompt').value,model:$('q_model').value,size:$('q_size').value,steps:+$('q_steps').value,"
+    "seed:+$('q_seed').value,cache:$('q_cache').value};if(V)b.frames=+$('q_frames').value;"
     "const r=await api(V?'/v1/videos':'/v1/jobs',{method:'POST',body:JSON.stringify(b)});const j=await r.json();"
     "if(!r.ok){$('q_status').textContent=j.error.message;return}"
     /* without a key: server-sent events; with one (EventSource sends no headers): polling.
@@ -821,9 +471,13 @@ static void tb_printf(textbuf *b, const char *fmt, ...) {
     }
 }
 
+/* Prometheus text: the server's totals, then each model's own queue, processes and
+ * restarts (label `model`: its id) */
 static enum MHD_Result metrics(struct MHD_Connection *c) {
     textbuf tb = {malloc(16384), 0, 16384};
     pthread_mutex_lock(&dl_api.mu);
+    int depth = dl_jobs_count(dl_api.js, "queued", NULL), inflight = 0;
+    for (int k = 0; k < dl_api.nmodels; k++) inflight += dl_api_inflight(&dl_api.m[k]);
 #define P(...) tb_printf(&tb, __VA_ARGS__)
     P("# TYPE difflet_requests_total counter\n");
     for (int s = 100; s < 600; s++)
@@ -838,12 +492,25 @@ static enum MHD_Result metrics(struct MHD_Connection *c) {
     P("difflet_request_duration_seconds_sum %.6f\ndifflet_request_duration_seconds_count %ld\n", dl_api.dur_sum, dl_api.dur_count);
     P("# TYPE difflet_queue_wait_seconds summary\ndifflet_queue_wait_seconds_sum %.6f\ndifflet_queue_wait_seconds_count %ld\n",
       dl_api.wait_sum, dl_api.wait_count);
-    P("# TYPE difflet_queue_depth gauge\ndifflet_queue_depth %d\n", dl_jobs_count(dl_api.js, "queued"));
-    P("# TYPE difflet_inflight gauge\ndifflet_inflight %d\n", inflight_count());
+    P("# TYPE difflet_queue_depth gauge\ndifflet_queue_depth %d\n", depth);
+    P("# TYPE difflet_inflight gauge\ndifflet_inflight %d\n", inflight);
     P("# TYPE difflet_denoise_steps_total counter\ndifflet_denoise_steps_total{cached=\"false\"} %ld\n"
       "difflet_denoise_steps_total{cached=\"true\"} %ld\n", dl_api.steps_full, dl_api.steps_cached);
     P("# TYPE difflet_model_restarts_total counter\ndifflet_model_restarts_total %ld\n", dl_api.restarts);
-    P("# TYPE difflet_ready gauge\ndifflet_ready %d\n", any_ready());
+    P("# TYPE difflet_ready gauge\ndifflet_ready %d\n", dl_api_all_ready());
+    static const char *const per_model[] = {"difflet_model_queue_depth gauge", "difflet_model_inflight gauge",
+                                            "difflet_model_process_restarts_total counter", "difflet_model_ready gauge"};
+    for (int f = 0; f < 4; f++) {
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(per_model[f], " "), per_model[f]);
+        P("# TYPE %s\n", per_model[f]);
+        for (int k = 0; k < dl_api.nmodels; k++) {
+            const served *m = &dl_api.m[k];
+            long v = f == 0 ? dl_jobs_count(dl_api.js, "queued", m->pr.model_id) : f == 1 ? dl_api_inflight(m)
+                     : f == 2 ? m->restarts : dl_api_model_ready(m);
+            P("%s{model=\"%s\"} %ld\n", name, m->pr.model_id, v);
+        }
+    }
 #undef P
     pthread_mutex_unlock(&dl_api.mu);
     if (!tb.p) return dl_api_error_reply(c, 500, "server_error", NULL, "out of memory");
@@ -865,27 +532,27 @@ static void observe(double secs) {
  * its tokenizer (tokenizer_2 where there is one, FLUX's T5; else tokenizer) with the
  * special tokens and without padding or a pipeline's prompt template, at most the
  * text length the model reads. 0 when the tokenizer could not be loaded. */
-static int prompt_tokens(const char *prompt) {
+static int prompt_tokens(const served *m, const char *prompt) {
     size_t len = strlen(prompt);
     int n = 0, cap = (int)(len * 4 + 16); /* no truncation here: a few ids per byte at most, plus the specials */
-    if (!dl_api.tok || dl_api.tok_len < 1) return 0;
+    if (!m->tok || m->tok_len < 1) return 0;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    if (!ids || dl_tokenizer_encode(dl_api.tok, prompt, len, cap, 0, ids, &n) != DL_OK) n = 0;
+    if (!ids || dl_tokenizer_encode(m->tok, prompt, len, cap, 0, ids, &n) != DL_OK) n = 0;
     free(ids);
-    return n < dl_api.tok_len ? n : dl_api.tok_len;
+    return n < m->tok_len ? n : m->tok_len;
 }
 
-/* The tokenizer usage counts with, from the served model's folder (image models). */
-static void load_tokenizer(void) {
+/* The tokenizer usage counts with, from an image model's folder. */
+static void load_tokenizer(served *m) {
     char dir[1100];
-    snprintf(dir, sizeof dir, "%s/tokenizer_2", dl_api.pr.model);
-    if (!dl_file_exists(dir)) snprintf(dir, sizeof dir, "%s/tokenizer", dl_api.pr.model);
-    if (dl_tokenizer_load(&dl_api.tok, dir) != DL_OK) {
-        DL_WARN("serve: %s; images' usage.input_tokens will be 0", dl_last_error());
-        dl_api.tok = NULL;
+    snprintf(dir, sizeof dir, "%s/tokenizer_2", m->pr.model);
+    if (!dl_file_exists(dir)) snprintf(dir, sizeof dir, "%s/tokenizer", m->pr.model);
+    if (dl_tokenizer_load(&m->tok, dir) != DL_OK) {
+        DL_WARN("serve: %s; %s's usage.input_tokens will be 0", dl_last_error(), m->pr.model_id);
+        m->tok = NULL;
     }
-    dl_api.tok_len = dl_api.pr.max_sequence_length > 0 ? dl_api.pr.max_sequence_length
-                                              : (int)dl_model_default_int(dl_api.pr.model, "max_sequence_length", 1, 4096, 512);
+    m->tok_len = m->pr.max_sequence_length > 0 ? m->pr.max_sequence_length
+                                               : (int)dl_model_default_int(m->pr.model, "max_sequence_length", 1, 4096, 512);
 }
 
 /* POST /v1/images/generations: n jobs, answered when all are done, in OpenAI's
@@ -899,14 +566,15 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
         return dl_api_error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
     const int n = o.n;
     char ids[4][24];
-    int q = dl_api_enqueue(req, n, ids, "image");
+    int q = dl_api_enqueue(o.model, req, n, ids, "image");
     if (q < 0) {
         cJSON_Delete(req);
         return dl_api_error_reply(c, 500, "server_error", NULL, "the job store could not record the request: %s", dl_last_error());
     }
     if (!q) {
         cJSON_Delete(req);
-        return dl_api_error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", dl_api.pr.queue_capacity);
+        return dl_api_error_reply(c, 429, "rate_limit_error", NULL, "the queue of `%s` is full (%d jobs); retry later",
+                                  o.model->pr.model_id, o.model->pr.queue_capacity);
     }
     cJSON *out = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(out, "data");
     cJSON_AddNumberToObject(out, "created", (double)(int64_t)wall());
@@ -975,7 +643,7 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
     if (o.safety[0]) cJSON_AddStringToObject(out, "safety_identifier", o.safety);
     /* usage: the prompt's text tokens (counted once per request, as OpenAI counts
        them); no input images; the output is pixels, not tokens */
-    int tokens = prompt_tokens(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "prompt")));
+    int tokens = prompt_tokens(o.model, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "prompt")));
     cJSON *u = cJSON_AddObjectToObject(out, "usage");
     cJSON_AddNumberToObject(u, "input_tokens", tokens);
     cJSON *ud = cJSON_AddObjectToObject(u, "input_tokens_details");
@@ -1040,7 +708,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         int step = w ? w->live_step : (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps_done"));
         if (j && (strcmp(st, e->last_status) || step > e->last_step || quiet)) { /* a change, or a keep-alive */
             /* the video object, progress as the model process reports it */
-            cJSON *v = e->video ? dl_video_object(j, dl_api.pr.model_id, w ? w->live_step : 0, w ? w->live_steps : 0, dl_api.pr.result_ttl_s) : NULL;
+            cJSON *v = e->video ? dl_video_object(j, dl_api_job_model(j), w ? w->live_step : 0, w ? w->live_steps : 0,
+                                                  dl_api.srv->result_ttl_s) : NULL;
             pthread_mutex_unlock(&dl_api.mu);
             e->last_step = step > e->last_step ? step : e->last_step;
             snprintf(e->last_status, sizeof e->last_status, "%s", st);
@@ -1079,44 +748,66 @@ enum MHD_Result dl_api_events(struct MHD_Connection *c, const char *id, int vide
     return ret;
 }
 
-/* The served model as OpenAI's model object (plus the sizes it serves). */
-static cJSON *model_object(void) {
+/* A served model as OpenAI's model object (plus the sizes it serves). */
+static cJSON *model_object(const served *sm) {
+    const dl_deployment *p = &sm->pr;
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", dl_api.pr.model_id);
+    cJSON_AddStringToObject(m, "id", p->model_id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)(int64_t)dl_api.started);
     cJSON_AddStringToObject(m, "owned_by", "difflet");
     cJSON *s = cJSON_AddArrayToObject(m, "sizes");
-    for (int i = 0; i < dl_api.pr.nsizes; i++) {
+    for (int i = 0; i < p->nsizes; i++) {
         char t[32];
-        snprintf(t, sizeof t, "%dx%d", dl_api.pr.sizes[i][0], dl_api.pr.sizes[i][1]);
+        snprintf(t, sizeof t, "%dx%d", p->sizes[i][0], p->sizes[i][1]);
         cJSON_AddItemToArray(s, cJSON_CreateString(t));
     }
-    cJSON_AddStringToObject(m, "output", dl_api.pr.video ? "video" : "image"); /* which API it answers */
-    if (dl_api.pr.video) { /* the lengths served: frame counts, and as `seconds` at the default fps */
+    cJSON_AddStringToObject(m, "output", p->video ? "video" : "image"); /* which API it answers */
+    if (p->video) { /* the lengths served: frame counts, and as `seconds` at the default fps */
         cJSON *f = cJSON_AddArrayToObject(m, "frames"), *sec = cJSON_AddArrayToObject(m, "seconds");
-        for (int i = 0; i < dl_api.pr.nframes; i++) {
+        for (int i = 0; i < p->nframes; i++) {
             char t[32];
-            dl_video_seconds(dl_api.pr.frames[i], dl_api.pr.fps, t, sizeof t);
-            cJSON_AddItemToArray(f, cJSON_CreateNumber(dl_api.pr.frames[i]));
+            dl_video_seconds(p->frames[i], p->fps, t, sizeof t);
+            cJSON_AddItemToArray(f, cJSON_CreateNumber(p->frames[i]));
             cJSON_AddItemToArray(sec, cJSON_CreateString(t));
         }
-        cJSON_AddNumberToObject(m, "fps", dl_api.pr.fps);
+        cJSON_AddNumberToObject(m, "fps", p->fps);
     }
     return m;
 }
 
-/* 200 when a model process is ready, else 503 with the reason */
+/* 200 when every served model has a ready model process, else 503 naming those that
+ * have none and why. `models` says it per model; `model_pids` lists every model
+ * process (-1: not ready), `model_pid` the first's. */
 static enum MHD_Result ready_reply(struct MHD_Connection *c) {
-    cJSON *j = cJSON_CreateObject(), *pids = cJSON_CreateArray();
+    cJSON *j = cJSON_CreateObject(), *pids = cJSON_CreateArray(), *models = cJSON_CreateArray();
+    char reason[1024] = "";
     pthread_mutex_lock(&dl_api.mu);
-    int ready = any_ready(), pid = (int)dl_api.w[0].pid;
+    int ready = dl_api_all_ready(), pid = (int)dl_api.w[0].pid;
     for (int i = 0; i < dl_api.nworkers; i++) cJSON_AddItemToArray(pids, cJSON_CreateNumber(dl_api.w[i].ready ? (double)dl_api.w[i].pid : -1));
+    for (int k = 0; k < dl_api.nmodels; k++) {
+        const served *m = &dl_api.m[k];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", m->pr.model_id);
+        cJSON_AddBoolToObject(o, "ready", dl_api_model_ready(m));
+        cJSON *mp = cJSON_AddArrayToObject(o, "model_pids");
+        for (int i = m->first; i < m->first + m->n; i++)
+            cJSON_AddItemToArray(mp, cJSON_CreateNumber(dl_api.w[i].ready ? (double)dl_api.w[i].pid : -1));
+        if (!dl_api_model_ready(m)) {
+            const char *why = m->last_error[0] ? m->last_error : "its model process is starting or recovering";
+            cJSON_AddStringToObject(o, "reason", why);
+            if (dl_api.nmodels == 1) snprintf(reason, sizeof reason, "%s", why);
+            else snprintf(reason + strlen(reason), sizeof reason - strlen(reason), "%s`%.60s`: %.300s", reason[0] ? "; " : "",
+                          m->pr.model_id, why);
+        }
+        cJSON_AddItemToArray(models, o);
+    }
     pthread_mutex_unlock(&dl_api.mu);
     cJSON_AddBoolToObject(j, "ready", ready);
     cJSON_AddNumberToObject(j, "model_pid", pid);
     cJSON_AddItemToObject(j, "model_pids", pids);
-    if (!ready) cJSON_AddStringToObject(j, "reason", dl_api.last_error[0] ? dl_api.last_error : "the model process is starting or recovering");
+    cJSON_AddItemToObject(j, "models", models);
+    if (!ready) cJSON_AddStringToObject(j, "reason", reason);
     return dl_api_json_reply(c, ready ? 200 : 503, j);
 }
 
@@ -1132,14 +823,15 @@ static enum MHD_Result health_handler(void *cls, struct MHD_Connection *c, const
 
 /* "Bearer KEY" (the scheme in any case, RFC 7235), the key compared in constant time */
 static int authorized(struct MHD_Connection *c) {
-    if (!dl_api.pr.api_key[0]) return 1;
+    const char *key = dl_api.srv->api_key;
+    if (!key[0]) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
     const char *got = h + 7;
     while (*got == ' ') got++;
-    size_t n = strlen(dl_api.pr.api_key), m = strlen(got);
+    size_t n = strlen(key), m = strlen(got);
     unsigned diff = (unsigned)(n ^ m);
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)dl_api.pr.api_key[i] ^ (unsigned char)(i < m ? got[i] : 0);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < m ? got[i] : 0);
     return diff == 0;
 }
 
@@ -1189,16 +881,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (cn->too_big) return dl_api_error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %d bytes", MAX_BODY);
     if (get && !strcmp(url, "/ready")) return ready_reply(c);
     if (get && !strcmp(url, "/metrics")) return metrics(c);
-    if (get && !strcmp(url, "/v1/models")) {
+    if (get && !strcmp(url, "/v1/models")) { /* in the deployment's order: the first is the default */
         cJSON *j = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(j, "data");
         cJSON_AddStringToObject(j, "object", "list");
-        cJSON_AddItemToArray(d, model_object());
+        for (int k = 0; k < dl_api.nmodels; k++) cJSON_AddItemToArray(d, model_object(&dl_api.m[k]));
         return dl_api_json_reply(c, 200, j);
     }
     if (get && !strncmp(url, "/v1/models/", 11)) {
-        if (strcmp(url + 11, dl_api.pr.model_id))
-            return dl_api_error_reply(c, 404, "invalid_request_error", "model", "The model `%.200s` does not exist", url + 11);
-        return dl_api_json_reply(c, 200, model_object());
+        const served *m = dl_api_find_model(url + 11);
+        if (!m) return dl_api_error_reply(c, 404, "invalid_request_error", "model", "The model `%.200s` does not exist", url + 11);
+        return dl_api_json_reply(c, 200, model_object(m));
     }
     if (!strcmp(url, "/v1/videos") || !strncmp(url, "/v1/videos/", 11)) {
         r = dl_api_videos(c, cn, url, get, post, del);
@@ -1222,10 +914,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return dl_api_error_reply(c, 400, "invalid_request_error", "n", "a job makes one image: `n` must be 1");
         }
         char ids[1][24];
-        int ok = dl_api_enqueue(req, 1, ids, "image");
+        int ok = dl_api_enqueue(o.model, req, 1, ids, "image");
         cJSON_Delete(req);
         if (ok < 0) return dl_api_error_reply(c, 500, "server_error", NULL, "the job store could not record the job: %s", dl_last_error());
-        if (!ok) return dl_api_error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", dl_api.pr.queue_capacity);
+        if (!ok)
+            return dl_api_error_reply(c, 429, "rate_limit_error", NULL, "the queue of `%s` is full (%d jobs); retry later",
+                                      o.model->pr.model_id, o.model->pr.queue_capacity);
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "id", ids[0]);
         pthread_mutex_lock(&dl_api.mu); /* the state now: an idle model process may have taken it already */
@@ -1311,12 +1005,57 @@ static void on_signal(int s) {
     g_stop = 1;
 }
 
-int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
+/* Each served model: its registry entry and request defaults, its tokenizer (image
+ * models), its model processes, and the deployment file they read beside the store
+ * (`profile.json` for the first model, `profile-K.json` for model K). 0 when a file
+ * could not be written. */
+static int setup_models(void) {
+    for (int k = 0; k < dl_api.nmodels; k++) {
+        served *m = &dl_api.m[k];
+        if (dl_registry_lookup(m->pr.model, &m->entry) != DL_OK) m->entry = NULL; /* its model process says why */
+        else dl_registry_defaults(m->entry, m->pr.model, &m->defaults);
+        if (!m->pr.video) load_tokenizer(m);
+        m->first = dl_api.nworkers;
+        m->n = m->pr.replicas < 1 ? 1 : m->pr.replicas;
+        DL_ASSERT(m->first + m->n <= MAX_WORKERS); /* dl_serve_config_check */
+        for (int i = m->first; i < m->first + m->n; i++) dl_api.w[i] = (worker){.model = k, .fd = -1, .pid = -1, .backoff = 0.5};
+        dl_api.nworkers += m->n;
+        if (k) snprintf(m->profile_path, sizeof m->profile_path, "%.1000s/profile-%d.json", m->pr.results, k);
+        else snprintf(m->profile_path, sizeof m->profile_path, "%.1000s/profile.json", m->pr.results);
+        cJSON *pj = dl_deployment_to_json(&m->pr);
+        char *pt = cJSON_Print(pj);
+        dl_status s = pt ? dl_file_write_atomic(m->profile_path, pt, strlen(pt)) : dl_fail(DL_ERR_NOMEM, "out of memory");
+        free(pt), cJSON_Delete(pj);
+        if (s != DL_OK) {
+            fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The job store after a restart: interrupted jobs back in the queue; jobs from a
+ * store that kept no model go to the first served model of their kind; queued jobs
+ * for a model no longer served fail, saying so. */
+static void recover_jobs(void) {
+    int requeued = dl_jobs_recover(dl_api.js, dl_api.srv->result_ttl_s);
+    if (requeued) DL_INFO("serve: %d interrupted jobs back in the queue", requeued);
+    for (int video = 0; video < 2; video++) {
+        const served *m = dl_api_route(NULL, video, NULL, 0);
+        if (m->pr.video == video) dl_jobs_adopt(dl_api.js, video ? "video" : "image", m->pr.model_id);
+    }
+    const char *ids[DL_SERVE_MAX_MODELS];
+    for (int k = 0; k < dl_api.nmodels; k++) ids[k] = dl_api.m[k].pr.model_id;
+    int gone = dl_jobs_fail_unserved(dl_api.js, ids, dl_api.nmodels);
+    if (gone) DL_WARN("serve: %d queued jobs were for models this server does not serve: they failed", gone);
+}
+
+int dl_serve_api_main(const dl_serve_config *cfg, const char *self_exe) {
     memset(&dl_api, 0, sizeof dl_api);
-    dl_api.pr = *pr;
+    dl_api.nmodels = cfg->nmodels;
+    for (int k = 0; k < cfg->nmodels; k++) dl_api.m[k].pr = cfg->models[k];
+    dl_api.srv = &dl_api.m[0].pr;
     dl_api.exe = self_exe;
-    dl_api.nworkers = pr->replicas < 1 ? 1 : pr->replicas > MAX_WORKERS ? MAX_WORKERS : pr->replicas;
-    for (int i = 0; i < dl_api.nworkers; i++) dl_api.w[i] = (worker){.fd = -1, .pid = -1, .backoff = 0.5};
     pthread_mutex_init(&dl_api.mu, NULL);
     pthread_cond_init(&dl_api.cv, NULL);
     if (pipe(dl_api.wake) != 0 || fcntl(dl_api.wake[0], F_SETFL, O_NONBLOCK) != 0 || fcntl(dl_api.wake[1], F_SETFL, O_NONBLOCK) != 0) {
@@ -1329,23 +1068,16 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
         return 1;
     }
     dl_api.started = wall();
-    if (dl_registry_lookup(pr->model, &dl_api.entry) != DL_OK) dl_api.entry = NULL; /* its model process says why */
-    else dl_registry_defaults(dl_api.entry, pr->model, &dl_api.defaults);
-    if (!pr->video) load_tokenizer();
+    const dl_deployment *pr = dl_api.srv;
     if (dl_mkdir_p(pr->results) != DL_OK || dl_jobs_open(&dl_api.js, pr->db) != DL_OK) {
         fprintf(stderr, "difflet: serve: %s\n", dl_last_error());
         return 1;
     }
-    int requeued = dl_jobs_recover(dl_api.js, pr->result_ttl_s);
-    if (requeued) DL_INFO("serve: %d interrupted jobs back in the queue", requeued);
-    /* the profile travels to the model process as a file beside the database */
-    char ppath[1200];
-    snprintf(ppath, sizeof ppath, "%s/profile.json", pr->results);
-    cJSON *pj = dl_deployment_to_json(pr);
-    char *pt = cJSON_Print(pj);
-    dl_file_write_atomic(ppath, pt, strlen(pt));
-    free(pt), cJSON_Delete(pj);
-    dl_api.profile_path = ppath;
+    if (!setup_models()) {
+        dl_jobs_close(dl_api.js);
+        return 1;
+    }
+    recover_jobs();
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)pr->port)};
     if (inet_pton(AF_INET, pr->host, &addr.sin_addr) != 1) {
         fprintf(stderr, "difflet: serve: host %s is not an IPv4 address\n", pr->host);
@@ -1379,14 +1111,18 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
         }
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    printf("difflet serve: listening on http://%s:%u (model %s)\n", pr->host, info ? info->port : (unsigned)pr->port, pr->model);
+    char names[2400] = "";
+    for (int k = 0; k < dl_api.nmodels; k++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%.1000s", k ? ", " : "", dl_api.m[k].pr.model);
+    printf("difflet serve: listening on http://%s:%u (model%s %s)\n", pr->host, info ? info->port : (unsigned)pr->port,
+           dl_api.nmodels > 1 ? "s" : "", names);
     if (hd) {
         const union MHD_DaemonInfo *hi = MHD_get_daemon_info(hd, MHD_DAEMON_INFO_BIND_PORT);
         printf("difflet serve: health checks on http://%s:%u/health\n", pr->host, hi ? hi->port : (unsigned)pr->health_port);
     }
     fflush(stdout);
     pthread_t sup;
-    pthread_create(&sup, NULL, supervisor, NULL);
+    pthread_create(&sup, NULL, dl_api_supervisor, NULL);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     while (!g_stop) usleep(100000);
@@ -1398,6 +1134,6 @@ int dl_serve_api_main(const dl_deployment *pr, const char *self_exe) {
     pthread_mutex_unlock(&dl_api.mu);
     pthread_join(sup, NULL);
     dl_jobs_close(dl_api.js);
-    dl_tokenizer_free(dl_api.tok);
+    for (int k = 0; k < dl_api.nmodels; k++) dl_tokenizer_free(dl_api.m[k].tok);
     return 0;
 }

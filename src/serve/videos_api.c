@@ -37,7 +37,7 @@ static cJSON *video_get(const char *hex) {
     int step = 0, steps = 0;
     for (int i = 0; i < dl_api.nworkers; i++)
         if (!strcmp(dl_api.w[i].inflight, hex)) step = dl_api.w[i].live_step, steps = dl_api.w[i].live_steps;
-    cJSON *v = dl_video_object(j, dl_api.pr.model_id, step, steps, dl_api.pr.result_ttl_s);
+    cJSON *v = dl_video_object(j, dl_api_job_model(j), step, steps, dl_api.srv->result_ttl_s);
     cJSON_Delete(j);
     return v;
 }
@@ -54,23 +54,32 @@ static enum MHD_Result video_create(struct MHD_Connection *c, conn *cn) {
     if (!body && (multipart || urlenc) && !(body = dl_form_parse(ctype, cn->body ? cn->body : "", cn->len, numeric, err, sizeof err)))
         return dl_api_error_reply(c, 400, "invalid_request_error", NULL, "%s", err);
     if (!body) return dl_api_error_reply(c, 400, "invalid_request_error", NULL, "the body is not valid JSON (or a form)");
-    if (!dl_api.pr.video) {
+    /* the model it names (a `model` that is not a string: the default, and
+       dl_video_request refuses it) */
+    const served *m = dl_api_route(cJSON_GetObjectItemCaseSensitive(body, "model"), 1, err, sizeof err);
+    if (!m) {
         cJSON_Delete(body);
-        dl_api_model_kind(what, sizeof what);
+        return dl_api_error_reply(c, 404, "invalid_request_error", "model", "%s", err);
+    }
+    if (!m->pr.video) {
+        cJSON_Delete(body);
+        dl_api_model_kind(m, what, sizeof what);
         return dl_api_error_reply(c, 400, "invalid_request_error", "model", "%s: use POST /v1/images/generations", what);
     }
     cJSON *req;
-    int ok = dl_video_request(body, &dl_api.pr, dl_api.entry ? dl_api.defaults.steps : 50, dl_api.entry ? dl_api.defaults.guidance : 5.0,
-                              &req, err, sizeof err, param, sizeof param);
+    int ok = dl_video_request(body, &m->pr, m->entry ? m->defaults.steps : 50, m->entry ? m->defaults.guidance : 5.0, &req, err,
+                              sizeof err, param, sizeof param);
     cJSON_Delete(body);
     if (!ok)
         return dl_api_error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error",
                            param[0] ? param : NULL, "%s", err);
     char ids[1][24];
-    int q = dl_api_enqueue(req, 1, ids, "video");
+    int q = dl_api_enqueue(m, req, 1, ids, "video");
     cJSON_Delete(req);
     if (q < 0) return dl_api_error_reply(c, 500, "server_error", NULL, "the job store could not record the video: %s", dl_last_error());
-    if (!q) return dl_api_error_reply(c, 429, "rate_limit_error", NULL, "the queue is full (%d jobs); retry later", dl_api.pr.queue_capacity);
+    if (!q)
+        return dl_api_error_reply(c, 429, "rate_limit_error", NULL, "the queue of `%s` is full (%d jobs); retry later", m->pr.model_id,
+                                  m->pr.queue_capacity);
     pthread_mutex_lock(&dl_api.mu);
     cJSON *v = video_get(ids[0]);
     pthread_mutex_unlock(&dl_api.mu);
@@ -106,7 +115,7 @@ static enum MHD_Result video_list(struct MHD_Connection *c) {
         int step = 0, steps = 0;
         for (int i = 0; id && i < dl_api.nworkers; i++)
             if (!strcmp(dl_api.w[i].inflight, id)) step = dl_api.w[i].live_step, steps = dl_api.w[i].live_steps;
-        cJSON_AddItemToArray(data, dl_video_object(j, dl_api.pr.model_id, step, steps, dl_api.pr.result_ttl_s));
+        cJSON_AddItemToArray(data, dl_video_object(j, dl_api_job_model(j), step, steps, dl_api.srv->result_ttl_s));
     }
     pthread_mutex_unlock(&dl_api.mu);
     if (!jobs) {

@@ -1,0 +1,435 @@
+/* The served models of `difflet serve`'s API process: routing a request to one (its
+ * `model`, or the first model of the route's kind), and the supervisor thread that
+ * owns their resident model processes (one or more per model, each loading its own
+ * model only): it starts them, feeds each one job of its model at a time over a
+ * Unix socket, enforces the request deadline (cancel, then kill after a grace
+ * period, then a replacement that reloads and passes its start-up check), and
+ * replaces one that dies. Its model's dispatch pauses while it recovers; the other
+ * models' go on. */
+#include <errno.h>
+#include <sched.h>
+#include <dirent.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "difflet/comm.h"
+#include "serve/serve_impl.h"
+#include "serve/api_impl.h"
+
+static double wall(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- routing ---------------------------------------------------------------------- */
+
+/* what a served model makes, for messages: "`a` makes videos (WanPipeline)" */
+void dl_api_model_kind(const served *m, char *out, size_t n) {
+    snprintf(out, n, "`%s` makes %s (%s)", m->pr.model_id, m->pr.video ? "videos" : "images",
+             m->entry ? m->entry->pipeline_class : "an unknown pipeline");
+}
+
+const served *dl_api_find_model(const char *id) {
+    for (int i = 0; i < dl_api.nmodels; i++)
+        if (!strcmp(id, dl_api.m[i].pr.model_id)) return &dl_api.m[i];
+    return NULL;
+}
+
+const served *dl_api_route(const cJSON *v, int video, char *err, size_t en) {
+    const char *name = cJSON_IsString(v) ? v->valuestring : "";
+    if (!name[0]) {
+        for (int i = 0; i < dl_api.nmodels; i++)
+            if (dl_api.m[i].pr.video == video) return &dl_api.m[i];
+        return &dl_api.m[0];
+    }
+    const served *m = dl_api_find_model(name);
+    if (m) return m;
+    char list[600] = "";
+    for (int i = 0; i < dl_api.nmodels; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s`%.60s`", i ? ", " : "", dl_api.m[i].pr.model_id);
+    snprintf(err, en, "The model `%.200s` does not exist (this server serves %s)", name, list);
+    return NULL;
+}
+
+const char *dl_api_job_model(const cJSON *job) {
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(job, "model"));
+    const char *kind = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(job, "kind"));
+    return id ? id : dl_api_route(NULL, kind && !strcmp(kind, "video"), NULL, 0)->pr.model_id;
+}
+
+/* ---- the model processes --------------------------------------------------------- */
+
+/* a model process of m is ready */
+int dl_api_model_ready(const served *m) {
+    for (int i = m->first; i < m->first + m->n; i++)
+        if (dl_api.w[i].ready) return 1;
+    return 0;
+}
+
+/* the server is ready when every served model is */
+int dl_api_all_ready(void) {
+    for (int k = 0; k < dl_api.nmodels; k++)
+        if (!dl_api_model_ready(&dl_api.m[k])) return 0;
+    return 1;
+}
+
+int dl_api_inflight(const served *m) {
+    int n = 0;
+    for (int i = m->first; i < m->first + m->n; i++) n += dl_api.w[i].inflight[0] != 0;
+    return n;
+}
+
+/* in a model process's child: process k (of every model's) on cores [k*per, (k+1)*per)
+ * when there are several */
+static int pin_replica(int k, int per) {
+    if (dl_api.nworkers < 2 || per < 1) return 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c = k * per; c < (k + 1) * per; c++) CPU_SET(c, &set);
+    sched_setaffinity(0, sizeof set, &set);
+    return 1;
+}
+
+/* a parallel replica: listen on a unix socket, start `mpirun ... serve-worker
+ * unix:PATH` in its own session (so every rank can be killed together) */
+static void spawn_mpi_worker(worker *w, int k, int ranks, int per) {
+    static unsigned seq;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(w->sock, sizeof w->sock, "/tmp/difflet-serve-%d-%d-%u.sock", (int)getpid(), k, seq++);
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", w->sock);
+    unlink(w->sock);
+    int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, 1) != 0) {
+        DL_ERROR("serve: socket %s: %s", w->sock, strerror(errno));
+        if (ls >= 0) close(ls);
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        pin_replica(k, per);
+        static char store[4200], connect_url[128];
+        const char *av[64];
+        int n = dl_comm_mpirun_argv(av, 56, ranks, per / ranks > 0 ? per / ranks : 1, store, sizeof store);
+        snprintf(connect_url, sizeof connect_url, "unix:%s", w->sock);
+        av[n++] = "serve-worker", av[n++] = connect_url, av[n++] = dl_api.m[w->model].profile_path, av[n] = NULL;
+        execvp("mpirun", (char *const *)av);
+        _exit(127);
+    }
+    if (pid < 0) {
+        close(ls);
+        unlink(w->sock);
+        DL_ERROR("serve: fork: %s", strerror(errno));
+        return;
+    }
+    w->fd = ls;
+    w->pid = pid;
+    w->mpi = w->listening = 1;
+    w->ready = 0;
+    w->spawn_time = wall();
+    DL_INFO("serve: model process %d (%s, process %d, %d MPI ranks, %s) starting", (int)pid, dl_api.m[w->model].pr.model_id, k, ranks,
+            dl_api.m[w->model].pr.parallel);
+}
+
+static void spawn_worker(worker *w, int k) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int per = (int)(ncpu / dl_api.nworkers);
+    dl_par_config pc;
+    if (dl_par_parse(dl_api.m[w->model].pr.parallel, &pc) == DL_OK && dl_par_ranks(&pc) > 1) {
+        spawn_mpi_worker(w, k, dl_par_ranks(&pc), per > 0 ? per : 1);
+        return;
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        DL_ERROR("serve: socketpair: %s", strerror(errno));
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = dup(sv[1]); /* without CLOEXEC: it survives exec */
+        char fds[16], th[16];
+        snprintf(fds, sizeof fds, "%d", fd);
+        if (pin_replica(k, per)) {
+            snprintf(th, sizeof th, "%d", per);
+            setenv("OMP_NUM_THREADS", th, 1);
+        }
+        execl(dl_api.exe, dl_api.exe, "serve-worker", fds, dl_api.m[w->model].profile_path, (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    if (pid < 0) {
+        close(sv[0]);
+        DL_ERROR("serve: fork: %s", strerror(errno));
+        return;
+    }
+    w->fd = sv[0];
+    w->pid = pid;
+    w->ready = 0;
+    DL_INFO("serve: model process %d (%s, process %d) starting", (int)pid, dl_api.m[w->model].pr.model_id, k);
+}
+
+/* SIGKILL every process of session sid (mpirun and its ranks) */
+static void kill_session(pid_t sid) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300], buf[512];
+        pid_t p = (pid_t)atoi(e->d_name);
+        if (p <= 0) continue;
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *rp = strrchr(buf, ')'); /* fields after "(comm)": state ppid pgrp session */
+        int ppid, pgrp, sess;
+        char st;
+        if (rp && sscanf(rp + 1, " %c %d %d %d", &st, &ppid, &pgrp, &sess) == 4 && sess == (int)sid) kill(p, SIGKILL);
+    }
+    if (d) closedir(d);
+}
+
+static void reap_worker(worker *w, int kill_it) {
+    if (w->pid <= 0) return;
+    if (kill_it && w->mpi) kill_session(w->pid);
+    if (kill_it) kill(w->pid, SIGKILL);
+    int st;
+    waitpid(w->pid, &st, 0); /* confirm the exit before a replacement starts */
+    if (w->mpi) kill_session(w->pid); /* no rank may outlive its job */
+    close(w->fd);
+    if (w->listening) unlink(w->sock);
+    w->fd = -1;
+    w->pid = -1;
+    w->ready = 0;
+    w->mpi = w->listening = 0;
+}
+
+static void finish_inflight(worker *w, const char *status, const char *err, const char *result) {
+    if (!w->inflight[0]) return;
+    cJSON *j = dl_jobs_get(dl_api.js, w->inflight);
+    const char *cur = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : NULL;
+    if (cur && !strcmp(cur, "in_progress")) dl_jobs_set(dl_api.js, w->inflight, status, err, result);
+    cJSON_Delete(j);
+    w->inflight[0] = 0;
+    w->cancel_sent = 0;
+    pthread_cond_broadcast(&dl_api.cv);
+}
+
+static void handle_msg(worker *w, cJSON *m) {
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "type"));
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "id"));
+    if (!type) return;
+    if (!strcmp(type, "ready")) {
+        w->ready = 1;
+        w->backoff = 0.5;
+        dl_api.m[w->model].last_error[0] = 0;
+        DL_INFO("serve: model process %d (%s) ready (%.1f s)", (int)w->pid, dl_api.m[w->model].pr.model_id,
+                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "load_seconds")));
+        pthread_cond_broadcast(&dl_api.cv);
+    } else if (!strcmp(type, "fatal")) {
+        served *sm = &dl_api.m[w->model];
+        const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message"));
+        snprintf(sm->last_error, sizeof sm->last_error, "%s", msg ? msg : "no reason given");
+        DL_ERROR("serve: the model process of %s failed to start: %s", sm->pr.model_id, sm->last_error);
+    } else if (id && !strcmp(id, w->inflight)) {
+        if (!strcmp(type, "progress")) {
+            /* every step to the event streams (memory), at most every 0.25 s to the store */
+            w->live_step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step"));
+            w->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps"));
+            pthread_cond_broadcast(&dl_api.cv);
+            if (wall() - w->progress_written >= 0.25) { /* each write is a commit: not one per step */
+                dl_jobs_progress(dl_api.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
+                              (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps")), 0);
+                w->progress_written = wall();
+            }
+        } else if (!strcmp(type, "done")) {
+            const char *path = w->out;
+            int calls = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "calls"));
+            int cached = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "cached"));
+            dl_api.steps_full += calls, dl_api.steps_cached += cached;
+            cJSON *j = dl_jobs_get(dl_api.js, id);
+            int steps = j ? (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps")) : 0;
+            if (!j) unlink(path); /* deleted while it ran (DELETE /v1/videos/ID): its result goes too */
+            cJSON_Delete(j);
+            int tx = dl_jobs_begin(dl_api.js, 0) == DL_OK;
+            dl_jobs_progress(dl_api.js, id, steps, steps, cached);
+            dl_jobs_model_seconds(dl_api.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "seconds")));
+            finish_inflight(w, "completed", NULL, path);
+            if (tx && dl_jobs_commit(dl_api.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
+        } else if (!strcmp(type, "error")) {
+            int cancelled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "cancelled"));
+            finish_inflight(w, cancelled ? "cancelled" : "failed", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL);
+        }
+    }
+}
+
+/* The oldest queued job of w's model to w (ready, nothing in flight): 1 when one was
+ * taken (sent, or failed for waiting past its deadline), 0 when its queue is empty. */
+static int dispatch_one(worker *w) {
+    char id[40], *req = NULL;
+    double deadline;
+    if (!dl_jobs_next(dl_api.js, dl_api.m[w->model].pr.model_id, id, sizeof id, &req, &deadline)) return 0;
+    if (wall() > deadline) { /* waited past its deadline in the queue */
+        dl_jobs_set(dl_api.js, id, "failed", "timed out in the queue", NULL);
+        free(req);
+        pthread_cond_broadcast(&dl_api.cv);
+        return 1;
+    }
+    cJSON *m = cJSON_CreateObject(), *rq = cJSON_Parse(req);
+    const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "output_format"));
+    snprintf(w->out, sizeof w->out, "%s/%s.%s", dl_api.srv->results, id,
+             fmt && !strcmp(fmt, "jpeg") ? "jpg" : fmt && !strcmp(fmt, "webp") ? "webp" : fmt && !strcmp(fmt, "mp4") ? "mp4" : "png");
+    cJSON_AddStringToObject(m, "type", "job");
+    cJSON_AddStringToObject(m, "id", id);
+    cJSON_AddStringToObject(m, "out", w->out);
+    cJSON_AddItemToObject(m, "request", rq);
+    int tx = dl_jobs_begin(dl_api.js, 0) == DL_OK;
+    dl_jobs_set(dl_api.js, id, "in_progress", NULL, NULL);
+    dl_jobs_progress(dl_api.js, id, 0, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")), 0);
+    if (tx && dl_jobs_commit(dl_api.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
+    w->progress_written = wall();
+    snprintf(w->inflight, sizeof w->inflight, "%s", id);
+    w->deadline = deadline;
+    w->cancel_sent = 0;
+    w->cancel_wanted = 0;
+    w->live_step = 0;
+    w->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps"));
+    pthread_cond_broadcast(&dl_api.cv); /* event streams: the job is running */
+    cJSON *j = dl_jobs_get(dl_api.js, id);
+    double created = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "created")) : wall();
+    cJSON_Delete(j);
+    dl_api.wait_sum += wall() - created, dl_api.wait_count++;
+    if (dl_msg_send(w->fd, m) != DL_OK) DL_WARN("serve: could not send job %s to the model process", id);
+    cJSON_Delete(m);
+    free(req);
+    pthread_cond_broadcast(&dl_api.cv);
+    return 1;
+}
+
+/* Each queued job goes to a ready model process of its model with nothing in flight. */
+static void dispatch(void) {
+    for (int i = 0; i < dl_api.nworkers; i++) {
+        worker *w = &dl_api.w[i];
+        while (w->ready && !w->inflight[0] && dispatch_one(w)) {}
+    }
+}
+
+/* One pass over a model process: spawn, messages, death, deadline, kill. */
+static void tend(worker *w, int k, const struct pollfd *pf) {
+    double now = wall();
+    served *sm = &dl_api.m[w->model];
+    if (w->pid <= 0 && now >= w->next_spawn && !dl_api.stopping) spawn_worker(w, k);
+    if (w->pid > 0 && w->mpi) { /* an mpirun job: its first rank connects; mpirun's exit is its death */
+        int st, gone = waitpid(w->pid, &st, WNOHANG) == w->pid;
+        if (!gone && w->listening && pf && (pf->revents & POLLIN)) {
+            int c = accept4(w->fd, NULL, NULL, SOCK_CLOEXEC);
+            if (c >= 0) {
+                close(w->fd);
+                unlink(w->sock);
+                w->fd = c;
+                w->listening = 0;
+            }
+            return;
+        }
+        if (gone || (w->listening && now - w->spawn_time > 300)) {
+            pid_t pid = w->pid;
+            cJSON *m = NULL; /* what its first rank said last (a fatal start-up error) */
+            struct pollfd q = {.fd = w->fd, .events = POLLIN};
+            while (!w->listening && poll(&q, 1, 0) > 0 && (q.revents & POLLIN) && dl_msg_recv_within(w->fd, &m, 100) == DL_OK) {
+                handle_msg(w, m);
+                cJSON_Delete(m);
+            }
+            reap_worker(w, !gone); /* an mpirun already reaped: its wait returns at once; every rank is killed */
+            dl_api.restarts++, sm->restarts++;
+            if (w->inflight[0]) finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
+            DL_WARN("serve: parallel model process %d exited; replacing it", (int)pid);
+            w->next_spawn = now + w->backoff;
+            w->backoff = fmin(w->backoff * 2, 30);
+            return;
+        }
+        if (w->listening) return;
+    }
+    if (w->pid > 0 && pf && (pf->revents & (POLLIN | POLLHUP | POLLERR))) {
+        cJSON *m = NULL;
+        if (dl_msg_recv_within(w->fd, &m, 2000) == DL_OK) {
+            handle_msg(w, m);
+            cJSON_Delete(m);
+        } else { /* the model process exited, or stalled half-way through a frame: fail its job, replace it */
+            int was_ready = w->ready;
+            pid_t pid = w->pid;
+            reap_worker(w, 1); /* SIGKILL: a no-op on one that already exited, and never a wait on a stuck one */
+            dl_api.restarts++, sm->restarts++;
+            if (w->inflight[0]) {
+                DL_WARN("serve: model process %d died during job %s; replacing it", (int)pid, w->inflight);
+                finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
+            } else {
+                DL_WARN("serve: model process %d exited; replacing it", (int)pid);
+            }
+            w->next_spawn = now + (was_ready ? 0 : w->backoff);
+            w->backoff = was_ready ? 0.5 : fmin(w->backoff * 2, 30);
+        }
+    }
+    if (w->inflight[0] && !w->cancel_sent && (now > w->deadline || w->cancel_wanted)) {
+        /* deadline (or a cancel request): the client hears now; the process stops at a step boundary */
+        int timed_out = now > w->deadline;
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "type", "cancel");
+        cJSON_AddStringToObject(c, "id", w->inflight);
+        dl_msg_send(w->fd, c);
+        cJSON_Delete(c);
+        if (timed_out) {
+            char err[128];
+            snprintf(err, sizeof err, "timed out after %.0f s", sm->pr.timeout_s);
+            dl_jobs_set(dl_api.js, w->inflight, "failed", err, NULL);
+            pthread_cond_broadcast(&dl_api.cv);
+        }
+        w->cancel_sent = 1;
+        w->cancel_time = now;
+    }
+    if (w->inflight[0] && w->cancel_sent && now > w->cancel_time + sm->pr.grace_s) {
+        DL_WARN("serve: model process %d did not stop job %s within %.1f s: killing it", (int)w->pid, w->inflight, sm->pr.grace_s);
+        finish_inflight(w, "failed", "timed out; the model process was replaced", NULL);
+        reap_worker(w, 1);
+        dl_api.restarts++, sm->restarts++;
+        w->next_spawn = wall();
+    }
+}
+
+void *dl_api_supervisor(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&dl_api.mu);
+    while (!dl_api.stopping) {
+        struct pollfd pf[MAX_WORKERS + 1];
+        for (int i = 0; i < dl_api.nworkers; i++) pf[i] = (struct pollfd){.fd = dl_api.w[i].pid > 0 ? dl_api.w[i].fd : -1, .events = POLLIN};
+        pf[dl_api.nworkers] = (struct pollfd){.fd = dl_api.wake[0], .events = POLLIN};
+        pthread_mutex_unlock(&dl_api.mu);
+        int pr = poll(pf, (nfds_t)dl_api.nworkers + 1, 50);
+        if (pr > 0 && (pf[dl_api.nworkers].revents & POLLIN)) {
+            char drain[64];
+            while (read(dl_api.wake[0], drain, sizeof drain) > 0) {}
+        }
+        pthread_mutex_lock(&dl_api.mu);
+        for (int i = 0; i < dl_api.nworkers; i++) tend(&dl_api.w[i], i, pr > 0 ? &pf[i] : NULL);
+        dispatch();
+        double now = wall();
+        if (now - dl_api.last_expire >= 0.25) { /* queued jobs no model process takes in time end at their deadline */
+            dl_api.last_expire = now;
+            if (dl_jobs_expire(dl_api.js, now) > 0) pthread_cond_broadcast(&dl_api.cv);
+        }
+    }
+    for (int i = 0; i < dl_api.nworkers; i++) reap_worker(&dl_api.w[i], 1);
+    pthread_mutex_unlock(&dl_api.mu);
+    return NULL;
+}
