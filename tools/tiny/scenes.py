@@ -69,13 +69,16 @@ def render(scene, jitter=None):
         cx += jitter.randint(-2, 2)
         cy += jitter.randint(-2, 2)
         r += jitter.randint(-1, 1)
+    img[shape_mask(shape, cx, cy, r)] = COLOURS[colour]
+    return img
+
+
+def shape_mask(shape, cx, cy, r):
+    """bool [64, 64]: the pixels of a shape centred at (cx, cy) with half-extent r"""
     yy, xx = np.mgrid[0:SIZE, 0:SIZE]
     if shape == "circle":
-        mask = (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
-    elif shape == "square":
-        mask = (abs(xx - cx) <= r) & (abs(yy - cy) <= r)
-    else:  # triangle pointing up: apex (cx, cy - r), base y = cy + r
-        t = (yy - (cy - r)) / (2.0 * r)
-        mask = (t >= 0) & (t <= 1) & (abs(xx - cx) <= t * r)
-    img[mask] = COLOURS[colour]
-    return img
+        return (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
+    if shape == "square":
+        return (abs(xx - cx) <= r) & (abs(yy - cy) <= r)
+    t = (yy - (cy - r)) / (2.0 * r)  # triangle pointing up: apex (cx, cy - r), base y = cy + r
+    return (t >= 0) & (t <= 1) & (abs(xx - cx) <= t * r)

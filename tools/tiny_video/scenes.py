@@ -106,14 +106,6 @@ def render(scene, jitter=None):
     pts, r = track(scene, jitter)
     clip = np.empty((FRAMES, SIZE, SIZE, 3), np.uint8)
     clip[:] = COLOURS[bg]
-    yy, xx = np.mgrid[0:SIZE, 0:SIZE]
     for f, (cx, cy) in enumerate(pts):
-        if shape == "circle":
-            mask = (xx - cx) ** 2 + (yy - cy) ** 2 <= r * r
-        elif shape == "square":
-            mask = (abs(xx - cx) <= r) & (abs(yy - cy) <= r)
-        else:  # triangle pointing up: apex (cx, cy - r), base y = cy + r
-            t = (yy - (cy - r)) / (2.0 * r)
-            mask = (t >= 0) & (t <= 1) & (abs(xx - cx) <= t * r)
-        clip[f][mask] = COLOURS[colour]
+        clip[f][image_scenes.shape_mask(shape, cx, cy, r)] = COLOURS[colour]
     return clip
