@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "difflet/io.h"
 #include "difflet/pipeline.h"
 #include "test_util.h"
 #include "difflet/flux.h"
@@ -142,6 +143,85 @@ static void test_pipeline(const char *variant, dl_dtype dt) {
     dl_flux_pipeline_free(p);
 }
 
+/* image-to-image and inpainting (tests/data/flux/edit*, make_flux_edit_vectors.py):
+ * the VAE encoder alone, then FluxImg2ImgPipeline and FluxInpaintPipeline from the
+ * committed PNG inputs (read and prepared as the CLI prepares them) and the noise
+ * the pipelines drew. */
+static void test_edit(const char *name, int H, int W, dl_dtype dt) {
+    char dir[256], nm[128];
+    snprintf(dir, sizeof dir, DATA_DIR "/flux/%s", name);
+    const int scale = !strcmp(name, "edit") ? 2 : 4;
+    const int64_t lh = H / scale, lw = W / scale;
+    dl_model_dir *md;
+    dl_vae_encoder *e;
+    if (dt == DL_F32 && dl_model_dir_open(&md, dir) == DL_OK) {
+        if (dl_vae_encoder_load(&e, md, "vae", H, W, DL_F32, NULL) == DL_OK) {
+            snprintf(nm, sizeof nm, "%s.enc.image", name);
+            float *x = vec(nm), *z = malloc((size_t)(4 * lh * lw) * 4);
+            snprintf(nm, sizeof nm, "%s.enc.mean", name);
+            float *want = vec(nm);
+            CHECK(dl_vae_encode(e, x, z) == DL_OK, "%s", dl_last_error());
+            double err = rel_err(z, want, 4 * lh * lw);
+            CHECK(err <= 1e-4, "%s VAE encode: %.3g of max|ref|", name, err);
+            if (getenv("DIFFLET_TEST_VERBOSE")) printf("%s encoder: %.3g\n", name, err);
+            x[5] = NAN;
+            CHECK(dl_vae_encode(e, x, z) == DL_ERR_INVALID, "non-finite image refused");
+            free(x), free(z), free(want);
+            dl_vae_encoder_free(e);
+        } else {
+            CHECK(0, "%s encoder: %s", name, dl_last_error());
+        }
+        dl_model_dir_free(md);
+    }
+    dl_flux_shape shape = {.width = W, .height = H, .max_sequence_length = 32, .dt = dt};
+    dl_flux_pipeline *p;
+    if (dl_flux_pipeline_load(&p, dir, &shape) != DL_OK) {
+        CHECK(0, "pipeline %s: %s", name, dl_last_error());
+        return;
+    }
+    char path[300];
+    dl_image im, mk;
+    uint8_t *rgb_in = NULL, *mask = NULL;
+    snprintf(path, sizeof path, "%s/init.png", dir);
+    CHECK(dl_image_read(path, &im) == DL_OK && dl_image_prepare(&im, DL_IMAGE_RGB, W, H, &rgb_in) == DL_OK, "%s",
+          dl_last_error());
+    snprintf(path, sizeof path, "%s/mask.png", dir);
+    CHECK(dl_image_read(path, &mk) == DL_OK && dl_image_prepare(&mk, DL_IMAGE_LUMA, W, H, &mask) == DL_OK, "%s",
+          dl_last_error());
+    dl_image_free(&im), dl_image_free(&mk);
+    for (int k = 0; k < 2 && rgb_in && mask; k++) {
+        const char *what = k ? "inp" : "i2i";
+        snprintf(nm, sizeof nm, "%s.%s.latents", name, what);
+        float *noise = vec(nm);
+        snprintf(nm, sizeof nm, "%s.%s.image", name, what);
+        float *want = vec(nm), *img = malloc((size_t)(H * W * 3) * 4);
+        uint8_t *rgb = malloc((size_t)(H * W * 3));
+        dl_flux_request r = {.prompt = "a red circle on a blue background", .negative_prompt = k ? "blurry green square" : NULL,
+                             .steps = k ? 6 : 5, .guidance = 3.5f, .true_cfg = k ? 2.f : 1.f, .init_latents = noise,
+                             .image = rgb_in, .mask = k ? mask : NULL, .strength = k ? 0.7 : 0.6};
+        dl_flux_timing tm;
+        CHECK(dl_flux_generate(p, &r, rgb, img, &tm) == DL_OK, "%s", dl_last_error());
+        /* 5 x 0.6 = 3 of 5 steps run; 6 x 0.7 = 4.2: int(6 - 4.2) = 1 skipped, 5 run twice (CFG) */
+        CHECK(tm.transformer_calls == (k ? 10 : 3), "%s %s: transformer calls %d", name, what, tm.transformer_calls);
+        double db = psnr(img, want, (int64_t)H * W * 3), bar = dt == DL_F32 ? 45.0 : 30.0;
+        CHECK(db >= bar, "%s %s %s: PSNR %.1f dB < %.0f", name, what, dl_dtype_name(dt), db, bar);
+        if (getenv("DIFFLET_TEST_VERBOSE")) printf("%s %s %s: PSNR %.1f dB\n", name, what, dl_dtype_name(dt), db);
+        free(noise), free(want), free(img), free(rgb);
+    }
+    /* requests the flow refuses */
+    uint8_t *rgb = malloc((size_t)(H * W * 3));
+    dl_flux_request bad = {.prompt = "x", .steps = 4, .guidance = 3.5f, .true_cfg = 1.f, .image = rgb_in, .strength = 0.1};
+    dl_flux_timing t1;
+    CHECK(dl_flux_generate(p, &bad, rgb, NULL, &t1) == DL_OK && t1.transformer_calls == 1,
+          "strength 0.1 of 4 steps runs int(4 - 0.4) = 3 skipped, 1 run (%d)", t1.transformer_calls);
+    bad.strength = 1.5;
+    CHECK(dl_flux_generate(p, &bad, rgb, NULL, NULL) == DL_ERR_INVALID, "strength 1.5 refused");
+    bad.image = NULL, bad.mask = mask, bad.strength = 0.5;
+    CHECK(dl_flux_generate(p, &bad, rgb, NULL, NULL) == DL_ERR_INVALID, "a mask without an image refused");
+    free(rgb), free(rgb_in), free(mask);
+    dl_flux_pipeline_free(p);
+}
+
 static void test_bad_input(void) {
     dl_flux_pipeline *p;
     dl_flux_shape bad = {.width = 30, .height = 48, .max_sequence_length = 32, .dt = DL_F32};
@@ -256,6 +336,14 @@ int main(void) {
     test_pipeline("schnell", DL_F32);
     test_pipeline("dev", DL_BF16);
     test_bad_input();
+    dl_ckpt_free(g_vec);
+    if (dl_ckpt_open(&g_vec, DATA_DIR "/flux/edit_vectors.safetensors", "edit vectors") != DL_OK) {
+        fprintf(stderr, "%s\n", dl_last_error());
+        return 1;
+    }
+    test_edit("edit", 48, 32, DL_F32);
+    test_edit("edit_b", 64, 48, DL_F32);
+    test_edit("edit", 48, 32, DL_BF16);
     test_default_length();
     test_tiny(DL_F32);
     test_tiny(DL_BF16);

@@ -109,6 +109,11 @@ void dl_strmap_foreach(const dl_strmap *m, void (*fn)(void *ctx, const char *key
 /* Whole file into a malloc'd, NUL-terminated buffer (caller frees). `max_bytes`
  * bounds what is accepted: larger files fail instead of exhausting memory. */
 dl_status dl_file_read(const char *path, size_t max_bytes, char **data, size_t *len);
+
+/* Standard padded base64 (RFC 4648): encode to a malloc'd NUL-terminated string
+ * (NULL when out of memory); decode strictly (no whitespace), *out malloc'd. */
+char *dl_b64_encode(const uint8_t *data, size_t n);
+dl_status dl_b64_decode(const char *s, size_t n, uint8_t **out, size_t *len);
 /* Write `len` bytes to `path` atomically: temp file in the same directory, fsync,
  * rename. A crash leaves either the old file or the new one, never a mix. */
 dl_status dl_file_write_atomic(const char *path, const void *data, size_t len);

@@ -99,7 +99,13 @@ typedef struct {
     float guidance;              /* distilled guidance (models with guidance_embeds) */
     float true_cfg;              /* > 1 with a negative prompt: two passes per step */
     uint64_t seed;
-    const float *init_latents;   /* packed [tokens, channels] or NULL (then dl_randn(seed)) */
+    const float *init_latents;   /* packed [tokens, channels] or NULL (then dl_randn(seed)); with an
+                                    image: the noise mixed into it */
+    /* FluxImg2ImgPipeline / FluxInpaintPipeline (NULL: FluxPipeline): the init image,
+     * RGB bytes at the pipeline's size; the mask, one byte per pixel (>= 128: repaint);
+     * strength in (0, 1] */
+    const uint8_t *image, *mask;
+    double strength;
     const dl_stepcache_config *cache; /* NULL or mode off: every step runs the denoiser */
     volatile int *cancel;        /* checked before every step: nonzero stops with DL_ERR_CANCELLED */
     /* called after each step (may be NULL) */

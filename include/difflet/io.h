@@ -87,6 +87,34 @@ dl_status dl_st_writer_save(dl_st_writer *w, const char *path);
 dl_status dl_png_encode(const uint8_t *rgb, int width, int height, uint8_t **out, size_t *len);
 dl_status dl_png_write(const char *path, const uint8_t *rgb, int width, int height);
 
+/* ---- pictures given as input (image_read.c): image-to-image and masks ---------------- */
+#define DL_IMAGE_MAX_SIDE 8192
+#define DL_IMAGE_MAX_BYTES ((size_t)64 << 20)
+typedef struct {
+    int width, height, channels; /* channels: 4 (RGBA) as decoded; 1 or 3 after conversion */
+    uint8_t *px;                 /* row-major, interleaved, malloc'd */
+} dl_image;
+void dl_image_free(dl_image *im);
+/* PNG, JPEG or WebP (by their first bytes) to 8-bit RGBA; anything else, a
+ * corrupt file or a side over DL_IMAGE_MAX_SIDE is refused with a message. */
+dl_status dl_image_decode(const uint8_t *data, size_t n, dl_image *out);
+dl_status dl_image_read(const char *path, dl_image *out);
+typedef enum {
+    DL_IMAGE_RGB = 0,     /* PIL's convert("RGB"): alpha dropped */
+    DL_IMAGE_LUMA,        /* PIL's convert("L"): a diffusers mask (white repaints) */
+    DL_IMAGE_TRANSPARENT  /* OpenAI's mask: 255 where fully transparent (edited), else 0 */
+} dl_image_mode;
+dl_status dl_image_convert(const dl_image *in, dl_image_mode mode, dl_image *out);
+/* Any pixel with alpha below 255 */
+int dl_image_has_transparency(const dl_image *im);
+/* Resized as PIL's Image.resize(LANCZOS) resizes 8-bit pictures (diffusers'
+ * VaeImageProcessor default), any channel count. */
+dl_status dl_image_resize(const dl_image *in, int width, int height, dl_image *out);
+/* What VaeImageProcessor.preprocess does to a PIL picture before its tensor:
+ * converted (mode), then resized to width x height when it has another size;
+ * *out: width*height*(3 or 1) bytes, malloc'd. */
+dl_status dl_image_prepare(const dl_image *in, dl_image_mode mode, int width, int height, uint8_t **out);
+
 /* ---- media (media.c) ------------------------------------------------------------
  * What one generation made: frames x height x width x 3 bytes of RGB (an image is
  * one frame), optionally the same unrounded in [0, 1], and for models that make

@@ -98,6 +98,22 @@ double dl_vae_shift_factor(const dl_vae_decoder *m);
 dl_status dl_vae_decode(dl_vae_decoder *m, const float *latent, float *image);
 void dl_vae_decoder_free(dl_vae_decoder *m);
 
+/* ---- AutoencoderKL encoder (diffusers) -----------------------------------------
+ * conv_in, down blocks (resnets, then zero pad right/bottom + stride-2 conv), mid
+ * block (resnet, single-head attention, resnet), group norm, SiLU, conv_out,
+ * quant_conv (when configured). Built for a fixed image size (multiples of the
+ * VAE's scale). */
+typedef struct dl_vae_encoder dl_vae_encoder;
+dl_status dl_vae_encoder_load(dl_vae_encoder **out, dl_model_dir *dir, const char *component, int64_t height,
+                              int64_t width, dl_dtype dt, dl_wsrc *src);
+int64_t dl_vae_encoder_latent_channels(const dl_vae_encoder *m);
+/* image: [3, H, W] in [-1, 1] as vae.encode takes it; latent: [C, H / scale,
+ * W / scale], the posterior's mean (vae.encode(x).latent_dist.mean: difflet never
+ * samples the posterior; diffusers' image-to-image pipelines draw one sample, which
+ * differs from the mean by the posterior's std, small in a trained VAE). */
+dl_status dl_vae_encode(dl_vae_encoder *m, const float *image, float *latent);
+void dl_vae_encoder_free(dl_vae_encoder *m);
+
 /* T5's bucket of a relative position (memory - query), as transformers computes it. */
 int32_t dl_t5_bucket(int64_t rel, int bidirectional, int num_buckets, int max_distance);
 

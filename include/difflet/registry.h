@@ -40,6 +40,14 @@ typedef struct {
     /* initial noise as diffusers takes it (--latents): tensors named after the
      * call arguments (`latents`, ...); NULL: drawn from the seed */
     const dl_checkpoint *init;
+    /* image-to-image (pipelines that have it; NULL: text-to-image): the init image as
+     * RGB bytes at the request's width x height, and for inpainting a mask of one byte
+     * per pixel (diffusers' mask: luma >= 128 is repainted, the rest kept). strength
+     * in (0, 1]: the share of the schedule that runs (diffusers' `strength`). With an
+     * image, `init`'s `latents` is the noise the image is mixed with. */
+    const uint8_t *image, *mask;
+    int image_width, image_height; /* the image's (and mask's) size: must be the request's */
+    double strength;
     const dl_stepcache_config *cache;
     int want_pixels; /* also the unrounded pixels (dl_media.pixels) */
     volatile int *cancel;
@@ -66,6 +74,7 @@ struct dl_model_entry {
     float default_guidance;     /* its guidance_scale default */
     float default_true_cfg;     /* its true_cfg_scale default (0: none, 1 is used) */
     double default_fps;         /* video pipelines: the export rate (0: images) */
+    int image_to_image;         /* 1: requests may carry an init image and a mask (dl_gen_request.image) */
     int guidance_cfg;           /* 1: classifier-free guidance whenever guidance_scale > 1 (Wan);
                                    0: guidance is distilled, CFG is true_cfg_scale > 1 with a negative prompt (FLUX) */
     const char *const *components; /* its programs, in load order; the denoiser (the one every rank runs) last */

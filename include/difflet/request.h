@@ -28,6 +28,11 @@ typedef struct {
     char cache[256];                /* step caching spec; "": the deployment's default */
     dl_media_format output_format;  /* png, jpeg, webp (mp4 for video) */
     int output_compression;         /* 0..100 */
+    /* image-to-image / inpainting (owned; NULL: none): RGB and one-byte-per-pixel
+     * mask at image_width x image_height; in JSON "image" and "mask" are base64 PNG */
+    uint8_t *image, *mask;
+    int image_width, image_height;
+    double strength;                /* (0, 1]; default 0.6 */
 } dl_request;
 
 typedef struct {
@@ -44,11 +49,13 @@ extern const dl_request_limits dl_request_engine_limits;
 void dl_request_init(dl_request *r);
 void dl_request_free(dl_request *r);
 dl_status dl_request_set_prompt(dl_request *r, const char *prompt, const char *negative);
+/* Take ownership of an init image (RGB) and optional mask (L) of width x height. */
+void dl_request_set_image(dl_request *r, uint8_t *rgb, uint8_t *mask, int width, int height, double strength);
 
 /* The request fields of a JSON object (other fields are the caller's): prompt,
  * negative_prompt, size ("WxH") or width and height, frames, fps, steps,
  * guidance_scale, true_cfg_scale, seed, max_sequence_length, cache, output_format,
- * output_compression. Types, ranges and UTF-8 are checked; on failure the message
+ * output_compression, image and mask (base64 PNG at the request's size), strength. Types, ranges and UTF-8 are checked; on failure the message
  * says what is wrong and *param names the field. */
 dl_status dl_request_from_json(const cJSON *j, const dl_request_limits *lim, dl_request *r, char *param, size_t pn);
 /* Every field, as from_json reads it back (width and height, not size). */

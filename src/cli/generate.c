@@ -83,7 +83,8 @@ static int rank_fail(int parallel, int code) {
 
 int cli_generate(int argc, char **argv) {
     const char *model = getenv("DIFFLET_MODEL"), *neg = NULL, *outp = "out.png", *lat_path = NULL;
-    const char *save_frames = NULL, *save_audio = NULL;
+    const char *save_frames = NULL, *save_audio = NULL, *image_path = NULL, *mask_path = NULL;
+    double strength = 0.6; /* the image-to-image pipelines' default (a double: steps * strength is Python's float product) */
     long frames = 0, quality = 100;
     float fps = 0.f;
     const char *prompts[64], *par_spec = NULL;
@@ -119,6 +120,9 @@ int cli_generate(int argc, char **argv) {
         else if (!strcmp(a, "--negative-prompt")) { NEED(); neg = v; }
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { NEED(); outp = v; }
         else if (!strcmp(a, "--latents")) { NEED(); lat_path = v; }
+        else if (!strcmp(a, "--image")) { NEED(); image_path = v; }
+        else if (!strcmp(a, "--mask")) { NEED(); mask_path = v; }
+        else if (!strcmp(a, "--strength")) { NEED(); char *e; errno = 0; strength = strtod(v, &e); if (errno || *e || e == v || !(strength > 0 && strength <= 1)) BAD("must be a number in (0, 1]"); }
         else if (!strcmp(a, "--save-frames")) { NEED(); save_frames = v; }
         else if (!strcmp(a, "--save-audio")) { NEED(); save_audio = v; }
         else if (!strcmp(a, "--frames")) { NEED(); if (!parse_int(v, 1, 100000, &frames)) BAD("must be an integer in 1..100000"); }
@@ -258,6 +262,31 @@ int cli_generate(int argc, char **argv) {
                 frames > 1 ? "--frames must be 1" : "write .png, .jpg or .webp");
         return rank_fail(parallel, 2);
     }
+    if ((image_path || mask_path) && !entry->image_to_image) {
+        fprintf(stderr, "difflet: generate: --image/--mask: %s has no image-to-image or inpainting flow (FLUX models have)\n",
+                entry->pipeline_class);
+        return rank_fail(parallel, 2);
+    }
+    if (mask_path && !image_path) {
+        fprintf(stderr, "difflet: generate: --mask needs --image (the picture to inpaint)\n");
+        return rank_fail(parallel, 2);
+    }
+    dl_image init_img = {0}, mask_img = {0};
+    if ((image_path && dl_image_read(image_path, &init_img) != DL_OK) ||
+        (mask_path && dl_image_read(mask_path, &mask_img) != DL_OK)) {
+        fprintf(stderr, "difflet: generate: %s\n", dl_last_error());
+        dl_image_free(&init_img);
+        return rank_fail(parallel, 2);
+    }
+    if (image_path && !width && !height) { /* the image's size, down to a multiple of 16 (FLUX's 2 x VAE scale) */
+        width = init_img.width - init_img.width % 16, height = init_img.height - init_img.height % 16;
+        if (!width || !height) {
+            fprintf(stderr, "difflet: generate: --image %s is %dx%d: smaller than 16 pixels\n", image_path, init_img.width,
+                    init_img.height);
+            dl_image_free(&init_img), dl_image_free(&mask_img);
+            return rank_fail(parallel, 2);
+        }
+    }
     int dw, dh, dframes;
     entry->default_shape(model, &dw, &dh, &dframes);
     if (!width) width = height ? height : dw;
@@ -276,10 +305,22 @@ int cli_generate(int argc, char **argv) {
     dl_pipeline *p;
     if (dl_pipeline_load(&p, model, &shape) != DL_OK) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
+        dl_image_free(&init_img), dl_image_free(&mask_img);
         return rank_fail(parallel, 1);
     }
     double load_s = dl_now() - t0;
+    uint8_t *image_rgb = NULL, *mask_l = NULL; /* at the generation size, as VaeImageProcessor prepares them */
+    if ((image_path && dl_image_prepare(&init_img, DL_IMAGE_RGB, (int)width, (int)height, &image_rgb) != DL_OK) ||
+        (mask_path && dl_image_prepare(&mask_img, DL_IMAGE_LUMA, (int)width, (int)height, &mask_l) != DL_OK)) {
+        fprintf(stderr, "difflet: generate: %s\n", dl_last_error());
+        dl_image_free(&init_img), dl_image_free(&mask_img);
+        free(image_rgb);
+        dl_pipeline_free(p);
+        return rank_fail(parallel, 1);
+    }
+    dl_image_free(&init_img), dl_image_free(&mask_img);
     if (!host) { /* this rank executes its part of the host's steps */
+        dl_image_free(&init_img), dl_image_free(&mask_img);
         if (dl_pipeline_worker(p) != DL_OK) {
             fprintf(stderr, "difflet: rank %d: %s\n", dl_comm_rank(world), dl_last_error());
             return rank_fail(parallel, 1);
@@ -312,6 +353,7 @@ int cli_generate(int argc, char **argv) {
         }
         dl_gen_request_from(&r, &rq);
         r.init = init, r.cache = &sc, r.on_step = on_step, r.on_decode = on_decode, r.ctx = &pr;
+        r.image = image_rgb, r.mask = mask_l, r.strength = strength, r.image_width = (int)width, r.image_height = (int)height;
         dl_gen_timing tm;
         dl_media media;
         if (dl_pipeline_generate(p, &r, &media, &tm) != DL_OK) {
@@ -338,6 +380,7 @@ int cli_generate(int argc, char **argv) {
         dl_media_free(&media);
     }
     dl_ckpt_free(init);
+    free(image_rgb), free(mask_l);
     dl_request_free(&rq);
     dl_pipeline_free(p); /* releases this replica's workers */
     if (parallel) {

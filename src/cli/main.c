@@ -23,6 +23,8 @@ static void usage(FILE *f) {
             "                       [--width W --height H] [--steps N] [--guidance G]\n"
             "                       [--true-cfg S] [--seed S] [--dtype f32|bf16] [--threads N]\n"
             "                       [--max-sequence-length N] [--latents FILE] [--cfg-batch]\n"
+            "                       [--image IN.png|jpg|webp [--mask MASK] [--strength 0.6]]\n"
+            "                       (FLUX image-to-image; with --mask, inpainting: white repaints)\n"
             "                       [--frames F] [--fps R] [--save-frames DIR] [--save-audio FILE.wav]\n"
             "                       [--output-compression 0..100] [-o OUT.png|jpg|webp|mp4]\n"
             "                       [--no-cache] [--recompile-on-mismatch]\n"

@@ -7,6 +7,14 @@
  *   decode: unpack, z / scaling_factor + shift_factor, VAE decode, (x/2 + 0.5)
  *           clamped to [0, 1], x255 rounded.
  *
+ * image-to-image (FluxImg2ImgPipeline) and inpainting (FluxInpaintPipeline):
+ *   x0 = (VAE encoder mean(image / 127.5 - 1) - shift) * scaling, packed;
+ *   the schedule's first t_start = int(steps - steps * strength) steps are skipped;
+ *   latents = s0 * noise + (1 - s0) * x0 at the first remaining sigma s0;
+ *   inpainting, after each step: latents = (1 - m) * (s' noise + (1 - s') x0) + m * latents
+ *   with s' the next sigma and m the binarised mask, nearest-sampled to the latent grid.
+ *   The encoder is a program of its own, built on the first such request.
+ *
  * The loop itself (steps, CFG, step caching, the ranks of a parallel replica) is
  * the shared one (denoise.h); FLUX's denoiser is the transformer with conditioning
  * (T5 sequence [T, joint], CLIP pooled [pooled]). With parallel execution the
@@ -32,6 +40,11 @@ struct dl_flux_pipeline {
     dl_t5_encoder *t5;
     dl_flux *tr;
     dl_vae_decoder *vae;
+    dl_vae_encoder *enc; /* built on the first image-to-image request */
+    dl_artifact *enc_art;
+    char enc_prog_id[17];
+    float *x0, *noise, *lmask; /* image-to-image: packed image latents, noise, latent mask */
+    const float *blend_sigmas;
     dl_flowmatch fm;
     dl_denoise *loop;
     int64_t lh, lw, C, N, T, Cp; /* latent grid, latent channels, tokens, text length, packed channels */
@@ -65,6 +78,9 @@ void dl_flux_pipeline_free(dl_flux_pipeline *p) {
     dl_denoise_free(p->loop); /* the host's releases the workers */
     dl_tokenizer_free(p->tok), dl_tokenizer_free(p->tok2);
     dl_clip_text_free(p->clip), dl_t5_encoder_free(p->t5), dl_flux_free(p->tr), dl_vae_decoder_free(p->vae);
+    dl_vae_encoder_free(p->enc);
+    dl_artifact_close(p->enc_art);
+    free(p->x0), free(p->noise), free(p->lmask);
     for (int i = 0; i < 4; i++) dl_artifact_close(p->art[i]);
     dl_model_dir_free(p->dir);
     free(p->sigmas), free(p->tsteps), free(p->pe), free(p->pooled), free(p->ne);
@@ -92,6 +108,7 @@ static dl_status build_component(void *ctx, dl_wsrc *ws) {
     case 0: return dl_clip_text_load(&p->clip, p->dir, "text_encoder", p->clip_len, dt, ws);
     case 1: return dl_t5_encoder_load(&p->t5, p->dir, "text_encoder_2", p->T, dt, ws);
     case 2: return dl_vae_decoder_load(&p->vae, p->dir, "vae", p->lh, p->lw, dt, ws);
+    case 4: return dl_vae_encoder_load(&p->enc, p->dir, "vae", p->shape.height, p->shape.width, dt, ws);
     default:
         return dl_flux_load_split(&p->tr, p->dir, "transformer", p->lh / 2, p->lw / 2, p->T, dt, ws,
                                   p->par ? &p->par->split : NULL);
@@ -233,6 +250,77 @@ dl_status dl_flux_pipeline_worker(dl_flux_pipeline *p) { return dl_denoise_worke
 static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t *rgb, float *image,
                           dl_flux_timing *timing, int *ran);
 
+/* [C, h, w] -> packed [(h/2)(w/2), 4C] as _pack_latents packs */
+static void pack(const dl_flux_pipeline *p, const float *src, float *dst) {
+    const int64_t Cp = p->Cp, gw = p->lw / 2;
+    for (int64_t c = 0; c < p->C; c++)
+        for (int64_t y = 0; y < p->lh; y++)
+            for (int64_t x = 0; x < p->lw; x++)
+                dst[((y / 2) * gw + x / 2) * Cp + c * 4 + (y % 2) * 2 + (x % 2)] = src[(c * p->lh + y) * p->lw + x];
+}
+
+/* the encoder program, built (or loaded from the cache) on first use */
+static dl_status need_encoder(dl_flux_pipeline *p) {
+    if (p->enc) return DL_OK;
+    char shp[256];
+    snprintf(shp, sizeof shp, "{\"encoder\":true,\"height\":%d,\"width\":%d}", p->shape.height, p->shape.width);
+    build_ctx b = {p, 4};
+    dl_gen_shape gs = {.dt = p->shape.dt, .cache = p->shape.cache, .par = p->shape.par};
+    dl_status s = dl_pipeline_program(p->dir, "vae", shp, &gs, 0, 0, build_component, &b, &p->enc_art, p->enc_prog_id);
+    if (s == DL_OK && dl_vae_encoder_latent_channels(p->enc) != p->C)
+        s = dl_fail(DL_ERR_FORMAT, "the VAE encoder makes %lld latent channels, the decoder takes %lld",
+                    (long long)dl_vae_encoder_latent_channels(p->enc), (long long)p->C);
+    if (s != DL_OK) {
+        dl_vae_encoder_free(p->enc), p->enc = NULL;
+        dl_artifact_close(p->enc_art), p->enc_art = NULL;
+    }
+    return s;
+}
+
+/* x0 (the image's packed latents), the noise (the given latents or the seed's) and
+ * for inpainting the packed latent mask */
+static dl_status image_latents(dl_flux_pipeline *p, const dl_flux_request *r, const float *noise) {
+    const int64_t H = p->shape.height, W = p->shape.width, n = p->N * p->Cp;
+    dl_status s = need_encoder(p);
+    if (s != DL_OK) return s;
+    if (!p->x0 && (!(p->x0 = malloc((size_t)n * 4)) || !(p->noise = malloc((size_t)n * 4)) ||
+                   !(p->lmask = malloc((size_t)n * 4))))
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    memcpy(p->noise, noise, (size_t)n * 4);
+    float *px = malloc((size_t)(3 * H * W) * 4);
+    if (!px) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    for (int64_t y = 0; y < H; y++) /* VaeImageProcessor: x / 255 in f32, then 2x - 1 */
+        for (int64_t x = 0; x < W; x++)
+            for (int c = 0; c < 3; c++) px[(c * H + y) * W + x] = 2.0f * ((float)r->image[(y * W + x) * 3 + c] / 255.0f) - 1.0f;
+    s = dl_vae_encode(p->enc, px, p->unpacked);
+    free(px);
+    if (s != DL_OK) return s;
+    const float sf = (float)dl_vae_scaling_factor(p->vae), sh = (float)dl_vae_shift_factor(p->vae);
+    for (int64_t k = 0; k < n; k++) p->unpacked[k] = (p->unpacked[k] - sh) * sf;
+    pack(p, p->unpacked, p->x0);
+    if (r->mask) { /* binarised (x / 255 >= 0.5), nearest to the latent grid, repeated over channels */
+        const int64_t scale = H / p->lh;
+        for (int64_t c = 0; c < p->C; c++)
+            for (int64_t y = 0; y < p->lh; y++)
+                for (int64_t x = 0; x < p->lw; x++)
+                    p->unpacked[(c * p->lh + y) * p->lw + x] =
+                        (float)r->mask[(y * scale) * W + x * scale] / 255.0f >= 0.5f ? 1.0f : 0.0f;
+        pack(p, p->unpacked, p->lmask);
+    }
+    return DL_OK;
+}
+
+/* FluxInpaintPipeline after step i: keep the unmasked part at the image re-noised to
+ * the next sigma (the image itself after the last step) */
+static void inpaint_blend(void *ctx, int step, float *lat, int64_t n) {
+    dl_flux_pipeline *p = ctx;
+    const float sn = p->blend_sigmas[step + 1];
+    for (int64_t k = 0; k < n; k++) {
+        float proper = sn * p->noise[k] + (1.0f - sn) * p->x0[k];
+        lat[k] = (1.0f - p->lmask[k]) * proper + p->lmask[k] * lat[k];
+    }
+}
+
 /* Every call ends the request on every rank exactly once, also when it fails
  * before the loop ran: a serving replica's ranks wait for that end. */
 dl_status dl_flux_generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t *rgb, float *image,
@@ -252,6 +340,9 @@ static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t
         return dl_fail(DL_ERR_INVALID, "steps must be in 1..%d, got %d", DL_STEPS_MAX, r->steps);
     if (!isfinite(r->guidance) || !isfinite(r->true_cfg))
         return dl_fail(DL_ERR_INVALID, "guidance and true_cfg must be finite numbers");
+    if (r->mask && !r->image) return dl_fail(DL_ERR_INVALID, "a mask needs an image to inpaint");
+    if (r->image && !(r->strength > 0.0 && r->strength <= 1.0))
+        return dl_fail(DL_ERR_INVALID, "strength must be in (0, 1], got %g", r->strength);
     int cfg = r->true_cfg > 1.f && r->negative_prompt != NULL;
     if (p->par && p->par->cfg.cfg == 2 && !cfg)
         return dl_fail(DL_ERR_INVALID, "cfg=2 runs the two CFG passes on separate ranks, but this request has one pass "
@@ -265,6 +356,14 @@ static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t
     if ((s = dl_flowmatch_sigmas(&p->fm, r->steps, mu, p->sigmas))) return s;
     /* the pipeline hands the transformer t / 1000 with t = sigma * num_train_timesteps, in f32 */
     for (int i = 0; i < r->steps; i++) p->tsteps[i] = p->sigmas[i] * (float)p->fm.num_train_timesteps / 1000.f;
+    int t_start = 0;
+    if (r->image) { /* get_timesteps: init_timestep = min(steps * strength, steps), in Python floats */
+        double init = fmin(r->steps * r->strength, (double)r->steps);
+        t_start = (int)fmax(r->steps - init, 0.0);
+        if (r->steps - t_start < 1)
+            return dl_fail(DL_ERR_INVALID, "strength %g leaves no step of %d to run (the pipeline needs at least one)",
+                           r->strength, r->steps);
+    }
 
     /* initial latents: given (packed), or noise [C, h, w] packed as diffusers packs */
     const int64_t N = p->N, Cp = p->Cp, C = p->C, gw = p->lw / 2;
@@ -273,14 +372,23 @@ static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t
         memcpy(lat, r->init_latents, (size_t)(N * Cp) * 4);
     } else {
         dl_randn(r->seed, p->unpacked, N * Cp);
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t y = 0; y < p->lh; y++)
-                for (int64_t x = 0; x < p->lw; x++)
-                    lat[((y / 2) * gw + x / 2) * Cp + c * 4 + (y % 2) * 2 + (x % 2)] = p->unpacked[(c * p->lh + y) * p->lw + x];
+        pack(p, p->unpacked, lat);
     }
-    dl_denoise_request dr = {.steps = r->steps, .t = p->tsteps, .sigmas = p->sigmas, .guidance = r->guidance,
-                             .cfg = cfg, .cfg_scale = r->true_cfg, .text_valid = p->T, .cache = r->cache,
-                             .cancel = r->cancel, .on_step = r->on_step, .on_probe = r->on_probe, .ctx = r->ctx};
+    dl_denoise_request dr = {.steps = r->steps - t_start, .t = p->tsteps + t_start, .sigmas = p->sigmas + t_start,
+                             .guidance = r->guidance, .cfg = cfg, .cfg_scale = r->true_cfg, .text_valid = p->T,
+                             .cache = r->cache, .cancel = r->cancel, .on_step = r->on_step, .on_probe = r->on_probe,
+                             .ctx = r->ctx};
+    if (r->image) {
+        double te = dl_now();
+        if ((s = image_latents(p, r, lat))) return s;
+        tm.encode_s += dl_now() - te;
+        const float s0 = p->sigmas[t_start]; /* scale_noise: sigma * noise + (1 - sigma) * sample */
+        for (int64_t k = 0; k < N * Cp; k++) lat[k] = s0 * p->noise[k] + (1.0f - s0) * p->x0[k];
+        if (r->mask) {
+            p->blend_sigmas = dr.sigmas;
+            dr.after_step = inpaint_blend, dr.after_ctx = p;
+        }
+    }
     dl_denoise_timing dt;
     *ran = 1;
     if ((s = dl_denoise_run(p->loop, &dr, &dt)) != DL_OK) return s;
@@ -350,8 +458,12 @@ static dl_status read_latents(dl_flux_pipeline *p, const dl_checkpoint *ck, floa
 static dl_status entry_generate(void *impl, const dl_gen_request *g, dl_media *out, dl_gen_timing *tm) {
     dl_flux_pipeline *p = impl;
     float *init = NULL;
-    dl_status s = g->init ? read_latents(p, g->init, &init) : DL_OK;
     const int W = p->shape.width, H = p->shape.height;
+    dl_status s = g->image && (g->image_width != W || g->image_height != H)
+                      ? dl_fail(DL_ERR_INVALID, "the init image is %dx%d; this pipeline makes %dx%d", g->image_width,
+                                g->image_height, W, H)
+                      : DL_OK;
+    if (s == DL_OK && g->init) s = read_latents(p, g->init, &init);
     *out = (dl_media){.kind = DL_MEDIA_IMAGE, .width = W, .height = H, .frames = 1};
     if (s == DL_OK && (!(out->rgb = malloc((size_t)W * (size_t)H * 3)) ||
                        (g->want_pixels && !(out->pixels = malloc((size_t)W * (size_t)H * 3 * sizeof(float))))))
@@ -363,6 +475,7 @@ static dl_status entry_generate(void *impl, const dl_gen_request *g, dl_media *o
     }
     dl_flux_request r = {.prompt = g->prompt, .negative_prompt = g->negative_prompt, .steps = g->steps,
                          .guidance = g->guidance, .true_cfg = g->true_cfg, .seed = g->seed, .init_latents = init,
+                         .image = g->image, .mask = g->mask, .strength = g->strength,
                          .cache = g->cache, .cancel = g->cancel, .on_step = g->on_step, .on_probe = g->on_probe,
                          .ctx = g->ctx};
     dl_flux_timing t;
@@ -382,6 +495,7 @@ const dl_model_entry dl_flux_entry = {
     .output = DL_MEDIA_IMAGE,
     .default_steps = 28,
     .default_guidance = 3.5f,
+    .image_to_image = 1,
     .components = k_flux_components,
     .ncomponents = 4,
     .default_shape = entry_default_shape,

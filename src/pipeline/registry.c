@@ -57,7 +57,9 @@ dl_status dl_registry_lookup(const char *model_dir, const dl_model_entry **out) 
 void dl_gen_request_from(dl_gen_request *g, const dl_request *r) {
     *g = (dl_gen_request){.prompt = r->prompt, .negative_prompt = r->negative_prompt, .steps = r->steps,
                           .guidance = (float)r->guidance, .true_cfg = (float)r->true_cfg,
-                          .seed = r->seed >= 0 ? (uint64_t)r->seed : 0, .fps = r->fps};
+                          .seed = r->seed >= 0 ? (uint64_t)r->seed : 0, .fps = r->fps, .image = r->image,
+                          .mask = r->mask, .image_width = r->image_width, .image_height = r->image_height,
+                          .strength = r->strength};
 }
 
 struct dl_pipeline {
@@ -163,7 +165,10 @@ dl_status dl_pipeline_host_generate(void *impl, int host, dl_denoise *loop, dl_p
     if (!host) return dl_fail(DL_ERR_INVALID, "only the host rank generates; the others serve its steps");
     int ran = 0;
     *out = (dl_media){0};
-    dl_status s = gen(impl, r, out, tm, &ran);
+    /* the pipelines on this path (Wan, Qwen-Image) have no image-to-image flow */
+    dl_status s = r->image || r->mask ? dl_fail(DL_ERR_UNSUPPORTED, "this pipeline has no image-to-image or inpainting flow "
+                                                                  "(FLUX models have)")
+                                      : gen(impl, r, out, tm, &ran);
     if (!ran) dl_denoise_abandon(loop);
     return s;
 }

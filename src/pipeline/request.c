@@ -21,12 +21,48 @@ void dl_request_init(dl_request *r) {
     r->seed = -1;
     r->output_format = DL_FMT_PNG;
     r->output_compression = 100;
+    r->strength = 0.6;
 }
 
 void dl_request_free(dl_request *r) {
     free(r->prompt);
     free(r->negative_prompt);
+    free(r->image), free(r->mask);
     r->prompt = r->negative_prompt = NULL;
+    r->image = r->mask = NULL;
+}
+
+void dl_request_set_image(dl_request *r, uint8_t *rgb, uint8_t *mask, int width, int height, double strength) {
+    free(r->image), free(r->mask);
+    r->image = rgb, r->mask = mask, r->image_width = width, r->image_height = height, r->strength = strength;
+}
+
+/* a base64 PNG field as RGB (3) or luma (1) bytes; 1 when absent or valid */
+static int image_field(const cJSON *j, const char *name, int channels, uint8_t **px, int *w, int *h, char *param,
+                       size_t pn) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+    if (!v || cJSON_IsNull(v)) return 1;
+    uint8_t *png = NULL;
+    size_t n;
+    dl_image im = {0}, c = {0};
+    dl_status s = !cJSON_IsString(v) ? dl_fail(DL_ERR_INVALID, "`%s` must be a base64 PNG string", name)
+                                     : dl_b64_decode(v->valuestring, strlen(v->valuestring), &png, &n);
+    if (s == DL_OK) s = dl_image_decode(png, n, &im);
+    if (s == DL_OK) s = dl_image_convert(&im, channels == 3 ? DL_IMAGE_RGB : DL_IMAGE_LUMA, &c);
+    free(png), dl_image_free(&im);
+    if (s != DL_OK) {
+        snprintf(param, pn, "%s", name);
+        dl_fail(DL_ERR_INVALID, "`%s`: %s", name, dl_last_error());
+        return 0;
+    }
+    if (*w && (c.width != *w || c.height != *h)) {
+        snprintf(param, pn, "%s", name);
+        dl_fail(DL_ERR_INVALID, "`%s` is %dx%d, the image %dx%d", name, c.width, c.height, *w, *h);
+        dl_image_free(&c);
+        return 0;
+    }
+    *w = c.width, *h = c.height, *px = c.px;
+    return 1;
 }
 
 dl_status dl_request_set_prompt(dl_request *r, const char *prompt, const char *negative) {
@@ -35,7 +71,7 @@ dl_status dl_request_set_prompt(dl_request *r, const char *prompt, const char *n
         free(p), free(n);
         return dl_fail(DL_ERR_NOMEM, "out of memory");
     }
-    dl_request_free(r);
+    free(r->prompt), free(r->negative_prompt);
     r->prompt = p, r->negative_prompt = n;
     return DL_OK;
 }
@@ -89,6 +125,8 @@ dl_status dl_request_validate(const dl_request *r, const dl_request_limits *lim,
         BAD("size", "the size must be WxH with both sides in 1..8192");
     if (r->frames < 0 || r->frames > 100000) BAD("frames", "`frames` must be an integer from 1 to 100000");
     if (!(r->fps >= 0 && r->fps <= 1000)) BAD("fps", "`fps` must be a number in (0, 1000]");
+    if (!(r->strength > 0 && r->strength <= 1)) BAD("strength", "`strength` must be a number in (0, 1]");
+    if (r->mask && !r->image) BAD("mask", "`mask` needs `image` (the picture to inpaint)");
     /* the engine's bound; each pipeline refuses what it cannot take (FLUX: 2..512, Qwen-Image: 1..1024) */
     if (r->max_sequence_length && (r->max_sequence_length < 1 || r->max_sequence_length > 4096))
         BAD("max_sequence_length", "`max_sequence_length` must be an integer from 1 to 4096");
@@ -145,7 +183,8 @@ dl_status dl_request_from_json(const cJSON *j, const dl_request_limits *lim, dl_
         size_t off;
     } num[] = {{"guidance_scale", offsetof(dl_request, guidance)},
                {"true_cfg_scale", offsetof(dl_request, true_cfg)},
-               {"fps", offsetof(dl_request, fps)}};
+               {"fps", offsetof(dl_request, fps)},
+               {"strength", offsetof(dl_request, strength)}};
     for (size_t i = 0; ok && i < sizeof num / sizeof num[0]; i++)
         if ((v = cJSON_GetObjectItemCaseSensitive(j, num[i].name))) {
             if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
@@ -183,9 +222,30 @@ dl_status dl_request_from_json(const cJSON *j, const dl_request_limits *lim, dl_
             ok = 0;
         }
     }
+    if (ok) ok = image_field(j, "image", 3, &r->image, &r->image_width, &r->image_height, param, pn);
+    if (ok && r->image) ok = image_field(j, "mask", 1, &r->mask, &r->image_width, &r->image_height, param, pn);
+    if (ok && !r->image && cJSON_GetObjectItemCaseSensitive(j, "mask")) {
+        snprintf(param, pn, "mask");
+        dl_fail(DL_ERR_INVALID, "`mask` needs `image` (the picture to inpaint)");
+        ok = 0;
+    }
     dl_status s = ok ? dl_request_validate(r, lim, param, pn) : DL_ERR_INVALID;
     if (s != DL_OK) dl_request_free(r);
     return s;
+}
+
+/* a picture as a base64 PNG string (NULL when out of memory) */
+static char *png_b64(const uint8_t *px, int w, int h, int channels) {
+    uint8_t *rgb = (uint8_t *)px, *png = NULL;
+    size_t n = 0;
+    if (channels == 1) { /* as grey RGB: the PNG writer takes RGB */
+        if (!(rgb = malloc((size_t)w * (size_t)h * 3))) return NULL;
+        for (size_t i = 0; i < (size_t)w * (size_t)h; i++) rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = px[i];
+    }
+    char *out = dl_png_encode(rgb, w, h, &png, &n) == DL_OK ? dl_b64_encode(png, n) : NULL;
+    if (rgb != px) free(rgb);
+    free(png);
+    return out;
 }
 
 cJSON *dl_request_to_json(const dl_request *r) {
@@ -203,5 +263,18 @@ cJSON *dl_request_to_json(const dl_request *r) {
     if (r->cache[0]) cJSON_AddStringToObject(j, "cache", r->cache);
     cJSON_AddStringToObject(j, "output_format", fmt_name(r->output_format));
     cJSON_AddNumberToObject(j, "output_compression", r->output_compression);
+    if (r->image) {
+        char *im = png_b64(r->image, r->image_width, r->image_height, 3);
+        char *mk = r->mask ? png_b64(r->mask, r->image_width, r->image_height, 1) : NULL;
+        if (!im || (r->mask && !mk)) {
+            free(im), free(mk);
+            cJSON_Delete(j);
+            return NULL;
+        }
+        cJSON_AddStringToObject(j, "image", im);
+        if (mk) cJSON_AddStringToObject(j, "mask", mk);
+        cJSON_AddNumberToObject(j, "strength", r->strength);
+        free(im), free(mk);
+    }
     return j;
 }
