@@ -222,6 +222,31 @@ static void test_edit(const char *name, int H, int W, dl_dtype dt) {
     dl_flux_pipeline_free(p);
 }
 
+/* PIL's LANCZOS resize, as VaeImageProcessor resizes a picture of another size:
+ * byte-exact */
+static void test_resize(void) {
+    dl_image src;
+    if (dl_image_read(DATA_DIR "/flux/edit/resize_src.png", &src) != DL_OK) {
+        CHECK(0, "%s", dl_last_error());
+        return;
+    }
+    static const int sizes[2][2] = {{32, 48}, {20, 12}};
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < 2; k++) {
+            const int w = sizes[k][0], h = sizes[k][1], C = m ? 1 : 3;
+            char nm[64];
+            snprintf(nm, sizeof nm, "resize.%s.%dx%d", m ? "luma" : "rgb", w, h);
+            float *want = vec(nm);
+            uint8_t *got = NULL;
+            CHECK(dl_image_prepare(&src, m ? DL_IMAGE_LUMA : DL_IMAGE_RGB, w, h, &got) == DL_OK, "%s", dl_last_error());
+            int diff = 0;
+            for (int i = 0; got && want && i < w * h * C; i++) diff += got[i] != (uint8_t)want[i];
+            CHECK(got && want && diff == 0, "%s: %d bytes differ from PIL", nm, diff);
+            free(want), free(got);
+        }
+    dl_image_free(&src);
+}
+
 static void test_bad_input(void) {
     dl_flux_pipeline *p;
     dl_flux_shape bad = {.width = 30, .height = 48, .max_sequence_length = 32, .dt = DL_F32};
@@ -344,6 +369,7 @@ int main(void) {
     test_edit("edit", 48, 32, DL_F32);
     test_edit("edit_b", 64, 48, DL_F32);
     test_edit("edit", 48, 32, DL_BF16);
+    test_resize();
     test_default_length();
     test_tiny(DL_F32);
     test_tiny(DL_BF16);

@@ -16,6 +16,7 @@ Writes tests/data/flux/:
                                    noise the pipeline drew (replayed from its generator
                                    and checked) and the output [H, W, 3] in [0, 1]
     <m>.inp.latents / .image       FluxInpaintPipeline, strength 0.7, 6 steps, true CFG
+    resize.<rgb|luma>.<W>x<H>      PIL's LANCZOS resize of edit/resize_src.png (57x23)
   edit/init.png, edit/mask.png, edit_b/init.png, edit_b/mask.png: the pipelines'
   inputs (the mask is RGB with grey levels: converted to L and binarised as diffusers does)
 """
@@ -133,6 +134,14 @@ def main():
         vec[f"{name}.inp.latents"], vec[f"{name}.inp.image"] = run_checked(
             inp, 12, h, w, prompt=PROMPT, negative_prompt=NEG, true_cfg_scale=2.0, image=init, mask_image=mask,
             strength=0.7, num_inference_steps=6, guidance_scale=3.5)
+    # VaeImageProcessor's resize (PIL LANCZOS) of a picture of another size: up in one
+    # axis, down in the other, RGB and L; the source is edit/resize_src.png
+    src, _ = picture(57, 23, 5)
+    src.save(os.path.join(OUT, "edit", "resize_src.png"))
+    for name, img in (("rgb", src), ("luma", src.convert("L"))):
+        for (w, h) in ((32, 48), (20, 12)):
+            out = np.asarray(img.resize((w, h), Image.LANCZOS), dtype=np.float32)
+            vec[f"resize.{name}.{w}x{h}"] = torch.from_numpy(out.copy())
     save_file(vec, os.path.join(OUT, "edit_vectors.safetensors"),
               metadata={"generator": "tools/parity/make_flux_edit_vectors.py", "prompt": PROMPT, "negative": NEG})
     print("wrote", len(vec), "tensors")
