@@ -222,6 +222,42 @@ static void test_edit(const char *name, int H, int W, dl_dtype dt) {
     dl_flux_pipeline_free(p);
 }
 
+/* previews (OpenAI's partial_images): after evenly spaced steps, never the last,
+ * not changing the result */
+typedef struct {
+    int n, idx[4];
+    double mean[4];
+} partials;
+static void on_partial(void *ctx, int index, const uint8_t *rgb, int w, int h) {
+    partials *pa = ctx;
+    double m = 0;
+    for (int i = 0; i < w * h * 3; i++) m += rgb[i];
+    if (pa->n < 4) pa->idx[pa->n] = index, pa->mean[pa->n] = m / (w * h * 3);
+    pa->n++;
+}
+
+static void test_partial(void) {
+    dl_flux_shape shape = {.width = 32, .height = 48, .max_sequence_length = 32, .dt = DL_F32};
+    dl_flux_pipeline *p;
+    if (dl_flux_pipeline_load(&p, DATA_DIR "/flux/dev", &shape) != DL_OK) {
+        CHECK(0, "%s", dl_last_error());
+        return;
+    }
+    uint8_t a[48 * 32 * 3], b[48 * 32 * 3];
+    partials pa = {0};
+    dl_flux_request r = {.prompt = "a red circle", .steps = 6, .guidance = 3.5f, .true_cfg = 1.f, .seed = 3};
+    CHECK(dl_flux_generate(p, &r, a, NULL, NULL) == DL_OK, "%s", dl_last_error());
+    r.partial_images = 2, r.on_partial = on_partial, r.ctx = &pa;
+    CHECK(dl_flux_generate(p, &r, b, NULL, NULL) == DL_OK, "%s", dl_last_error());
+    CHECK(pa.n == 2 && pa.idx[0] == 0 && pa.idx[1] == 1 && pa.mean[0] > 0, "two previews, in order (%d)", pa.n);
+    CHECK(!memcmp(a, b, sizeof a), "previews do not change the image");
+    pa.n = 0, r.steps = 1, r.partial_images = 3;
+    CHECK(dl_flux_generate(p, &r, b, NULL, NULL) == DL_OK && pa.n == 0, "one step: no preview (%d)", pa.n);
+    pa.n = 0, r.steps = 3;
+    CHECK(dl_flux_generate(p, &r, b, NULL, NULL) == DL_OK && pa.n == 2, "three steps, three asked: two previews (%d)", pa.n);
+    dl_flux_pipeline_free(p);
+}
+
 /* PIL's LANCZOS resize, as VaeImageProcessor resizes a picture of another size:
  * byte-exact */
 static void test_resize(void) {
@@ -370,6 +406,7 @@ int main(void) {
     test_edit("edit_b", 64, 48, DL_F32);
     test_edit("edit", 48, 32, DL_BF16);
     test_resize();
+    test_partial();
     test_default_length();
     test_tiny(DL_F32);
     test_tiny(DL_BF16);

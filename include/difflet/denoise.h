@@ -90,8 +90,9 @@ typedef struct {
     void (*on_probe)(void *ctx, int step, int branch, double probe, double change);
     void *ctx;
     /* the pipeline's own per-step work after step `step`'s update (inpainting's
-     * blend with the re-noised image), on the host, before on_step; NULL: none */
-    void (*after_step)(void *after_ctx, int step, float *latents, int64_t n);
+     * blend with the re-noised image, previews), on the host, before on_step, with
+     * the step's (guided) velocity v; NULL: none */
+    void (*after_step)(void *after_ctx, int step, float *latents, const float *v, int64_t n);
     void *after_ctx;
 } dl_denoise_request;
 

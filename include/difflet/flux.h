@@ -106,6 +106,8 @@ typedef struct {
      * strength in (0, 1] */
     const uint8_t *image, *mask;
     double strength;
+    int partial_images; /* 0..3 previews (dl_gen_request) */
+    void (*on_partial)(void *ctx, int index, const uint8_t *rgb, int width, int height);
     const dl_stepcache_config *cache; /* NULL or mode off: every step runs the denoiser */
     volatile int *cancel;        /* checked before every step: nonzero stops with DL_ERR_CANCELLED */
     /* called after each step (may be NULL) */

@@ -55,6 +55,11 @@ typedef struct {
     void (*on_decode)(void *ctx, int done, int total); /* chunked (video) decodes: after each chunk */
     void (*on_probe)(void *ctx, int step, int branch, double probe, double change);
     void *ctx;
+    /* previews while denoising (OpenAI's partial_images, 0..3; image pipelines that
+     * have them: FLUX): the VAE decode of the model's clean-image prediction
+     * x0 = latents - sigma * v after evenly spaced steps, as RGB bytes */
+    int partial_images;
+    void (*on_partial)(void *ctx, int index, const uint8_t *rgb, int width, int height);
 } dl_gen_request;
 
 /* The call for a typed request (request.h): its prompt pointers are borrowed; a

@@ -327,7 +327,7 @@ dl_status dl_denoise_run(dl_denoise *d, const dl_denoise_request *r, dl_denoise_
             float dt = r->sigmas[i + 1] - r->sigmas[i];
             for (int64_t k = 0; k < n; k++) d->lat[k] = d->lat[k] + dt * d->v[k];
         }
-        if (r->after_step) r->after_step(r->after_ctx, i, d->lat, n);
+        if (r->after_step) r->after_step(r->after_ctx, i, d->lat, d->v, n);
         if (r->on_step) r->on_step(r->ctx, i + 1, r->steps, dl_now() - t0);
     }
     /* every rank reports what it ran, even after a cancel (it keeps them in step) */

@@ -44,7 +44,10 @@ struct dl_flux_pipeline {
     dl_artifact *enc_art;
     char enc_prog_id[17];
     float *x0, *noise, *lmask; /* image-to-image: packed image latents, noise, latent mask */
-    const float *blend_sigmas;
+    const float *run_sigmas;   /* the request's sigmas from its first step */
+    int lmask_on;              /* inpainting: blend after each step */
+    const dl_flux_request *req;
+    int partial_at[4], npartial, next_partial;
     dl_flowmatch fm;
     dl_denoise *loop;
     int64_t lh, lw, C, N, T, Cp; /* latent grid, latent channels, tokens, text length, packed channels */
@@ -310,14 +313,51 @@ static dl_status image_latents(dl_flux_pipeline *p, const dl_flux_request *r, co
     return DL_OK;
 }
 
-/* FluxInpaintPipeline after step i: keep the unmasked part at the image re-noised to
- * the next sigma (the image itself after the last step) */
-static void inpaint_blend(void *ctx, int step, float *lat, int64_t n) {
+/* packed latents -> RGB bytes (and optionally [0, 1] floats): unpack, unscale, decode */
+static dl_status decode_latents(dl_flux_pipeline *p, const float *lat, uint8_t *rgb, float *image) {
+    const int64_t Cp = p->Cp, gw = p->lw / 2;
+    float sf = (float)dl_vae_scaling_factor(p->vae), sh = (float)dl_vae_shift_factor(p->vae);
+    for (int64_t c = 0; c < p->C; c++)
+        for (int64_t y = 0; y < p->lh; y++)
+            for (int64_t x = 0; x < p->lw; x++) {
+                float v = lat[((y / 2) * gw + x / 2) * Cp + c * 4 + (y % 2) * 2 + (x % 2)];
+                p->unpacked[(c * p->lh + y) * p->lw + x] = v / sf + sh;
+            }
+    dl_status s = dl_vae_decode(p->vae, p->unpacked, p->img);
+    if (s != DL_OK) return s;
+    const int64_t H = p->shape.height, W = p->shape.width;
+    for (int64_t y = 0; y < H; y++)
+        for (int64_t x = 0; x < W; x++)
+            for (int c = 0; c < 3; c++) {
+                float v = p->img[(c * H + y) * W + x] / 2.f + 0.5f;
+                v = v < 0.f ? 0.f : v > 1.f ? 1.f : v;
+                if (image) image[(y * W + x) * 3 + c] = v;
+                if (rgb) rgb[(y * W + x) * 3 + c] = (uint8_t)lrintf(v * 255.f);
+            }
+    return DL_OK;
+}
+
+/* after step i of the request's loop: inpainting keeps the unmasked part at the
+ * image re-noised to the next sigma (the image itself after the last step); a
+ * preview decodes x0 = latents - sigma_next * v after its step */
+static void after_step(void *ctx, int step, float *lat, const float *v, int64_t n) {
     dl_flux_pipeline *p = ctx;
-    const float sn = p->blend_sigmas[step + 1];
-    for (int64_t k = 0; k < n; k++) {
-        float proper = sn * p->noise[k] + (1.0f - sn) * p->x0[k];
-        lat[k] = (1.0f - p->lmask[k]) * proper + p->lmask[k] * lat[k];
+    const float sn = p->run_sigmas[step + 1];
+    if (p->lmask_on)
+        for (int64_t k = 0; k < n; k++) {
+            float proper = sn * p->noise[k] + (1.0f - sn) * p->x0[k];
+            lat[k] = (1.0f - p->lmask[k]) * proper + p->lmask[k] * lat[k];
+        }
+    const dl_flux_request *r = p->req;
+    if (p->next_partial < p->npartial && step == p->partial_at[p->next_partial]) {
+        float *x0 = malloc((size_t)n * 4);
+        uint8_t *rgb = malloc((size_t)(3 * p->shape.width * p->shape.height));
+        if (x0 && rgb) { /* a preview that cannot be made is skipped: the request itself goes on */
+            for (int64_t k = 0; k < n; k++) x0[k] = lat[k] - sn * v[k];
+            if (decode_latents(p, x0, rgb, NULL) == DL_OK) r->on_partial(r->ctx, p->next_partial, rgb, p->shape.width, p->shape.height);
+        }
+        free(x0), free(rgb);
+        p->next_partial++;
     }
 }
 
@@ -366,7 +406,7 @@ static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t
     }
 
     /* initial latents: given (packed), or noise [C, h, w] packed as diffusers packs */
-    const int64_t N = p->N, Cp = p->Cp, C = p->C, gw = p->lw / 2;
+    const int64_t N = p->N, Cp = p->Cp;
     float *lat = dl_denoise_latents(p->loop);
     if (r->init_latents) {
         memcpy(lat, r->init_latents, (size_t)(N * Cp) * 4);
@@ -384,36 +424,25 @@ static dl_status generate(dl_flux_pipeline *p, const dl_flux_request *r, uint8_t
         tm.encode_s += dl_now() - te;
         const float s0 = p->sigmas[t_start]; /* scale_noise: sigma * noise + (1 - sigma) * sample */
         for (int64_t k = 0; k < N * Cp; k++) lat[k] = s0 * p->noise[k] + (1.0f - s0) * p->x0[k];
-        if (r->mask) {
-            p->blend_sigmas = dr.sigmas;
-            dr.after_step = inpaint_blend, dr.after_ctx = p;
-        }
     }
+    p->lmask_on = r->image && r->mask;
+    p->req = r, p->run_sigmas = dr.sigmas, p->next_partial = 0;
+    /* previews after evenly spaced steps, never the last (fewer when there are few steps) */
+    const int want = r->on_partial ? (r->partial_images < 0 ? 0 : r->partial_images > 3 ? 3 : r->partial_images) : 0;
+    p->npartial = 0;
+    for (int k = 0; k < want; k++) {
+        int at = (k + 1) * dr.steps / (want + 1) - 1;
+        if (at >= 0 && (p->npartial == 0 || at > p->partial_at[p->npartial - 1])) p->partial_at[p->npartial++] = at;
+    }
+    if (p->lmask_on || p->npartial) dr.after_step = after_step, dr.after_ctx = p;
     dl_denoise_timing dt;
     *ran = 1;
     if ((s = dl_denoise_run(p->loop, &dr, &dt)) != DL_OK) return s;
     tm.denoise_s = dt.denoise_s, tm.probe_s = dt.probe_s, tm.cached_s = dt.cached_s, tm.comm_s = dt.comm_s;
     tm.transformer_calls = dt.calls, tm.cached_steps = dt.cached_steps, tm.ranks = dt.ranks;
 
-    /* unpack, unscale, decode */
     t0 = dl_now();
-    float sf = (float)dl_vae_scaling_factor(p->vae), sh = (float)dl_vae_shift_factor(p->vae);
-    for (int64_t c = 0; c < C; c++)
-        for (int64_t y = 0; y < p->lh; y++)
-            for (int64_t x = 0; x < p->lw; x++) {
-                float v = lat[((y / 2) * gw + x / 2) * Cp + c * 4 + (y % 2) * 2 + (x % 2)];
-                p->unpacked[(c * p->lh + y) * p->lw + x] = v / sf + sh;
-            }
-    if ((s = dl_vae_decode(p->vae, p->unpacked, p->img))) return s;
-    const int64_t H = p->shape.height, W = p->shape.width;
-    for (int64_t y = 0; y < H; y++)
-        for (int64_t x = 0; x < W; x++)
-            for (int c = 0; c < 3; c++) {
-                float v = p->img[(c * H + y) * W + x] / 2.f + 0.5f;
-                v = v < 0.f ? 0.f : v > 1.f ? 1.f : v;
-                if (image) image[(y * W + x) * 3 + c] = v;
-                if (rgb) rgb[(y * W + x) * 3 + c] = (uint8_t)lrintf(v * 255.f);
-            }
+    if ((s = decode_latents(p, lat, rgb, image))) return s;
     tm.decode_s = dl_now() - t0;
     if (timing) *timing = tm;
     return DL_OK;
@@ -476,6 +505,7 @@ static dl_status entry_generate(void *impl, const dl_gen_request *g, dl_media *o
     dl_flux_request r = {.prompt = g->prompt, .negative_prompt = g->negative_prompt, .steps = g->steps,
                          .guidance = g->guidance, .true_cfg = g->true_cfg, .seed = g->seed, .init_latents = init,
                          .image = g->image, .mask = g->mask, .strength = g->strength,
+                         .partial_images = g->partial_images, .on_partial = g->on_partial,
                          .cache = g->cache, .cancel = g->cancel, .on_step = g->on_step, .on_probe = g->on_probe,
                          .ctx = g->ctx};
     dl_flux_timing t;
