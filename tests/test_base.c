@@ -87,7 +87,52 @@ static void test_cpu_and_split(void) {
     CHECK(t1 >= t0, "monotonic clock");
 }
 
+/* RFC 8259 strictness where cJSON is lenient; base64 both ways */
+static void test_json_strict(void) {
+    static const char *ok[] = {"{}", " {\"a\": [1, -0.5e+3, 0, true, false, null, \"x\\u00e9\\n\"]} \r\n", "[]", "\"s\"", "0",
+                               "-12.25E-2", "{\"k\":{\"k\":[[]]}}"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        const char *e = dl_json_strict_check(ok[i], strlen(ok[i]), NULL);
+        CHECK(!e, "valid JSON %s refused: %s", ok[i], e);
+    }
+    static const struct {
+        const char *s;
+        size_t n;
+    } bad[] = {
+#define B(x) {x, sizeof(x) - 1}
+        B("{\"p\": \"x\"\0}"), B("\001{}"), B("{\"p\":\x1f\"x\"}"), B("{}\0"), B("{\"s\": 02}"), B("{\"s\": 2.}"),
+        B("{\"s\": +2}"), B("{\"s\": .5}"), B("{\"p\": \"a\nb\"}"), B("{\"p\": \"a\\u0000b\"}"), B("{\"p\": \"a\\x\"}"),
+        B("{\"p\": tru}"), B("{\"p\": 1} x"), B("{\"p\" 1}"), B("{\"p\": 1,}"), B("[1 2]"), B("{'p': 1}"), B(""),
+        B("{\"p\": \"x"), B("{\"s\": 1e}"), B("{\"s\": -}"), B("{\"p\": \"\\u12g4\"}"), B("{\"\x01\": 1}")
+#undef B
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(dl_json_strict_check(bad[i].s, bad[i].n, NULL) != NULL, "invalid JSON #%zu accepted", i);
+    char deep[200];
+    memset(deep, '[', 100), memset(deep + 100, ']', 100);
+    CHECK(dl_json_strict_check(deep, 200, NULL) != NULL, "nesting of 100 refused");
+    const uint8_t bin[] = {0, 1, 2, 250, 251, 255, 'a'};
+    for (size_t n = 0; n <= sizeof bin; n++) {
+        char *t = dl_b64_encode(bin, n);
+        uint8_t *back;
+        size_t len;
+        CHECK(t && strlen(t) == (n + 2) / 3 * 4 && dl_b64_decode(t, strlen(t), &back, &len) == DL_OK && len == n &&
+                  !memcmp(back, bin, n), "base64 round trip of %zu bytes", n);
+        if (t && dl_b64_decode(t, strlen(t), &back, &len) == DL_OK) free(back);
+        free(t);
+    }
+    char *t = dl_b64_encode((const uint8_t *)"hello", 5);
+    CHECK(t && !strcmp(t, "aGVsbG8="), "base64 of hello: %s", t);
+    free(t);
+    uint8_t *o;
+    size_t on;
+    CHECK(dl_b64_decode("aGVsbG8", 7, &o, &on) != DL_OK && dl_b64_decode("aG!sbG8=", 8, &o, &on) != DL_OK &&
+              dl_b64_decode("aG=sbG8=", 8, &o, &on) != DL_OK,
+          "malformed base64 refused");
+}
+
 int main(void) {
+    test_json_strict();
     test_status();
     test_arena();
     test_hash();

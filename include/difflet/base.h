@@ -110,6 +110,11 @@ void dl_strmap_foreach(const dl_strmap *m, void (*fn)(void *ctx, const char *key
  * bounds what is accepted: larger files fail instead of exhausting memory. */
 dl_status dl_file_read(const char *path, size_t max_bytes, char **data, size_t *len);
 
+/* NULL when text is one JSON value in RFC 8259's strict grammar (whitespace
+ * around it, nothing else), else what is wrong, with *at its byte offset. Also
+ * refused: a \u0000 escape, nesting deeper than 64. */
+const char *dl_json_strict_check(const char *text, size_t len, size_t *at);
+
 /* Standard padded base64 (RFC 4648): encode to a malloc'd NUL-terminated string
  * (NULL when out of memory); decode strictly (no whitespace), *out malloc'd. */
 char *dl_b64_encode(const uint8_t *data, size_t n);
