@@ -14,6 +14,7 @@ when killed, gone when the server stops).
 import base64
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -108,6 +109,93 @@ class Server:
             self.p.kill()
 
 
+def chromium(chrome, args, timeout=120):
+    """headless Chromium's stdout (None when it ran past timeout). It runs in its own
+    process group, killed whole on a timeout: its helper processes hold the output pipe,
+    so killing the main process alone would leave the test waiting (a page whose job is
+    slow keeps --virtual-time-budget from ever running out)."""
+    p = subprocess.Popen([chrome, "--headless", "--no-sandbox", "--disable-gpu", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        return p.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return None
+
+
+class Browser:
+    """Headless Chromium driven by a script over the DevTools protocol on a pipe
+    (--remote-debugging-pipe: commands in on fd 3, answers out on fd 4, NUL-separated
+    JSON; standard library only). js() evaluates in the page, wait() polls until an
+    expression is truthy. Every call has a deadline; close() kills the process group."""
+
+    def __init__(self, chrome, user_dir):
+        to_r, self.to_w = os.pipe()
+        self.from_r, from_w = os.pipe()
+        self.p = subprocess.Popen(["sh", "-c", f'exec "$0" "$@" 3<&{to_r} 4>&{from_w}', chrome, "--headless", "--no-sandbox",
+                                   "--disable-gpu", "--remote-debugging-pipe", f"--user-data-dir={user_dir}",
+                                   "--window-size=900,800", "about:blank"], pass_fds=(to_r, from_w),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        os.close(to_r)
+        os.close(from_w)
+        self.buf, self.n, self.session = b"", 0, None
+        page = [t for t in self.cmd("Target.getTargets")["targetInfos"] if t["type"] == "page"][0]
+        self.session = self.cmd("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
+
+    def cmd(self, method, timeout=30, **params):
+        self.n += 1
+        msg = {"id": self.n, "method": method, "params": params}
+        if self.session:
+            msg["sessionId"] = self.session
+        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
+        end = time.time() + timeout
+        while True:
+            while b"\0" in self.buf:
+                line, self.buf = self.buf.split(b"\0", 1)
+                r = json.loads(line)
+                if r.get("id") == self.n:
+                    if "error" in r:
+                        raise RuntimeError(f"{method}: {r['error']}")
+                    return r["result"]
+            left = end - time.time()
+            if left <= 0 or not select.select([self.from_r], [], [], left)[0]:
+                raise TimeoutError(f"chromium did not answer {method} in {timeout} s")
+            chunk = os.read(self.from_r, 1 << 16)
+            if not chunk:
+                raise EOFError("chromium closed its pipe")
+            self.buf += chunk
+
+    def js(self, expr):
+        r = self.cmd("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"{expr}: {r['exceptionDetails'].get('exception', {}).get('description')}")
+        return r["result"].get("value")
+
+    def wait(self, expr, timeout=60):
+        end = time.time() + timeout
+        while time.time() < end:  # an expression that throws (the page not loaded yet) is false
+            v = self.js(f"(()=>{{try{{return {expr}}}catch(e){{return null}}}})()")
+            if v:
+                return v
+            time.sleep(0.2)
+        return None
+
+    def close(self):
+        try:
+            self.cmd("Browser.close", timeout=5)
+            self.p.wait(10)
+        except Exception:
+            pass
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.p.wait()
+        os.close(self.to_w)
+        os.close(self.from_r)
+
+
 def image(srv, body):
     st, j = srv.json("POST", "/v1/images/generations", body)
     if st != 200:
@@ -188,21 +276,79 @@ st, b, _ = s.req("GET", "/")
 check(st == 200 and b"<form" in b and b"/v1/jobs" in b, "the web page")
 
 # the page in a real browser: headless Chromium loads it, submits the form, and the
-# screenshot is taken after the picture arrived
+# screenshot is taken after the picture arrived (the query string fills the form)
 chrome = next((c for c in ("chromium", "chromium-browser", "google-chrome") if subprocess.run(["which", c], capture_output=True).returncode == 0), None)
 check(chrome is not None, "chromium is installed (make deps)")
 if chrome:
     shot = os.path.join(tmp, "page.png")
     before = s.req("GET", "/metrics")[1]
-    subprocess.run([chrome, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={shot}",
-                    "--window-size=700,600", "--virtual-time-budget=15000", f"http://127.0.0.1:{s.port}/?autorun=1"],
-                   capture_output=True, timeout=120)
+    chromium(chrome, ["--hide-scrollbars", f"--screenshot={shot}", "--window-size=900,700", "--virtual-time-budget=15000",
+                      f"http://127.0.0.1:{s.port}/?autorun=1&steps=2"])
     after = s.req("GET", "/metrics")[1].decode()
     ok_png = os.path.exists(shot) and open(shot, "rb").read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(shot) > 5000
     check(ok_png, "headless Chromium took a screenshot of the page")
     check('difflet_requests_total{status="202"}' in after, "the page submitted a job through the API")
     if os.environ.get("DIFFLET_KEEP_SCREENSHOT"):
         subprocess.run(["cp", shot, os.environ["DIFFLET_KEEP_SCREENSHOT"]])
+
+    # a generation with every setting given: the gallery shows it with the settings, and
+    # the job got them under the API's names (negative_prompt, guidance_scale)
+    dom = chromium(chrome, ["--dump-dom", "--virtual-time-budget=30000", f"http://127.0.0.1:{s.port}/?autorun=1&steps=2&seed=42"
+                            "&guidance_scale=2.5&prompt=a+green+square&negative_prompt=dull+colours&size=32x48"]) or ""
+    gal = dom.split('id="q_gallery"', 1)[-1] if 'id="q_gallery"' in dom else ""
+    jid = gal.split('data-job="', 1)[1].split('"', 1)[0] if 'data-job="' in gal else "none"
+    check(gal.count("<figure") == 1 and '<div class="p">a green square</div>' in gal and "not: dull colours" in gal
+          and "dev, 32x48, 2 steps, guidance 2.5, seed 42" in gal and f'src="/v1/jobs/{jid}/content"' in gal,
+          f"the gallery has the generation with its settings and picture: {gal[:600] or dom[-600:]}")
+    st, j = s.json("GET", f"/v1/jobs/{jid}")
+    req = (j or {}).get("request", {})
+    check(st == 200 and j["status"] == "completed" and req.get("negative_prompt") == "dull colours"
+          and req.get("guidance_scale") == 2.5 and req.get("seed") == 42 and req.get("steps") == 2,
+          f"the page sent the settings as the API names them: {st} {j}")
+
+    # scripted through the DevTools protocol: type the settings, press Generate; a reload
+    # keeps the gallery (sessionStorage) and fetches its picture again; Cancel cancels
+    # a running job through the API
+    b = None
+    try:
+        b = Browser(chrome, os.path.join(tmp, "chrome-cdp"))
+        b.cmd("Page.navigate", url=f"http://127.0.0.1:{s.port}/")
+        check(b.wait("$('q_size').options.length == 1 && $('q_mwrap').hidden && !$('q_go').disabled && $('q_cancel').disabled"),
+              "the page loads its model's sizes; Generate on, Cancel off")
+        b.js("for (const [i, v] of [['q_prompt', 'a blue square'], ['q_neg', 'noise'], ['q_steps', '3'], ['q_guid', '4'],"
+             " ['q_seed', '']]) $(i).value = v; $('q_go').click()")
+        fig = "document.querySelector('#q_gallery figure')"
+        img = f"{fig}.querySelector('img').naturalWidth == 32 && {fig}.querySelector('img').naturalHeight == 48"
+        ok = b.wait(f"$('q_status').textContent.startsWith('completed 3/3') && {img}", 90)
+        cap = b.js(f"{fig} && {fig}.innerText") or ""
+        jid = b.js(f"{fig} && {fig}.dataset.job") or "none"
+        st, j = s.json("GET", f"/v1/jobs/{jid}")
+        seed = (j or {}).get("request", {}).get("seed")
+        seed = int(seed) if isinstance(seed, float) and seed.is_integer() else seed  # cJSON may write 16 digits as 5.2e+15
+        check(ok and st == 200 and "seed" in j["request"] and cap.startswith("a blue square\nnot: noise\n")
+              and f"dev, 32x48, 3 steps, guidance 4, seed {seed}\n" in cap,
+              f"a typed generation is in the gallery with its settings (the seed the server chose): {ok} {cap!r} {j}")
+        b.cmd("Page.reload")
+        ok = b.wait(f"document.querySelectorAll('#q_gallery figure').length == 1 && {fig}.dataset.job == '{jid}' && {img}", 30)
+        check(ok and b.js(f"{fig}.innerText") == cap, "a reload keeps the session's gallery and shows its picture again")
+        b.js("$('q_steps').value = 2000; $('q_go').click()")
+        running = b.wait("/^in_progress [1-9]/.test($('q_status').textContent) && !$('q_cancel').disabled && $('q_go').disabled", 60)
+        cid = b.js("$('q_status').dataset.job")
+        b.js("$('q_cancel').click()")
+        ok = b.wait("$('q_status').textContent.startsWith('cancelled') && $('q_cancel').disabled && !$('q_go').disabled", 30)
+        e = s.wait_job(cid, timeout=30)
+        check(running and ok and e and e["status"] == "cancelled" and e["steps_done"] < 2000
+              and b.js("document.querySelectorAll('#q_gallery figure').length") == 1,
+              f"Cancel cancels the running job through the API (and it stays out of the gallery): {running} {ok} {e}")
+        b.js("$('q_clear').click()")
+        b.cmd("Page.reload")
+        check(b.wait("$('q_size').options.length == 1") and b.js("document.querySelectorAll('#q_gallery figure').length") == 0,
+              "clear empties the gallery")
+    except Exception as ex:
+        check(False, f"the page driven over the DevTools protocol: {ex!r}")
+    finally:
+        if b:
+            b.close()
 
 # ---- jobs, cancel, queue full ------------------------------------------------------
 st, j = s.json("POST", "/v1/jobs", {"prompt": "a blue square", "steps": 5, "seed": 1})
@@ -498,10 +644,23 @@ check(s.req("GET", "/v1/models", headers={"Authorization": "bearer sekret"})[0] 
 check(s.req("GET", "/", headers={"Authorization": "none"})[0] == 200, "the page itself needs no key (it holds no data)")
 if chrome:  # the page with a key: given once as #key=..., kept in the browser, sent as Bearer
     before = s.req("GET", "/metrics")[1].decode()
-    shot = os.path.join(tmp, "page-key.png")
-    subprocess.run([chrome, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={os.path.join(tmp, 'chrome-key')}",
-                    f"--screenshot={shot}", "--window-size=700,600", "--virtual-time-budget=15000",
-                    f"http://127.0.0.1:{s.port}/?autorun=1#key=sekret"], capture_output=True, timeout=120)
+    # polling (EventSource sends no key) runs out a virtual time budget before the job
+    # ends in real time: this one is driven over the DevTools protocol instead
+    b = None
+    try:
+        b = Browser(chrome, os.path.join(tmp, "chrome-key"))
+        b.cmd("Page.navigate", url=f"http://127.0.0.1:{s.port}/?autorun=1&steps=2#key=sekret")
+        fig = "document.querySelector('#q_gallery figure')"
+        ok = b.wait(f"$('q_status').textContent.startsWith('completed 2/2') && {fig}.querySelector('img').naturalWidth == 32"
+                    f" && {fig}.querySelector('img').src.startsWith('blob:')", 90)
+        check(ok and b.js("localStorage.getItem('difflet_key') == 'sekret' && location.hash == ''"),
+              f"with a key (#key=, kept in the browser) the page polls its job and shows the picture fetched with the key:"
+              f" {b.js('document.body.innerText')!r}")
+    except Exception as ex:
+        check(False, f"the page with a key, driven over the DevTools protocol: {ex!r}")
+    finally:
+        if b:
+            b.close()
     after = s.req("GET", "/metrics")[1].decode()
     n202 = lambda t: sum(int(l.split()[-1]) for l in t.splitlines() if l.startswith('difflet_requests_total{status="202"}'))
     check(n202(after) > n202(before), "with a key the page submits a job (Authorization from the browser)")

@@ -6,8 +6,10 @@ the standard library only: every parameter OpenAI's images.generate can send is 
 user and partial_images are accepted and ignored; background is always opaque), the
 answer carries OpenAI's fields (revised_prompt, usage with the prompt's T5 token count,
 background, output_format, quality, size, safety_identifier), and bad values are 400s
-naming the field. The second part drives the `openai` SDK itself (images.generate in
-every form, models, and its error classes); it runs when `openai` is importable (e.g.
+naming the field; POST /v1/images/edits (multipart) does image-to-image and inpainting
+(diffusers and OpenAI masks), byte-identical to `generate --image`, and refuses bad
+uploads naming the field. The second part drives the `openai` SDK itself
+(images.generate in every form, images.edit, models, and its error classes); it runs when `openai` is importable (e.g.
 under tools/venv/bin/python) and is skipped with a note otherwise.
 
     tests/test_serve_openai.py path/to/difflet tests/data
@@ -112,7 +114,7 @@ check(st == 202, f"/v1/jobs takes quality/style/background: {st} {j}")
 bad = [
     ({"quality": "ultra"}, "quality"), ({"quality": 3}, "quality"), ({"style": "photo"}, "style"),
     ({"background": "clear"}, "background"), ({"moderation": "high"}, "moderation"), ({"complexity": "x"}, "complexity"),
-    ({"stream": True}, "stream"), ({"stream": "yes"}, "stream"), ({"partial_images": 4}, "partial_images"),
+    ({"stream": "yes"}, "stream"), ({"partial_images": 4}, "partial_images"), ({"stream": True, "n": 2}, "n"),
     ({"partial_images": 1.5}, "partial_images"), ({"user": 5}, "user"), ({"safety_identifier": "x" * 300}, "safety_identifier"),
     ({"output_format": "gif"}, "output_format"), ({"output_format": "svg"}, "output_format"),
     ({"frame_count": 4}, "frame_count"), ({"svg": {}}, "svg"), ({"size": "1024x1024"}, "size"), ({"n": 5}, "n"),
@@ -123,10 +125,153 @@ for extra, param in bad:
     e = (e or {}).get("error", {})
     check(st == 400 and e.get("param") == param and e.get("type") == "invalid_request_error",
           f"400 naming `{param}` for {extra}: {st} {e}")
-st, e = call("POST", "/v1/images/generations", {"prompt": "x", "stream": True})
-check("not supported" in (e or {}).get("error", {}).get("message", ""), f"stream: true is named unsupported: {e}")
+
+
+def sse_events(path, body, key=KEY):
+    """POST body, read the whole text/event-stream answer: [(event, data dict)]"""
+    r = urllib.request.Request(BASE + path, data=json.dumps(body).encode(), method="POST",
+                               headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+    with urllib.request.urlopen(r, timeout=60) as resp:
+        ctype, text = resp.headers.get("Content-Type"), resp.read().decode()
+    out = []
+    for block in text.split("\n\n"):
+        ev = [l[7:] for l in block.split("\n") if l.startswith("event: ")]
+        data = [l[6:] for l in block.split("\n") if l.startswith("data: ")]
+        if ev and data:
+            out.append((ev[0], json.loads(data[0])))
+    return ctype, out
+
+
+# stream: true, as OpenAI streams images: the previews, then the picture with usage
+ctype, evs = sse_events("/v1/images/generations", {"prompt": P, "stream": True, "partial_images": 2, "steps": 6, "seed": 4,
+                                                   "size": "32x48"})
+kinds = [e for e, _ in evs]
+check(ctype == "text/event-stream" and kinds == ["image_generation.partial_image"] * 2 + ["image_generation.completed"],
+      f"stream: two previews then the picture: {ctype} {kinds}")
+if len(evs) == 3:
+    check([d.get("partial_image_index") for _, d in evs[:2]] == [0, 1] and all(d["type"] == e for e, d in evs),
+          "stream: preview indices 0, 1 and types")
+    pics = [base64.b64decode(d["b64_json"]) for _, d in evs]
+    check(all(p[:4] == b"\x89PNG" and int.from_bytes(p[16:20], "big") == 32 for p in pics) and len(set(pics)) == 3,
+          "stream: three different 32-wide PNGs")
+    done = evs[2][1]
+    check(done["usage"]["input_tokens"] > 5 and done["size"] == "32x48" and done["output_format"] == "png"
+          and done["created_at"] > 1e9, f"stream: the completed event's fields: { {k: v for k, v in done.items() if k != 'b64_json'} }")
+    st, same = call("POST", "/v1/images/generations", {"prompt": P, "steps": 6, "seed": 4, "size": "32x48"})
+    check(st == 200 and base64.b64decode(same["data"][0]["b64_json"]) == pics[2], "stream: the picture is the unstreamed one")
+ctype, evs = sse_events("/v1/images/generations", {"prompt": P, "stream": True, "steps": 2})
+check([e for e, _ in evs] == ["image_generation.completed"], f"stream without partial_images: the picture alone: {evs and evs[0][0]}")
+# a stream's events name its job (SSE id): cancelled by it, the stream ends with an error event
+r = urllib.request.Request(BASE + "/v1/images/generations", method="POST",
+                           data=json.dumps({"prompt": P, "stream": True, "partial_images": 3, "steps": 400}).encode(),
+                           headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
+with urllib.request.urlopen(r, timeout=60) as resp:
+    first = [resp.readline().decode() for _ in range(3)]
+    jid = first[0][4:].strip() if first[0].startswith("id: ") else ""
+    st, _ = call("POST", f"/v1/jobs/{jid}/cancel", {})
+    rest = resp.read().decode()
+check(first[1].strip() == "event: image_generation.partial_image" and st == 200, f"stream: the first preview names its job: {first[:2]} {st}")
+check("event: error" in rest and "cancelled" in rest and "image_generation.completed" not in rest,
+      f"stream: a cancelled job ends with an error event: {rest[-300:]}")
+st, e = call("POST", "/v1/jobs", {"prompt": "x", "stream": True})
+check(st == 400 and e["error"]["param"] == "stream", f"jobs: stream is refused (jobs have /events): {st}")
 st, e = call("POST", "/v1/images/generations", {"prompt": "x"}, key=None)
 check(st == 401 and e["error"]["code"] == "invalid_api_key", f"no key: 401: {st} {e}")
+
+# ---- POST /v1/images/edits (multipart, as OpenAI's), standard library --------------------------
+EDIT = os.path.join(DATA, "flux", "edit")  # a 32x48 init.png and an RGB grey-level mask.png
+
+
+def multipart(fields, files):
+    """a multipart/form-data body: fields {name: str}, files [(name, filename, bytes, type)]"""
+    b = "----difflet-test-boundary-7d1f"
+    out = b""
+    for k, v in fields.items():
+        out += f'--{b}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+    for name, fn, data, ctype in files:
+        out += (f'--{b}\r\nContent-Disposition: form-data; name="{name}"; filename="{fn}"\r\n'
+                f"Content-Type: {ctype}\r\n\r\n").encode() + data + b"\r\n"
+    return out + f"--{b}--\r\n".encode(), "multipart/form-data; boundary=" + b
+
+
+def edit_call(fields, files, key=KEY, ctype=None):
+    body, ct = multipart(fields, files)
+    h = {"Content-Type": ctype or ct, "Authorization": "Bearer " + key}
+    r = urllib.request.Request(BASE + "/v1/images/edits", data=body, method="POST", headers=h)
+    try:
+        with urllib.request.urlopen(r, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        b = e.read()
+        return e.code, json.loads(b) if b else None
+
+
+def png_size(b):
+    return int.from_bytes(b[16:20], "big"), int.from_bytes(b[20:24], "big")
+
+
+init_png = open(os.path.join(EDIT, "init.png"), "rb").read()
+mask_png = open(os.path.join(EDIT, "mask.png"), "rb").read()
+# an OpenAI-style mask: transparent where the picture is edited (the right half)
+import zlib
+
+
+def rgba_png(w, h, alpha_of):
+    raw = b"".join(b"\0" + b"".join(bytes((255, 255, 255, alpha_of(x, y))) for x in range(w)) for y in range(h))
+    chunk = lambda t, d: len(d).to_bytes(4, "big") + t + d + zlib.crc32(t + d).to_bytes(4, "big")
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", w.to_bytes(4, "big") + h.to_bytes(4, "big") + bytes((8, 6, 0, 0, 0)))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+alpha_mask = rgba_png(32, 48, lambda x, y: 0 if x >= 16 else 255)
+edits_ok = 0
+for what, files, extra in (("image-to-image", [("image", "init.png", init_png, "image/png")], {}),
+                           ("inpainting, diffusers mask", [("image", "init.png", init_png, "image/png"),
+                                                           ("mask", "mask.png", mask_png, "image/png")], {"strength": "0.9"}),
+                           ("inpainting, OpenAI mask", [("image[]", "init.png", init_png, "image/png"),
+                                                        ("mask", "m.png", alpha_mask, "image/png")], {"input_fidelity": "high"})):
+    st, r = edit_call(dict({"prompt": P, "model": "dev", "steps": "3", "seed": "5", "response_format": "b64_json"}, **extra), files)
+    check(st == 200 and r and r["data"][0]["b64_json"], f"edits ({what}): {st} {str(r)[:300]}")
+    if st == 200:
+        out = base64.b64decode(r["data"][0]["b64_json"])
+        check(out[:4] == b"\x89PNG" and png_size(out) == (32, 48) and r["size"] == "32x48", f"edits ({what}): a 32x48 PNG")
+        check(r["data"][0]["revised_prompt"] == P and r["usage"]["input_tokens"] > 5, f"edits ({what}): answer fields {r.get('usage')}")
+        edits_ok += 1
+        if what == "image-to-image":
+            first = out
+        if what == "inpainting, OpenAI mask":
+            check(out != first, "edits: inpainting differs from image-to-image")
+# the served edit is the CLI's (same seed, same flow, same prepared input)
+if edits_ok:
+    cli_out = os.path.join(tmp, "cli_i2i.png")
+    cp = subprocess.run([BIN, "generate", "--model", FLUX, "--prompt", P, "--image", os.path.join(EDIT, "init.png"), "--steps", "3",
+                         "--seed", "5", "--width", "32", "--height", "48", "-o", cli_out], capture_output=True, text=True)
+    check(cp.returncode == 0 and open(cli_out, "rb").read() == first, f"edits: byte-identical to generate --image: {cp.stderr[-300:]}")
+# size auto: a picture of another served size keeps it; one of no served size is resized to the first
+st, r = edit_call({"prompt": P, "steps": "2", "size": "auto"}, [("image", "a.png", rgba_png(48, 32, lambda x, y: 255), "image/png")])
+check(st == 200 and r["size"] == "48x32" and png_size(base64.b64decode(r["data"][0]["b64_json"])) == (48, 32), f"edits: auto size kept 48x32: {st}")
+st, r = edit_call({"prompt": P, "steps": "2"}, [("image", "a.png", rgba_png(40, 40, lambda x, y: 255), "image/png")])
+check(st == 200 and r["size"] == "32x48", f"edits: a 40x40 picture resized to the first served size: {st} {str(r)[:200]}")
+# refusals, each naming its field
+for what, fields, files, code, param in (
+        ("no image", {"prompt": P}, [], 400, "image"),
+        ("not an image", {"prompt": P}, [("image", "x.png", b"not a picture at all", "image/png")], 400, "image"),
+        ("a corrupt PNG", {"prompt": P}, [("image", "x.png", init_png[:60], "image/png")], 400, "image"),
+        ("two images", {"prompt": P}, [("image", "a.png", init_png, "image/png"), ("image", "b.png", init_png, "image/png")], 400, "image"),
+        ("bad mask", {"prompt": P}, [("image", "a.png", init_png, "image/png"), ("mask", "m.png", b"GIF89a", "image/gif")], 400, "mask"),
+        ("strength 0", {"prompt": P, "strength": "0"}, [("image", "a.png", init_png, "image/png")], 400, "strength"),
+        ("strength text", {"prompt": P, "strength": "lots"}, [("image", "a.png", init_png, "image/png")], 400, "strength"),
+        ("n text", {"prompt": P, "n": "two"}, [("image", "a.png", init_png, "image/png")], 400, "n"),
+        ("no prompt", {}, [("image", "a.png", init_png, "image/png")], 400, "prompt"),
+        ("unknown field", {"prompt": P, "colour": "red"}, [("image", "a.png", init_png, "image/png")], 400, "colour"),
+        ("unserved size", {"prompt": P, "size": "1024x1024"}, [("image", "a.png", init_png, "image/png")], 400, "size"),
+        ("another model", {"prompt": P, "model": "dall-e-2"}, [("image", "a.png", init_png, "image/png")], 404, "model")):
+    st, r = edit_call(fields, files)
+    check(st == code and r and r["error"]["param"] == param, f"edits refuse {what}: {st} {r}")
+st, r = call("POST", "/v1/images/edits", {"prompt": P})
+check(st == 415 and r["error"]["type"] == "invalid_request_error", f"edits: a JSON body is a 415: {st} {r}")
+st, r = edit_call({"prompt": P}, [("image", "a.png", init_png, "image/png")], key="sk-wrong")
+check(st == 401, f"edits: the key is required: {st}")
 
 # ---- OpenAI's SDK ----------------------------------------------------------------------------
 try:
@@ -185,6 +330,29 @@ if openai:
         check(False, "SDK: another model is a NotFoundError")
     except openai.NotFoundError as ex:
         check(ex.body.get("param") == "model" and ex.body.get("code") == "model_not_found", f"SDK 404: {ex.body}")
+    # images.edit: image-to-image and inpainting, files as the SDK uploads them
+    with open(os.path.join(EDIT, "init.png"), "rb") as im:
+        r = client.images.edit(image=im, prompt=P, model="dev", size="32x48", response_format="b64_json",
+                               extra_body={"steps": 2, "seed": 5})
+    check(isinstance(r, openai.types.ImagesResponse) and png_size(base64.b64decode(r.data[0].b64_json)) == (32, 48),
+          f"SDK images.edit: {str(r)[:200]}")
+    r = client.images.edit(image=("init.png", init_png, "image/png"), mask=("mask.png", alpha_mask, "image/png"), prompt=P, n=2,
+                           output_format="webp", input_fidelity="low", extra_body={"steps": 2, "strength": 0.8})
+    check(len(r.data) == 2 and all(base64.b64decode(d.b64_json)[:4] == b"RIFF" for d in r.data) and r.output_format == "webp",
+          f"SDK images.edit with a mask, n=2, webp: {str(r)[:200]}")
+    # streams through the SDK: its event types, in order
+    evs = list(client.images.generate(prompt=P, stream=True, partial_images=1, extra_body={"steps": 4}))
+    check([e.type for e in evs] == ["image_generation.partial_image", "image_generation.completed"]
+          and evs[1].usage.input_tokens > 5 and evs[0].partial_image_index == 0, f"SDK generate stream: {[e.type for e in evs]}")
+    evs = list(client.images.edit(image=("init.png", init_png, "image/png"), prompt=P, stream=True, partial_images=2,
+                                  extra_body={"steps": 5}))
+    check([e.type for e in evs] == ["image_edit.partial_image"] * 2 + ["image_edit.completed"],
+          f"SDK edit stream: {[e.type for e in evs]}")
+    try:
+        client.images.edit(image=("x.png", b"nonsense", "image/png"), prompt=P)
+        check(False, "SDK: a bad image is a BadRequestError")
+    except openai.BadRequestError as ex:
+        check(ex.body.get("param") == "image", f"SDK images.edit 400: {ex.body}")
     for bad_client in (openai.OpenAI(base_url=BASE + "/v1", api_key="sk-wrong", max_retries=0),
                        openai.OpenAI(base_url=BASE + "/v1", api_key="unused", max_retries=0,
                                      default_headers={"Authorization": ""})):  # the SDK refuses to send none at all

@@ -33,6 +33,7 @@ typedef struct {
     uint8_t *image, *mask;
     int image_width, image_height;
     double strength;                /* (0, 1]; default 0.6 */
+    int partial_images;             /* 0..3 previews while denoising (streamed answers) */
 } dl_request;
 
 typedef struct {
@@ -55,7 +56,8 @@ void dl_request_set_image(dl_request *r, uint8_t *rgb, uint8_t *mask, int width,
 /* The request fields of a JSON object (other fields are the caller's): prompt,
  * negative_prompt, size ("WxH") or width and height, frames, fps, steps,
  * guidance_scale, true_cfg_scale, seed, max_sequence_length, cache, output_format,
- * output_compression, image and mask (base64 PNG at the request's size), strength. Types, ranges and UTF-8 are checked; on failure the message
+ * output_compression, image and mask (base64 PNG at the request's size), strength,
+ * partial_images. Types, ranges and UTF-8 are checked; on failure the message
  * says what is wrong and *param names the field. */
 dl_status dl_request_from_json(const cJSON *j, const dl_request_limits *lim, dl_request *r, char *param, size_t pn);
 /* Every field, as from_json reads it back (width and height, not size). */

@@ -59,7 +59,7 @@ void dl_gen_request_from(dl_gen_request *g, const dl_request *r) {
                           .guidance = (float)r->guidance, .true_cfg = (float)r->true_cfg,
                           .seed = r->seed >= 0 ? (uint64_t)r->seed : 0, .fps = r->fps, .image = r->image,
                           .mask = r->mask, .image_width = r->image_width, .image_height = r->image_height,
-                          .strength = r->strength};
+                          .strength = r->strength, .partial_images = r->partial_images};
 }
 
 struct dl_pipeline {

@@ -177,7 +177,8 @@ dl_status dl_request_from_json(const cJSON *j, const dl_request_limits *lim, dl_
              int_field(j, "seed", 0, DL_SEED_MAX - 1, &r->seed, 1, param, pn,
                        "`seed` must be a non-negative integer below 2^53") &&
              int_field(j, "max_sequence_length", 1, 4096, &r->max_sequence_length, 0, param, pn, NULL) &&
-             int_field(j, "output_compression", 0, 100, &r->output_compression, 0, param, pn, NULL);
+             int_field(j, "output_compression", 0, 100, &r->output_compression, 0, param, pn, NULL) &&
+             int_field(j, "partial_images", 0, 3, &r->partial_images, 0, param, pn, NULL);
     static const struct {
         const char *name;
         size_t off;
@@ -263,6 +264,7 @@ cJSON *dl_request_to_json(const dl_request *r) {
     if (r->cache[0]) cJSON_AddStringToObject(j, "cache", r->cache);
     cJSON_AddStringToObject(j, "output_format", fmt_name(r->output_format));
     cJSON_AddNumberToObject(j, "output_compression", r->output_compression);
+    if (r->partial_images > 0) cJSON_AddNumberToObject(j, "partial_images", r->partial_images);
     if (r->image) {
         char *im = png_b64(r->image, r->image_width, r->image_height, 3);
         char *mk = r->mask ? png_b64(r->mask, r->image_width, r->image_height, 1) : NULL;

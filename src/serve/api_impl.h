@@ -6,7 +6,9 @@
 #define DIFFLET_SERVE_API_IMPL_H
 
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/types.h>
 
 #include <cjson/cJSON.h>
@@ -16,11 +18,15 @@
 #include "serve/serve_impl.h"
 
 enum { MAX_BODY = 64 * 1024, NBUCKETS = 10 };
+#define MAX_UPLOAD ((size_t)50 << 20) /* POST /v1/images/edits: OpenAI's 50 MB */
 
 enum { MAX_WORKERS = DL_SERVE_MAX_PROCESSES };
 
 /* One resident model process (data parallel: several per model; every process on its
- * own cores). It runs jobs of its model only. */
+ * own cores). It runs jobs of its model only. The supervisor thread (models.c) writes
+ * every field but cancel_wanted; other threads read ready, pid, inflight, live_step and
+ * live_steps, and set cancel_wanted, under dl_api.mu; the other fields are the
+ * supervisor's alone. */
 typedef struct {
     int model; /* dl_api.m[model] */
     int fd, ready, cancel_sent;
@@ -54,9 +60,10 @@ typedef struct {
     served m[DL_SERVE_MAX_MODELS];
     int nmodels;
     const char *exe;
-    dl_jobstore *js;
-    pthread_mutex_t mu;
+    dl_jobstore *js;   /* locks for itself: never call it holding mu (server.c's top comment) */
+    pthread_mutex_t mu; /* the state lock: held briefly, never across a wait (server.c's top comment) */
     pthread_cond_t cv; /* any job changed state */
+    unsigned long changes; /* under mu: one more with every broadcast of cv (dl_api_notify) */
     int wake[2];       /* a byte here wakes the supervisor: a job was queued */
     int stopping, nworkers;
     worker w[MAX_WORKERS];
@@ -64,7 +71,7 @@ typedef struct {
     double started;     /* wall time the server started ("created" of its model) */
     uint8_t url_key[32];    /* signs the short-lived content URLs (random per server) */
     /* metrics */
-    long requests[600];
+    atomic_long requests[600]; /* by status; without the lock (every reply counts, /health's too) */
     long dur_bucket[NBUCKETS + 1], dur_count, wait_count, steps_full, steps_cached, restarts;
     double dur_sum, wait_sum;
 } api;
@@ -72,10 +79,20 @@ typedef struct {
 
 typedef struct {
     char *body;
-    size_t len;
+    size_t len, limit;
     int too_big;
     double t0;
 } conn;
+
+/* What an images request asks of the answer beyond the typed request: OpenAI's
+ * parameters that shape the response, not the picture. */
+typedef struct {
+    const served *model; /* the model it asked for */
+    int n, b64;
+    int stream, edit; /* stream: SSE events (image_generation.* or, edit, image_edit.*) */
+    char quality[8];  /* what the step count stands for ("low", "medium", "high"); "" when `steps` was given */
+    char safety[260]; /* safety_identifier, else user; "" when neither */
+} img_opts;
 
 /* the API process's one state (server.c) */
 extern api dl_api;
@@ -95,6 +112,64 @@ int dl_api_enqueue(const served *m, cJSON *req, int n, char ids[][24], const cha
 enum MHD_Result dl_api_events(struct MHD_Connection *c, const char *id, int video);
 /* /v1/videos[...] (videos_api.c) */
 enum MHD_Result dl_api_videos(struct MHD_Connection *c, conn *cn, const char *url, int get, int post, int del);
+
+/* News for the event streams and waiting requests (a job changed state, a step was
+ * done): changes++ and a broadcast of cv; _locked when the caller holds dl_api.mu. A
+ * waiter reads `changes` under mu, releases it, reads the store, and waits on cv only
+ * while `changes` is still what it read: no news is lost between its read and its wait. */
+void dl_api_notify(void);
+void dl_api_notify_locked(void);
+/* The running job's progress as its model process reports it (*steps 0 when the job is
+ * not running); takes dl_api.mu briefly. */
+void dl_api_live(const char *id, int *step, int *steps);
+/* A running job's cancel goes to its model process (the supervisor sends it); takes
+ * dl_api.mu briefly. */
+void dl_api_cancel_running(const char *id);
+
+/* OpenAI's error object {"error": {message, type, param (null when NULL), code}} */
+cJSON *dl_api_error_object(const char *type, const char *param, const char *code, const char *msg);
+/* one more reply with this status (metrics; an atomic, no lock) */
+void dl_api_count_reply(int status);
+
+/* ---- listen.c: connections are accepted, and each request checked, before
+ * libmicrohttpd sees them (every error the server sends is the JSON error object) ---- */
+/* libmicrohttpd's memory per connection (MHD_OPTION_CONNECTION_MEMORY_LIMIT): any
+ * request head a listener passes fits in it */
+enum { DL_LISTEN_MHD_POOL = 128 * 1024 };
+typedef struct dl_listener dl_listener;
+/* A listener with its limits (connections in all and per client address; the time a
+ * request has to arrive); NULL without memory. Its counts work before it starts: its
+ * daemon reports to them through dl_listener_notify. */
+dl_listener *dl_listener_new(int max_conns, int per_ip, double timeout_s);
+/* MHD_OPTION_NOTIFY_CONNECTION's callback, the listener as its cls */
+void dl_listener_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe);
+/* Listen on addr (port 0: any free one, then dl_listener_port says which) and hand
+ * each well-formed request to d (started with MHD_USE_NO_LISTEN_SOCKET and
+ * MHD_USE_ITC); 0 when the address cannot be had. */
+int dl_listener_start(dl_listener *l, struct MHD_Daemon *d, const struct sockaddr_in *addr);
+int dl_listener_port(const dl_listener *l);
+/* No more connections: its thread ends, and connections not yet handed over close.
+ * Before MHD_stop_daemon; dl_listener_free (NULL: nothing) after it. */
+void dl_listener_stop(dl_listener *l);
+void dl_listener_free(dl_listener *l);
+
+/* the images routes (server.c): a parsed request body validated as images.generate
+ * takes it (consumes j; *norm the typed request as JSON), and the answer for a
+ * validated request (consumes req): enqueued, waited for, OpenAI's ImagesResponse or
+ * a stream; the answer's fields beside the pictures */
+int dl_api_validate_images(cJSON *j, cJSON **norm, img_opts *o, char *err, size_t en, char *param, size_t pn);
+enum MHD_Result dl_api_images_answer(struct MHD_Connection *c, cJSON *req, const img_opts *o);
+void dl_api_answer_fields(cJSON *out, const cJSON *req, const img_opts *o);
+/* ---- edits_api.c: POST /v1/images/edits (multipart) ---- */
+enum MHD_Result dl_api_edits(struct MHD_Connection *c, const char *body, size_t len);
+/* ---- stream.c: stream: true answers and the previews they carry ---- */
+enum MHD_Result dl_api_images_stream(struct MHD_Connection *c, const char *id, cJSON *req, const img_opts *o);
+/* a model process's preview of job id (b64 of the encoded picture; taken over) */
+void dl_api_partial_put(const char *id, int index, char *b64);
+
+/* ---- page.c ---- */
+/* the web page served at GET / (a NUL-terminated HTML document) */
+extern const char dl_serve_page[];
 
 /* ---- the served models and their model processes (models.c) ---- */
 /* the served model called id, or NULL */

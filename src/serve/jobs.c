@@ -1,6 +1,17 @@
 /* The job store: one SQLite database in WAL mode, so an accepted job survives an
- * API restart. Every call is a single statement (autocommit): a crash between two
- * calls leaves a consistent row. The API process serialises calls with its lock. */
+ * API restart. Every call is a single statement (autocommit) unless the caller groups
+ * several in a transaction (dl_jobs_begin .. commit): a crash between two calls leaves
+ * a consistent row.
+ *
+ * Threads: the store locks for itself, so no caller needs a lock of its own around it
+ * (and the API process's state lock, dl_api.mu, must never be held across a call here:
+ * a write may wait for an fsync). Two connections: writes go to the writer, one
+ * statement or one transaction at a time (`wmu`, taken by dl_jobs_begin and given back
+ * by commit or rollback, so a transaction is never interleaved with another thread's
+ * writes); reads go to the reader (`rmu`), which in WAL mode sees every committed
+ * transaction and never waits for a writer's commit or fsync. A read by the thread
+ * that holds a transaction goes to the writer and sees that transaction's changes. */
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <fcntl.h>
@@ -15,9 +26,15 @@
 #include "serve/serve_impl.h"
 
 struct dl_jobstore {
-    sqlite3 *db;
+    sqlite3 *db;         /* the writer */
+    sqlite3 *rdb;        /* the reader */
+    pthread_mutex_t wmu; /* recursive: one writer statement or transaction at a time */
+    pthread_mutex_t rmu; /* one reader call at a time (each starts a fresh read snapshot) */
     int lock_fd; /* flock on <db>.lock: one server per store */
 };
+
+/* the store whose transaction this thread holds (dl_jobs_begin), if any */
+static _Thread_local dl_jobstore *tl_tx;
 
 static double wall(void) {
     struct timespec ts;
@@ -35,29 +52,66 @@ static dl_status exec(dl_jobstore *js, const char *sql) {
     return DL_OK;
 }
 
+/* A read: the writer inside this thread's own transaction (it sees its changes), else
+ * the reader. Every read_begin has its read_end. */
+static sqlite3 *read_begin(dl_jobstore *js) {
+    if (tl_tx == js) {
+        pthread_mutex_lock(&js->wmu);
+        return js->db;
+    }
+    pthread_mutex_lock(&js->rmu);
+    return js->rdb;
+}
+static void read_end(dl_jobstore *js, sqlite3 *db) { pthread_mutex_unlock(db == js->db ? &js->wmu : &js->rmu); }
+
 /* Several changes that land together, one commit. Durability where it matters: the
  * store runs with synchronous=NORMAL (WAL: safe against a crash of any process, and a
  * commit costs no fsync), and a durable transaction (accepting a job, a client's
  * cancel) commits with synchronous=FULL, an fsync that also covers every commit before
  * it. A power cut can undo only non-durable changes (progress, in_progress, a result),
- * and recovery puts such jobs back in the queue: redone, never lost. */
+ * and recovery puts such jobs back in the queue: redone, never lost. The writer is this
+ * thread's from begin until commit or rollback. */
 dl_status dl_jobs_begin(dl_jobstore *js, int durable) {
-    return exec(js, durable ? "PRAGMA synchronous=FULL; BEGIN IMMEDIATE;" : "BEGIN IMMEDIATE;");
+    DL_ASSERT(tl_tx != js); /* no nested transactions */
+    pthread_mutex_lock(&js->wmu);
+    dl_status s = exec(js, durable ? "PRAGMA synchronous=FULL; BEGIN IMMEDIATE;" : "BEGIN IMMEDIATE;");
+    if (s != DL_OK) {
+        if (durable) sqlite3_exec(js->db, "PRAGMA synchronous=NORMAL;", NULL, NULL, NULL);
+        pthread_mutex_unlock(&js->wmu);
+        return s;
+    }
+    tl_tx = js;
+    return DL_OK;
 }
+/* A failed commit that left the transaction open keeps the writer: the caller rolls back. */
 dl_status dl_jobs_commit(dl_jobstore *js) {
+    DL_ASSERT(tl_tx == js);
     dl_status s = exec(js, "COMMIT;");
-    exec(js, "PRAGMA synchronous=NORMAL;");
+    if (s != DL_OK && !sqlite3_get_autocommit(js->db)) return s;
+    sqlite3_exec(js->db, "PRAGMA synchronous=NORMAL;", NULL, NULL, NULL);
+    tl_tx = NULL;
+    pthread_mutex_unlock(&js->wmu);
     return s;
 }
+/* Also after a failed begin or commit: a no-op when this thread holds no transaction. */
 void dl_jobs_rollback(dl_jobstore *js) {
+    if (tl_tx != js) return;
     if (!sqlite3_get_autocommit(js->db)) sqlite3_exec(js->db, "ROLLBACK;", NULL, NULL, NULL);
     sqlite3_exec(js->db, "PRAGMA synchronous=NORMAL;", NULL, NULL, NULL);
+    tl_tx = NULL;
+    pthread_mutex_unlock(&js->wmu);
 }
 
 dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
     *out = NULL;
     dl_jobstore *js = calloc(1, sizeof *js);
     if (!js) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&js->wmu, &ma);
+    pthread_mutexattr_destroy(&ma);
+    pthread_mutex_init(&js->rmu, NULL);
     /* one server per store: two would run every job twice. The lock goes with the
        process (a killed server's store is free again at once); model processes do not
        inherit it (O_CLOEXEC). */
@@ -66,7 +120,7 @@ dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
     js->lock_fd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (js->lock_fd < 0) {
         dl_status s = dl_fail(DL_ERR_IO, "job store lock %s: %s", lpath, strerror(errno));
-        free(js);
+        dl_jobs_close(js);
         return s;
     }
     if (flock(js->lock_fd, LOCK_EX | LOCK_NB) != 0) {
@@ -74,7 +128,8 @@ dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
         ssize_t n = pread(js->lock_fd, other, sizeof other - 1, 0);
         other[n > 0 ? n : 0] = 0;
         close(js->lock_fd);
-        free(js);
+        js->lock_fd = -1;
+        dl_jobs_close(js);
         return dl_fail(DL_ERR_IO, "job store %s is in use by another difflet serve (pid %s); one server per store", path,
                        other[0] ? other : "?");
     }
@@ -113,6 +168,14 @@ dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
         dl_jobs_close(js);
         return s;
     }
+    /* the reader: the same file, after the schema exists; it never writes */
+    if (sqlite3_open_v2(path, &js->rdb, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK ||
+        sqlite3_exec(js->rdb, "PRAGMA query_only=1;", NULL, NULL, NULL) != SQLITE_OK) {
+        s = dl_fail(DL_ERR_IO, "job store %s: %s", path, js->rdb ? sqlite3_errmsg(js->rdb) : "cannot open");
+        dl_jobs_close(js);
+        return s;
+    }
+    sqlite3_busy_timeout(js->rdb, 5000);
     *out = js;
     return DL_OK;
 }
@@ -120,12 +183,20 @@ dl_status dl_jobs_open(dl_jobstore **out, const char *path) {
 void dl_jobs_close(dl_jobstore *js) {
     if (!js) return;
     if (js->lock_fd > 0) close(js->lock_fd);
+    sqlite3_close(js->rdb);
     sqlite3_close(js->db);
+    pthread_mutex_destroy(&js->wmu);
+    pthread_mutex_destroy(&js->rmu);
     free(js);
 }
 
+/* the writer for one statement (or inside this thread's transaction) */
+#define WRITE_BEGIN(js) pthread_mutex_lock(&(js)->wmu)
+#define WRITE_END(js) pthread_mutex_unlock(&(js)->wmu)
+
 int dl_jobs_recover(dl_jobstore *js, double ttl_s) {
     char sql[256];
+    WRITE_BEGIN(js);
     /* a running job whose cancel was accepted before the crash stays cancelled */
     snprintf(sql, sizeof sql, "UPDATE jobs SET status='cancelled', error='cancelled by the client', finished=%.3f "
                               "WHERE status='in_progress' AND cancel_requested=1;", wall());
@@ -143,19 +214,23 @@ int dl_jobs_recover(dl_jobstore *js, double ttl_s) {
     }
     snprintf(sql, sizeof sql, "DELETE FROM jobs WHERE status IN ('completed','failed','cancelled') AND finished < %.3f;", before);
     exec(js, sql);
+    WRITE_END(js);
     return n;
 }
 
 int dl_jobs_adopt(dl_jobstore *js, const char *kind, const char *model) {
     sqlite3_stmt *st;
+    int n = 0;
+    WRITE_BEGIN(js);
     if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET model=?2 WHERE model IS NULL AND kind=?1 AND status='queued';", -1, &st,
-                           NULL) != SQLITE_OK)
-        return 0;
-    sqlite3_bind_text(st, 1, kind, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, model, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? sqlite3_changes(js->db) : 0;
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, kind, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, model, -1, SQLITE_TRANSIENT);
+        n = sqlite3_step(st) == SQLITE_DONE ? sqlite3_changes(js->db) : 0;
+        sqlite3_finalize(st);
+    }
+    WRITE_END(js);
+    return n;
 }
 
 int dl_jobs_fail_unserved(dl_jobstore *js, const char *const *models, int n) {
@@ -166,132 +241,128 @@ int dl_jobs_fail_unserved(dl_jobstore *js, const char *const *models, int n) {
     for (int i = 0; i < n; i++) snprintf(sql + strlen(sql), sizeof sql - strlen(sql), "%s?%d", i ? ", " : "", i + 2);
     snprintf(sql + strlen(sql), sizeof sql - strlen(sql), "));");
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(js->db, sql, -1, &st, NULL) != SQLITE_OK) return 0;
-    sqlite3_bind_double(st, 1, wall());
-    for (int i = 0; i < n; i++) sqlite3_bind_text(st, i + 2, models[i], -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
+    int changed = 0;
+    WRITE_BEGIN(js);
+    if (sqlite3_prepare_v2(js->db, sql, -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_double(st, 1, wall());
+        for (int i = 0; i < n; i++) sqlite3_bind_text(st, i + 2, models[i], -1, SQLITE_TRANSIENT);
+        changed = sqlite3_step(st) == SQLITE_DONE ? sqlite3_changes(js->db) : 0;
+        sqlite3_finalize(st);
+    }
+    WRITE_END(js);
+    return changed;
+}
+
+/* One UPDATE on the writer with the text binds given (NULL binds NULL) and the
+ * double binds after them; the rows it changed, -1 on a store error. */
+static int update(dl_jobstore *js, const char *sql, int ntext, const char *const *text, int ndouble, const double *dbl) {
+    sqlite3_stmt *st;
+    int n = -1;
+    WRITE_BEGIN(js);
+    if (sqlite3_prepare_v2(js->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+        WRITE_END(js);
+        return -1;
+    }
+    for (int i = 0; i < ntext; i++)
+        if (text[i]) sqlite3_bind_text(st, i + 1, text[i], -1, SQLITE_TRANSIENT);
+        else sqlite3_bind_null(st, i + 1);
+    for (int i = 0; i < ndouble; i++) sqlite3_bind_double(st, ntext + i + 1, dbl[i]);
+    if (sqlite3_step(st) == SQLITE_DONE) n = sqlite3_changes(js->db);
+    else dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? sqlite3_changes(js->db) : 0;
+    WRITE_END(js);
+    return n;
 }
 
 dl_status dl_jobs_request_cancel(dl_jobstore *js, const char *id) {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET cancel_requested=1 WHERE id=?;", -1, &st, NULL) != SQLITE_OK)
-        return dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+    return update(js, "UPDATE jobs SET cancel_requested=1 WHERE id=?;", 1, &id, 0, NULL) < 0 ? DL_ERR_IO : DL_OK;
 }
 
 int dl_jobs_expire(dl_jobstore *js, double now) {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(js->db,
-                           "UPDATE jobs SET status='failed', error='timed out in the queue: no model process took it "
-                           "before its deadline', finished=? WHERE status='queued' AND deadline < ?;",
-                           -1, &st, NULL) != SQLITE_OK)
-        return 0;
-    sqlite3_bind_double(st, 1, now);
-    sqlite3_bind_double(st, 2, now);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? sqlite3_changes(js->db) : 0;
+    const double t[2] = {now, now};
+    int n = update(js, "UPDATE jobs SET status='failed', error='timed out in the queue: no model process took it "
+                       "before its deadline', finished=? WHERE status='queued' AND deadline < ?;", 0, NULL, 2, t);
+    return n > 0 ? n : 0;
 }
 
 dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *kind, const char *model, const char *req, double deadline) {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(js->db,
-                           "INSERT INTO jobs (id, status, request, created, deadline, kind, model) VALUES (?, 'queued', ?, ?, ?, ?, ?);",
-                           -1, &st, NULL) != SQLITE_OK)
-        return dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, req, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_double(st, 3, wall());
-    sqlite3_bind_double(st, 4, deadline);
-    sqlite3_bind_text(st, 5, kind, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 6, model, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+    const char *text[4] = {id, req, kind, model};
+    const double t[2] = {wall(), deadline};
+    return update(js, "INSERT INTO jobs (id, request, kind, model, status, created, deadline) VALUES (?, ?, ?, ?, 'queued', ?, ?);",
+                  4, text, 2, t) == 1 ? DL_OK : DL_ERR_IO;
 }
 
 int dl_jobs_count(dl_jobstore *js, const char *status, const char *model) {
     sqlite3_stmt *st;
     int n = 0;
-    if (sqlite3_prepare_v2(js->db, "SELECT COUNT(*) FROM jobs WHERE status = ?1 AND (?2 IS NULL OR model = ?2);", -1, &st, NULL) !=
-        SQLITE_OK)
-        return 0;
-    sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
-    if (model) sqlite3_bind_text(st, 2, model, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 2);
-    if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
+    sqlite3 *db = read_begin(js);
+    if (sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM jobs WHERE status = ?1 AND (?2 IS NULL OR model = ?2);", -1, &st, NULL) ==
+        SQLITE_OK) {
+        sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
+        if (model) sqlite3_bind_text(st, 2, model, -1, SQLITE_TRANSIENT);
+        else sqlite3_bind_null(st, 2);
+        if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    read_end(js, db);
     return n;
 }
 
 int dl_jobs_next(dl_jobstore *js, const char *model, char *id, size_t idn, char **req, double *deadline) {
     sqlite3_stmt *st;
     int found = 0;
-    if (sqlite3_prepare_v2(js->db, "SELECT id, request, deadline FROM jobs WHERE model=? AND status='queued' ORDER BY created LIMIT 1;",
-                           -1, &st, NULL) != SQLITE_OK)
-        return 0;
-    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        snprintf(id, idn, "%s", (const char *)sqlite3_column_text(st, 0));
-        *req = strdup((const char *)sqlite3_column_text(st, 1));
-        *deadline = sqlite3_column_double(st, 2);
-        found = *req != NULL;
+    sqlite3 *db = read_begin(js);
+    if (sqlite3_prepare_v2(db, "SELECT id, request, deadline FROM jobs WHERE model=? AND status='queued' ORDER BY created LIMIT 1;",
+                           -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            snprintf(id, idn, "%s", (const char *)sqlite3_column_text(st, 0));
+            *req = strdup((const char *)sqlite3_column_text(st, 1));
+            *deadline = sqlite3_column_double(st, 2);
+            found = *req != NULL;
+        }
+        sqlite3_finalize(st);
     }
-    sqlite3_finalize(st);
+    read_end(js, db);
     return found;
 }
 
 dl_status dl_jobs_set(dl_jobstore *js, const char *id, const char *status, const char *error, const char *result) {
-    sqlite3_stmt *st;
-    const char *sql = !strcmp(status, "in_progress")
-                          ? "UPDATE jobs SET status=?, error=?, result=?, started=? WHERE id=?;"
-                          : "UPDATE jobs SET status=?, error=?, result=?, finished=? WHERE id=?;";
-    if (sqlite3_prepare_v2(js->db, sql, -1, &st, NULL) != SQLITE_OK) return dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
-    sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
-    if (error) sqlite3_bind_text(st, 2, error, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 2);
-    if (result) sqlite3_bind_text(st, 3, result, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 3);
-    sqlite3_bind_double(st, 4, wall());
-    sqlite3_bind_text(st, 5, id, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+    const char *text[4] = {status, error, result, id};
+    const double t = wall();
+    /* the text binds come first: ?1..?4, then the time as ?5 */
+    const char *sql = !strcmp(status, "in_progress") ? "UPDATE jobs SET status=?1, error=?2, result=?3, started=?5 WHERE id=?4;"
+                                                     : "UPDATE jobs SET status=?1, error=?2, result=?3, finished=?5 WHERE id=?4;";
+    return update(js, sql, 4, text, 1, &t) < 0 ? DL_ERR_IO : DL_OK;
+}
+
+int dl_jobs_transition(dl_jobstore *js, const char *id, const char *from, const char *to, const char *error, const char *result) {
+    const char *text[5] = {to, error, result, id, from};
+    const double t = wall();
+    const char *sql = !strcmp(to, "in_progress")
+                          ? "UPDATE jobs SET status=?1, error=?2, result=?3, started=?6 WHERE id=?4 AND status=?5;"
+                          : "UPDATE jobs SET status=?1, error=?2, result=?3, finished=?6 WHERE id=?4 AND status=?5;";
+    return update(js, sql, 5, text, 1, &t);
 }
 
 dl_status dl_jobs_model_seconds(dl_jobstore *js, const char *id, double secs) {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET model_s=? WHERE id=?;", -1, &st, NULL) != SQLITE_OK) return DL_ERR_IO;
-    sqlite3_bind_double(st, 1, secs);
-    sqlite3_bind_text(st, 2, id, -1, SQLITE_TRANSIENT);
-    sqlite3_step(st);
-    sqlite3_finalize(st);
-    return DL_OK;
+    const double t = secs;
+    /* ?1 the id, ?2 the seconds */
+    return update(js, "UPDATE jobs SET model_s=?2 WHERE id=?1;", 1, &id, 1, &t) < 0 ? DL_ERR_IO : DL_OK;
 }
 
 dl_status dl_jobs_progress(dl_jobstore *js, const char *id, int step, int steps, int cached) {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(js->db, "UPDATE jobs SET step=?, steps=?, cached=? WHERE id=?;", -1, &st, NULL) != SQLITE_OK)
-        return DL_ERR_IO;
-    sqlite3_bind_int(st, 1, step);
-    sqlite3_bind_int(st, 2, steps);
-    sqlite3_bind_int(st, 3, cached);
-    sqlite3_bind_text(st, 4, id, -1, SQLITE_TRANSIENT);
-    sqlite3_step(st);
-    sqlite3_finalize(st);
-    return DL_OK;
+    const double t[3] = {step, steps, cached};
+    return update(js, "UPDATE jobs SET step=?2, steps=?3, cached=?4 WHERE id=?1;", 1, &id, 3, t) < 0 ? DL_ERR_IO : DL_OK;
 }
 
-cJSON *dl_jobs_get(dl_jobstore *js, const char *id) {
+/* the job's row as JSON on connection db (the caller holds its lock), NULL when unknown */
+static cJSON *get_row(sqlite3 *db, const char *id) {
     sqlite3_stmt *st;
     cJSON *j = NULL;
-    if (sqlite3_prepare_v2(js->db, "SELECT status, created, error, result, step, steps, cached, request, model_s, started, kind, finished, "
-                                   "model FROM jobs WHERE id=?;", -1,
+    if (sqlite3_prepare_v2(db, "SELECT status, created, error, result, step, steps, cached, request, model_s, started, kind, finished, "
+                               "model FROM jobs WHERE id=?;", -1,
                            &st, NULL) != SQLITE_OK)
         return NULL;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
@@ -320,17 +391,26 @@ cJSON *dl_jobs_get(dl_jobstore *js, const char *id) {
     return j;
 }
 
+cJSON *dl_jobs_get(dl_jobstore *js, const char *id) {
+    sqlite3 *db = read_begin(js);
+    cJSON *j = get_row(db, id);
+    read_end(js, db);
+    return j;
+}
+
 int dl_jobs_position(dl_jobstore *js, const char *id) {
     sqlite3_stmt *st;
     int pos = 0;
-    if (sqlite3_prepare_v2(js->db,
+    sqlite3 *db = read_begin(js);
+    if (sqlite3_prepare_v2(db,
                            "SELECT COUNT(*) FROM jobs WHERE status='queued' AND model IS (SELECT model FROM jobs WHERE id=?1) "
                            "AND created <= (SELECT created FROM jobs WHERE id=?1 AND status='queued');",
-                           -1, &st, NULL) != SQLITE_OK)
-        return 0;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(st) == SQLITE_ROW) pos = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
+                           -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW) pos = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    read_end(js, db);
     return pos;
 }
 
@@ -343,8 +423,10 @@ cJSON *dl_jobs_list(dl_jobstore *js, const char *kind, const char *after, int li
              ascending ? ">" : "<", ascending ? "ASC" : "DESC", ascending ? "ASC" : "DESC");
     sqlite3_stmt *st;
     *has_more = 0;
-    if (sqlite3_prepare_v2(js->db, sql, -1, &st, NULL) != SQLITE_OK) {
-        dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+    sqlite3 *db = read_begin(js);
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+        dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(db));
+        read_end(js, db);
         return NULL;
     }
     sqlite3_bind_text(st, 1, kind, -1, SQLITE_TRANSIENT);
@@ -358,19 +440,14 @@ cJSON *dl_jobs_list(dl_jobstore *js, const char *kind, const char *after, int li
             *has_more = 1;
             break;
         }
-        cJSON *j = dl_jobs_get(js, (const char *)sqlite3_column_text(st, 0));
+        cJSON *j = get_row(db, (const char *)sqlite3_column_text(st, 0));
         if (j) cJSON_AddItemToArray(out, j);
     }
     sqlite3_finalize(st);
+    read_end(js, db);
     return out;
 }
 
 dl_status dl_jobs_delete(dl_jobstore *js, const char *id) {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(js->db, "DELETE FROM jobs WHERE id=?;", -1, &st, NULL) != SQLITE_OK)
-        return dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? DL_OK : dl_fail(DL_ERR_IO, "job store: %s", sqlite3_errmsg(js->db));
+    return update(js, "DELETE FROM jobs WHERE id=?;", 1, &id, 0, NULL) < 0 ? DL_ERR_IO : DL_OK;
 }

@@ -68,7 +68,26 @@ const char *dl_api_job_model(const cJSON *job) {
     return id ? id : dl_api_route(NULL, kind && !strcmp(kind, "video"), NULL, 0)->pr.model_id;
 }
 
-/* ---- the model processes --------------------------------------------------------- */
+/* ---- the model processes ---------------------------------------------------------
+ * Locking (server.c's top comment has all of it): the supervisor thread alone starts,
+ * feeds, reaps and replaces model processes, and it alone writes a worker's fields. The
+ * fields other threads read (ready, pid, inflight, live_step/live_steps) and the
+ * served model's restarts and last_error it writes under dl_api.mu, briefly; cancel_wanted
+ * (written by request threads) it reads under dl_api.mu. It never holds the lock across
+ * a wait: fork, waitpid, the socket to a model process, /proc, the job store. Its own
+ * reads of the fields only it writes need no lock. */
+
+static void lock(void) { pthread_mutex_lock(&dl_api.mu); }
+static void unlock(void) { pthread_mutex_unlock(&dl_api.mu); }
+
+/* a model process started (pid) or gone (-1): what /ready and the metrics show */
+static void publish_process(worker *w, pid_t pid, int ready) {
+    lock();
+    w->pid = pid;
+    w->ready = ready;
+    dl_api_notify_locked();
+    unlock();
+}
 
 /* a model process of m is ready */
 int dl_api_model_ready(const served *m) {
@@ -134,10 +153,9 @@ static void spawn_mpi_worker(worker *w, int k, int ranks, int per) {
         return;
     }
     w->fd = ls;
-    w->pid = pid;
     w->mpi = w->listening = 1;
-    w->ready = 0;
     w->spawn_time = wall();
+    publish_process(w, pid, 0);
     DL_INFO("serve: model process %d (%s, process %d, %d MPI ranks, %s) starting", (int)pid, dl_api.m[w->model].pr.model_id, k, ranks,
             dl_api.m[w->model].pr.parallel);
 }
@@ -174,8 +192,7 @@ static void spawn_worker(worker *w, int k) {
         return;
     }
     w->fd = sv[0];
-    w->pid = pid;
-    w->ready = 0;
+    publish_process(w, pid, 0);
     DL_INFO("serve: model process %d (%s, process %d) starting", (int)pid, dl_api.m[w->model].pr.model_id, k);
 }
 
@@ -201,6 +218,7 @@ static void kill_session(pid_t sid) {
     if (d) closedir(d);
 }
 
+/* without the lock: the wait for its exit is the point */
 static void reap_worker(worker *w, int kill_it) {
     if (w->pid <= 0) return;
     if (kill_it && w->mpi) kill_session(w->pid);
@@ -211,20 +229,136 @@ static void reap_worker(worker *w, int kill_it) {
     close(w->fd);
     if (w->listening) unlink(w->sock);
     w->fd = -1;
-    w->pid = -1;
-    w->ready = 0;
     w->mpi = w->listening = 0;
+    publish_process(w, -1, 0);
 }
 
-static void finish_inflight(worker *w, const char *status, const char *err, const char *result) {
-    if (!w->inflight[0]) return;
-    cJSON *j = dl_jobs_get(dl_api.js, w->inflight);
-    const char *cur = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : NULL;
-    if (cur && !strcmp(cur, "in_progress")) dl_jobs_set(dl_api.js, w->inflight, status, err, result);
-    cJSON_Delete(j);
+/* one more restart of w's model (metrics) */
+static void count_restart(worker *w) {
+    lock();
+    dl_api.restarts++, dl_api.m[w->model].restarts++;
+    unlock();
+}
+
+/* the in-flight job is no longer w's: streams and waiters hear it */
+static void clear_inflight(worker *w) {
+    lock();
     w->inflight[0] = 0;
+    dl_api_notify_locked();
+    unlock();
     w->cancel_sent = 0;
-    pthread_cond_broadcast(&dl_api.cv);
+}
+
+/* A queued job on its way to a model process. */
+typedef struct {
+    char id[40];
+    char out[1200]; /* where its result goes */
+    cJSON *msg;     /* the job message for the model process */
+    double deadline;
+    int steps;
+} next_job;
+
+/* The oldest queued job of w's model (one past its deadline fails on the way), made
+ * w's in memory before the store says in_progress: a client's cancel that finds the
+ * job in_progress finds w too. 1 with *nx; 0 when the queue is empty (or the store
+ * failed). */
+static int take_next(worker *w, next_job *nx) {
+    for (;;) {
+        char *req = NULL;
+        if (!dl_jobs_next(dl_api.js, dl_api.m[w->model].pr.model_id, nx->id, sizeof nx->id, &req, &nx->deadline)) return 0;
+        if (wall() > nx->deadline) { /* waited past its deadline in the queue */
+            int r = dl_jobs_transition(dl_api.js, nx->id, "queued", "failed", "timed out in the queue", NULL);
+            free(req);
+            dl_api_notify();
+            if (r < 0) return 0;
+            continue;
+        }
+        cJSON *rq = cJSON_Parse(req);
+        free(req);
+        const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "output_format"));
+        nx->steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps"));
+        snprintf(nx->out, sizeof nx->out, "%s/%s.%s", dl_api.srv->results, nx->id,
+                 fmt && !strcmp(fmt, "jpeg") ? "jpg" : fmt && !strcmp(fmt, "webp") ? "webp" : fmt && !strcmp(fmt, "mp4") ? "mp4" : "png");
+        nx->msg = cJSON_CreateObject();
+        cJSON_AddStringToObject(nx->msg, "type", "job");
+        cJSON_AddStringToObject(nx->msg, "id", nx->id);
+        cJSON_AddStringToObject(nx->msg, "out", nx->out);
+        cJSON_AddItemToObject(nx->msg, "request", rq);
+        lock();
+        snprintf(w->inflight, sizeof w->inflight, "%s", nx->id);
+        w->cancel_wanted = 0;
+        w->live_step = 0;
+        w->live_steps = nx->steps;
+        unlock();
+        return 1;
+    }
+}
+
+/* In this thread's store transaction: nx goes from queued to in_progress. 1 when it
+ * did, 0 when it is no longer queued (a client cancelled it meanwhile), -1 on a store
+ * error. */
+static int start_in_tx(const next_job *nx) {
+    int won = dl_jobs_transition(dl_api.js, nx->id, "queued", "in_progress", NULL, NULL);
+    if (won == 1) dl_jobs_progress(dl_api.js, nx->id, 0, nx->steps, 0);
+    return won;
+}
+
+/* After the commit: nx runs on w (it is sent), or (won != 1) w's slot is empty again. */
+static void start_after(worker *w, next_job *nx, int won) {
+    if (won != 1) {
+        clear_inflight(w);
+    } else {
+        snprintf(w->out, sizeof w->out, "%s", nx->out);
+        w->progress_written = wall();
+        w->deadline = nx->deadline;
+        w->cancel_sent = 0;
+        cJSON *j = dl_jobs_get(dl_api.js, nx->id);
+        double created = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "created")) : wall();
+        cJSON_Delete(j);
+        lock();
+        dl_api.wait_sum += wall() - created, dl_api.wait_count++;
+        dl_api_notify_locked(); /* event streams: the job is running */
+        unlock();
+        if (dl_msg_send(w->fd, nx->msg) != DL_OK) DL_WARN("serve: could not send job %s to the model process", nx->id);
+    }
+    cJSON_Delete(nx->msg);
+    nx->msg = NULL;
+}
+
+/* The in-flight job ends (if it is still in progress: a timed-out job already failed),
+ * in the store, with a finished job's step counts and time (done: its message). When
+ * w goes on (next), the next queued job of its model starts in the same transaction, so
+ * a client that hears of the end already finds the queue one shorter (as one lock over
+ * both used to make it). The store first, then memory: a reader that no longer finds a
+ * job in memory finds its end in the store. */
+static void finish_inflight(worker *w, const char *status, const char *err, const char *result, const cJSON *done, int next) {
+    if (!w->inflight[0]) return;
+    char id[40];
+    snprintf(id, sizeof id, "%s", w->inflight); /* w's slot may pass to the next job below */
+    int steps = 0;
+    if (done) {
+        cJSON *j = dl_jobs_get(dl_api.js, id);
+        steps = j ? (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps")) : 0;
+        if (!j && result) unlink(result); /* deleted while it ran (DELETE /v1/videos/ID): its result goes too */
+        cJSON_Delete(j);
+    }
+    next_job nx = {0};
+    const int have = next && w->ready && take_next(w, &nx);
+    int won = -1;
+    dl_status s = dl_jobs_begin(dl_api.js, 0);
+    if (s == DL_OK) {
+        if (done) {
+            dl_jobs_progress(dl_api.js, id, steps, steps, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(done, "cached")));
+            dl_jobs_model_seconds(dl_api.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(done, "seconds")));
+        }
+        if (dl_jobs_transition(dl_api.js, id, "in_progress", status, err, result) < 0) s = DL_ERR_IO;
+        if (s == DL_OK && have) won = start_in_tx(&nx);
+        if (s == DL_OK) s = dl_jobs_commit(dl_api.js);
+        if (s != DL_OK) dl_jobs_rollback(dl_api.js), won = -1;
+    }
+    if (s != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
+    if (have) start_after(w, &nx, won);
+    else clear_inflight(w);
 }
 
 static void handle_msg(worker *w, cJSON *m) {
@@ -232,90 +366,72 @@ static void handle_msg(worker *w, cJSON *m) {
     const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "id"));
     if (!type) return;
     if (!strcmp(type, "ready")) {
-        w->ready = 1;
         w->backoff = 0.5;
+        lock();
+        w->ready = 1;
         dl_api.m[w->model].last_error[0] = 0;
+        dl_api_notify_locked();
+        unlock();
         DL_INFO("serve: model process %d (%s) ready (%.1f s)", (int)w->pid, dl_api.m[w->model].pr.model_id,
                 cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "load_seconds")));
-        pthread_cond_broadcast(&dl_api.cv);
     } else if (!strcmp(type, "fatal")) {
         served *sm = &dl_api.m[w->model];
         const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message"));
+        lock();
         snprintf(sm->last_error, sizeof sm->last_error, "%s", msg ? msg : "no reason given");
-        DL_ERROR("serve: the model process of %s failed to start: %s", sm->pr.model_id, sm->last_error);
+        unlock();
+        DL_ERROR("serve: the model process of %s failed to start: %s", sm->pr.model_id, msg ? msg : "no reason given");
     } else if (id && !strcmp(id, w->inflight)) {
         if (!strcmp(type, "progress")) {
             /* every step to the event streams (memory), at most every 0.25 s to the store */
+            lock();
             w->live_step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step"));
             w->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps"));
-            pthread_cond_broadcast(&dl_api.cv);
+            dl_api_notify_locked();
+            unlock();
             if (wall() - w->progress_written >= 0.25) { /* each write is a commit: not one per step */
                 dl_jobs_progress(dl_api.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
                               (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps")), 0);
                 w->progress_written = wall();
             }
         } else if (!strcmp(type, "done")) {
-            const char *path = w->out;
-            int calls = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "calls"));
-            int cached = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "cached"));
-            dl_api.steps_full += calls, dl_api.steps_cached += cached;
-            cJSON *j = dl_jobs_get(dl_api.js, id);
-            int steps = j ? (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps")) : 0;
-            if (!j) unlink(path); /* deleted while it ran (DELETE /v1/videos/ID): its result goes too */
-            cJSON_Delete(j);
-            int tx = dl_jobs_begin(dl_api.js, 0) == DL_OK;
-            dl_jobs_progress(dl_api.js, id, steps, steps, cached);
-            dl_jobs_model_seconds(dl_api.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "seconds")));
-            finish_inflight(w, "completed", NULL, path);
-            if (tx && dl_jobs_commit(dl_api.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
+            char path[sizeof w->out];
+            snprintf(path, sizeof path, "%s", w->out);
+            lock();
+            dl_api.steps_full += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "calls"));
+            dl_api.steps_cached += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "cached"));
+            unlock();
+            finish_inflight(w, "completed", NULL, path, m, 1); /* its result, step counts and time land together */
+        } else if (!strcmp(type, "partial")) { /* a preview for the job's stream (stream.c keeps it) */
+            cJSON *b = cJSON_GetObjectItemCaseSensitive(m, "b64");
+            if (cJSON_IsString(b)) {
+                char *t = b->valuestring; /* taken over, not copied */
+                b->valuestring = NULL;
+                dl_api_partial_put(id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "index")), t);
+            }
         } else if (!strcmp(type, "error")) {
             int cancelled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "cancelled"));
-            finish_inflight(w, cancelled ? "cancelled" : "failed", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL);
+            finish_inflight(w, cancelled ? "cancelled" : "failed", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL,
+                            NULL, 1);
         }
     }
 }
 
 /* The oldest queued job of w's model to w (ready, nothing in flight): 1 when one was
- * taken (sent, or failed for waiting past its deadline), 0 when its queue is empty. */
+ * taken (sent, or lost to a cancel meanwhile: the next one may be taken), 0 when its
+ * queue is empty or the store failed. The store's change is conditional (queued ->
+ * in_progress), so a cancel that won the race leaves the job cancelled and unsent. */
 static int dispatch_one(worker *w) {
-    char id[40], *req = NULL;
-    double deadline;
-    if (!dl_jobs_next(dl_api.js, dl_api.m[w->model].pr.model_id, id, sizeof id, &req, &deadline)) return 0;
-    if (wall() > deadline) { /* waited past its deadline in the queue */
-        dl_jobs_set(dl_api.js, id, "failed", "timed out in the queue", NULL);
-        free(req);
-        pthread_cond_broadcast(&dl_api.cv);
-        return 1;
+    next_job nx = {0};
+    if (!take_next(w, &nx)) return 0;
+    int won = -1;
+    if (dl_jobs_begin(dl_api.js, 0) == DL_OK) {
+        won = start_in_tx(&nx);
+        if (won < 0 || dl_jobs_commit(dl_api.js) != DL_OK) dl_jobs_rollback(dl_api.js), won = -1;
     }
-    cJSON *m = cJSON_CreateObject(), *rq = cJSON_Parse(req);
-    const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rq, "output_format"));
-    snprintf(w->out, sizeof w->out, "%s/%s.%s", dl_api.srv->results, id,
-             fmt && !strcmp(fmt, "jpeg") ? "jpg" : fmt && !strcmp(fmt, "webp") ? "webp" : fmt && !strcmp(fmt, "mp4") ? "mp4" : "png");
-    cJSON_AddStringToObject(m, "type", "job");
-    cJSON_AddStringToObject(m, "id", id);
-    cJSON_AddStringToObject(m, "out", w->out);
-    cJSON_AddItemToObject(m, "request", rq);
-    int tx = dl_jobs_begin(dl_api.js, 0) == DL_OK;
-    dl_jobs_set(dl_api.js, id, "in_progress", NULL, NULL);
-    dl_jobs_progress(dl_api.js, id, 0, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps")), 0);
-    if (tx && dl_jobs_commit(dl_api.js) != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
-    w->progress_written = wall();
-    snprintf(w->inflight, sizeof w->inflight, "%s", id);
-    w->deadline = deadline;
-    w->cancel_sent = 0;
-    w->cancel_wanted = 0;
-    w->live_step = 0;
-    w->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(rq, "steps"));
-    pthread_cond_broadcast(&dl_api.cv); /* event streams: the job is running */
-    cJSON *j = dl_jobs_get(dl_api.js, id);
-    double created = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "created")) : wall();
-    cJSON_Delete(j);
-    dl_api.wait_sum += wall() - created, dl_api.wait_count++;
-    if (dl_msg_send(w->fd, m) != DL_OK) DL_WARN("serve: could not send job %s to the model process", id);
-    cJSON_Delete(m);
-    free(req);
-    pthread_cond_broadcast(&dl_api.cv);
-    return 1;
+    if (won < 0) DL_ERROR("serve: job store: %s", dl_last_error());
+    start_after(w, &nx, won);
+    return won >= 0;
 }
 
 /* Each queued job goes to a ready model process of its model with nothing in flight. */
@@ -327,10 +443,10 @@ static void dispatch(void) {
 }
 
 /* One pass over a model process: spawn, messages, death, deadline, kill. */
-static void tend(worker *w, int k, const struct pollfd *pf) {
+static void tend(worker *w, int k, const struct pollfd *pf, int stopping) {
     double now = wall();
     served *sm = &dl_api.m[w->model];
-    if (w->pid <= 0 && now >= w->next_spawn && !dl_api.stopping) spawn_worker(w, k);
+    if (w->pid <= 0 && now >= w->next_spawn && !stopping) spawn_worker(w, k);
     if (w->pid > 0 && w->mpi) { /* an mpirun job: its first rank connects; mpirun's exit is its death */
         int st, gone = waitpid(w->pid, &st, WNOHANG) == w->pid;
         if (!gone && w->listening && pf && (pf->revents & POLLIN)) {
@@ -352,8 +468,9 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
                 cJSON_Delete(m);
             }
             reap_worker(w, !gone); /* an mpirun already reaped: its wait returns at once; every rank is killed */
-            dl_api.restarts++, sm->restarts++;
-            if (w->inflight[0]) finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
+            count_restart(w);
+            if (w->inflight[0])
+                finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL, NULL, 0);
             DL_WARN("serve: parallel model process %d exited; replacing it", (int)pid);
             w->next_spawn = now + w->backoff;
             w->backoff = fmin(w->backoff * 2, 30);
@@ -363,17 +480,17 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
     }
     if (w->pid > 0 && pf && (pf->revents & (POLLIN | POLLHUP | POLLERR))) {
         cJSON *m = NULL;
-        if (dl_msg_recv_within(w->fd, &m, 2000) == DL_OK) {
+        if (dl_msg_recv_within(w->fd, &m, 2000) == DL_OK) { /* the wait for the rest of a frame holds no lock */
             handle_msg(w, m);
             cJSON_Delete(m);
         } else { /* the model process exited, or stalled half-way through a frame: fail its job, replace it */
             int was_ready = w->ready;
             pid_t pid = w->pid;
             reap_worker(w, 1); /* SIGKILL: a no-op on one that already exited, and never a wait on a stuck one */
-            dl_api.restarts++, sm->restarts++;
+            count_restart(w);
             if (w->inflight[0]) {
                 DL_WARN("serve: model process %d died during job %s; replacing it", (int)pid, w->inflight);
-                finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL);
+                finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL, NULL, 0);
             } else {
                 DL_WARN("serve: model process %d exited; replacing it", (int)pid);
             }
@@ -381,7 +498,10 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
             w->backoff = was_ready ? 0.5 : fmin(w->backoff * 2, 30);
         }
     }
-    if (w->inflight[0] && !w->cancel_sent && (now > w->deadline || w->cancel_wanted)) {
+    lock();
+    const int cancel_wanted = w->cancel_wanted;
+    unlock();
+    if (w->inflight[0] && !w->cancel_sent && (now > w->deadline || cancel_wanted)) {
         /* deadline (or a cancel request): the client hears now; the process stops at a step boundary */
         int timed_out = now > w->deadline;
         cJSON *c = cJSON_CreateObject();
@@ -392,44 +512,47 @@ static void tend(worker *w, int k, const struct pollfd *pf) {
         if (timed_out) {
             char err[128];
             snprintf(err, sizeof err, "timed out after %.0f s", sm->pr.timeout_s);
-            dl_jobs_set(dl_api.js, w->inflight, "failed", err, NULL);
-            pthread_cond_broadcast(&dl_api.cv);
+            if (dl_jobs_transition(dl_api.js, w->inflight, "in_progress", "failed", err, NULL) < 0)
+                DL_ERROR("serve: job store: %s", dl_last_error());
+            dl_api_notify();
         }
         w->cancel_sent = 1;
         w->cancel_time = now;
     }
     if (w->inflight[0] && w->cancel_sent && now > w->cancel_time + sm->pr.grace_s) {
         DL_WARN("serve: model process %d did not stop job %s within %.1f s: killing it", (int)w->pid, w->inflight, sm->pr.grace_s);
-        finish_inflight(w, "failed", "timed out; the model process was replaced", NULL);
+        finish_inflight(w, "failed", "timed out; the model process was replaced", NULL, NULL, 0);
         reap_worker(w, 1);
-        dl_api.restarts++, sm->restarts++;
+        count_restart(w);
         w->next_spawn = wall();
     }
 }
 
 void *dl_api_supervisor(void *arg) {
     (void)arg;
-    pthread_mutex_lock(&dl_api.mu);
-    while (!dl_api.stopping) {
+    lock();
+    int stopping = dl_api.stopping;
+    unlock();
+    while (!stopping) {
         struct pollfd pf[MAX_WORKERS + 1];
         for (int i = 0; i < dl_api.nworkers; i++) pf[i] = (struct pollfd){.fd = dl_api.w[i].pid > 0 ? dl_api.w[i].fd : -1, .events = POLLIN};
         pf[dl_api.nworkers] = (struct pollfd){.fd = dl_api.wake[0], .events = POLLIN};
-        pthread_mutex_unlock(&dl_api.mu);
         int pr = poll(pf, (nfds_t)dl_api.nworkers + 1, 50);
         if (pr > 0 && (pf[dl_api.nworkers].revents & POLLIN)) {
             char drain[64];
             while (read(dl_api.wake[0], drain, sizeof drain) > 0) {}
         }
-        pthread_mutex_lock(&dl_api.mu);
-        for (int i = 0; i < dl_api.nworkers; i++) tend(&dl_api.w[i], i, pr > 0 ? &pf[i] : NULL);
+        for (int i = 0; i < dl_api.nworkers; i++) tend(&dl_api.w[i], i, pr > 0 ? &pf[i] : NULL, stopping);
         dispatch();
         double now = wall();
         if (now - dl_api.last_expire >= 0.25) { /* queued jobs no model process takes in time end at their deadline */
             dl_api.last_expire = now;
-            if (dl_jobs_expire(dl_api.js, now) > 0) pthread_cond_broadcast(&dl_api.cv);
+            if (dl_jobs_expire(dl_api.js, now) > 0) dl_api_notify();
         }
+        lock();
+        stopping = dl_api.stopping;
+        unlock();
     }
     for (int i = 0; i < dl_api.nworkers; i++) reap_worker(&dl_api.w[i], 1);
-    pthread_mutex_unlock(&dl_api.mu);
     return NULL;
 }

@@ -17,7 +17,10 @@ dl_status dl_msg_recv(int fd, cJSON **out);
  * process stopped half-way through a frame must not hang the server). */
 dl_status dl_msg_recv_within(int fd, cJSON **out, int timeout_ms);
 
-/* ---- job store (SQLite, WAL) ---- */
+/* ---- job store (SQLite, WAL) ----
+ * Safe to call from any thread without a lock of the caller's: writes are serialised
+ * (a transaction holds the writer from dl_jobs_begin to commit or rollback), reads use
+ * a second connection and never wait for a write's commit or fsync (jobs.c). */
 typedef struct dl_jobstore dl_jobstore;
 dl_status dl_jobs_open(dl_jobstore **js, const char *path);
 void dl_jobs_close(dl_jobstore *js);
@@ -35,10 +38,19 @@ dl_status dl_jobs_insert(dl_jobstore *js, const char *id, const char *kind, cons
 int dl_jobs_count(dl_jobstore *js, const char *status, const char *model);
 /* The oldest queued job of a model (id and request), or 0. */
 int dl_jobs_next(dl_jobstore *js, const char *model, char *id, size_t idn, char **request_json, double *deadline);
-dl_status dl_jobs_begin(dl_jobstore *js, int durable); /* durable: the commit is fsynced */
+/* durable: the commit is fsynced. The writer is the calling thread's until commit (a
+ * failed commit that left the transaction open: until rollback); rollback is a no-op
+ * when this thread holds no transaction (after a failed begin). Other threads' reads
+ * meanwhile see the store as last committed. */
+dl_status dl_jobs_begin(dl_jobstore *js, int durable);
 dl_status dl_jobs_commit(dl_jobstore *js);
 void dl_jobs_rollback(dl_jobstore *js);
 dl_status dl_jobs_set(dl_jobstore *js, const char *id, const char *status, const char *error, const char *result);
+/* The job goes from status `from` to `to` (with error and result; started or finished
+ * set to now) only if it is in `from`: 1 when it was, 0 when not (or no such job), -1
+ * on a store error. Two threads racing for one job (a cancel and the dispatcher, say)
+ * cannot both win. */
+int dl_jobs_transition(dl_jobstore *js, const char *id, const char *from, const char *to, const char *error, const char *result);
 dl_status dl_jobs_progress(dl_jobstore *js, const char *id, int step, int steps, int cached);
 dl_status dl_jobs_model_seconds(dl_jobstore *js, const char *id, double secs);
 /* The job as JSON (id, status, progress, kind, model, finished...), NULL when unknown. */

@@ -3,7 +3,36 @@
  * models.c), a bounded queue per model kept in SQLite (an accepted job is never
  * lost), the images and jobs routes, metrics, readiness, and start-up: each served
  * model's set-up and the job store's recovery before the supervisor (models.c) starts
- * the model processes. */
+ * the model processes.
+ *
+ * Connections are accepted by the listener (listen.c), not by libmicrohttpd: a
+ * request's head, and a chunked body, are checked while they are still in the socket,
+ * so every error the server sends, a malformed request's included, is the JSON error
+ * object; libmicrohttpd then reads and serves only well-formed requests, one per
+ * connection (every response here says Connection: close).
+ *
+ * Locking. One state lock, dl_api.mu, and its condition variable dl_api.cv:
+ *  - mu guards the in-memory state threads share: each model process's ready, pid,
+ *    inflight, live_step/live_steps and cancel_wanted; each model's restarts and
+ *    last_error; the metrics' sums and dl_api.changes and stopping. Replies counted by
+ *    status are atomics, outside it.
+ *  - mu is held only to read or write that state, never across a wait: no job store
+ *    call (a write may wait for an fsync or another writer), no I/O on a model
+ *    process's socket, no fork or waitpid, no file I/O, no sleep. A wait on cv (which
+ *    releases mu while it waits) is the one wait allowed under it.
+ *  - The job store locks for itself (jobs.c: one writer at a time; reads use their own
+ *    connection and never wait for a commit) and is called without mu. Nothing takes
+ *    mu while it holds the store's writer.
+ *  - The supervisor thread (models.c) alone writes the model processes' fields: it
+ *    waits unlocked and publishes what changed under mu.
+ *  - GET /health takes no lock (its reply is counted in an atomic), nor does the
+ *    listener thread: /health answers whatever else the server is waiting for.
+ * News reaches waiters through dl_api_notify (changes++, broadcast): a waiter reads
+ * `changes` under mu, reads the store unlocked, and waits only while `changes` has not
+ * moved, so no news is lost in between. A job's state changes are conditional in the
+ * store (dl_jobs_transition: queued -> in_progress or cancelled or failed, in_progress
+ * -> completed, failed or cancelled): a cancel, a deadline and the dispatcher racing
+ * for one job have one winner, and no job is lost or run twice. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -46,17 +75,54 @@ static double wall(void) {
 
 
 
+void dl_api_notify_locked(void) {
+    dl_api.changes++;
+    pthread_cond_broadcast(&dl_api.cv);
+}
+
+void dl_api_notify(void) {
+    pthread_mutex_lock(&dl_api.mu);
+    dl_api_notify_locked();
+    pthread_mutex_unlock(&dl_api.mu);
+}
+
+void dl_api_live(const char *id, int *step, int *steps) {
+    *step = *steps = 0;
+    pthread_mutex_lock(&dl_api.mu);
+    for (int i = 0; i < dl_api.nworkers; i++)
+        if (!strcmp(dl_api.w[i].inflight, id)) *step = dl_api.w[i].live_step, *steps = dl_api.w[i].live_steps;
+    pthread_mutex_unlock(&dl_api.mu);
+}
+
+void dl_api_cancel_running(const char *id) {
+    pthread_mutex_lock(&dl_api.mu);
+    for (int i = 0; i < dl_api.nworkers; i++)
+        if (!strcmp(dl_api.w[i].inflight, id)) dl_api.w[i].cancel_wanted = 1;
+    dl_api_notify_locked();
+    pthread_mutex_unlock(&dl_api.mu);
+}
+
+void dl_api_count_reply(int status) {
+    if (status >= 0 && status < 600) atomic_fetch_add_explicit(&dl_api.requests[status], 1, memory_order_relaxed);
+}
+
+/* Every response closes its connection: the next request comes on a new one, through
+ * the listener's checks (see the top of the file). */
+static enum MHD_Result queue(struct MHD_Connection *c, int status, struct MHD_Response *r) {
+    MHD_add_response_header(r, "Connection", "close");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    dl_api_count_reply(status);
+    return ret;
+}
+
 static enum MHD_Result respond(struct MHD_Connection *c, int status, const char *type, const void *body, size_t len,
                                const char *extra_hdr, const char *extra_val) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", type);
     if (extra_hdr) MHD_add_response_header(r, extra_hdr, extra_val);
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    pthread_mutex_lock(&dl_api.mu);
-    if (status >= 0 && status < 600) dl_api.requests[status]++;
-    pthread_mutex_unlock(&dl_api.mu);
-    return ret;
+    return queue(c, status, r);
 }
 
 enum MHD_Result dl_api_json_reply(struct MHD_Connection *c, int status, cJSON *j) {
@@ -81,12 +147,17 @@ enum MHD_Result dl_api_file_reply(struct MHD_Connection *c, const char *path, co
     }
     *ok = 1;
     MHD_add_response_header(r, "Content-Type", type);
-    enum MHD_Result ret = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    pthread_mutex_lock(&dl_api.mu);
-    dl_api.requests[200]++;
-    pthread_mutex_unlock(&dl_api.mu);
-    return ret;
+    return queue(c, 200, r);
+}
+
+cJSON *dl_api_error_object(const char *type, const char *param, const char *code, const char *msg) {
+    cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    cJSON_AddStringToObject(e, "code", code);
+    return j;
 }
 
 enum MHD_Result dl_api_error_reply(struct MHD_Connection *c, int status, const char *type, const char *param,
@@ -96,11 +167,6 @@ enum MHD_Result dl_api_error_reply(struct MHD_Connection *c, int status, const c
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
-    cJSON_AddStringToObject(e, "message", msg);
-    cJSON_AddStringToObject(e, "type", type);
-    if (param) cJSON_AddStringToObject(e, "param", param);
-    else cJSON_AddNullToObject(e, "param");
     /* OpenAI's string codes */
     const char *code = status == 400   ? (!strncmp(msg, "unknown field", 13) ? "unknown_parameter"
                                           : strstr(msg, "is required")     ? "missing_required_parameter"
@@ -114,7 +180,7 @@ enum MHD_Result dl_api_error_reply(struct MHD_Connection *c, int status, const c
                        : status == 503 ? "service_unavailable"
                        : status == 504 ? "timeout"
                                        : "server_error";
-    cJSON_AddStringToObject(e, "code", code);
+    cJSON *j = dl_api_error_object(type, param, code, msg);
     if (status == 429) {
         char *t = cJSON_PrintUnformatted(j);
         enum MHD_Result r = respond(c, status, "application/json", t, strlen(t), "Retry-After", "2");
@@ -125,8 +191,15 @@ enum MHD_Result dl_api_error_reply(struct MHD_Connection *c, int status, const c
     return dl_api_json_reply(c, status, j);
 }
 
-/* one JSON value and nothing after it, or NULL */
+/* one JSON value in RFC 8259's strict grammar and nothing after it, or NULL (the
+ * reason in dl_last_error) */
 cJSON *dl_api_parse_json_body(const char *body, size_t len) {
+    size_t at;
+    const char *why = dl_json_strict_check(body, len, &at);
+    if (why) {
+        dl_fail(DL_ERR_INVALID, "%s at byte %zu", why, at);
+        return NULL;
+    }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     while (j && end && end < body + len && strchr(" \t\r\n", *end)) end++;
@@ -137,14 +210,6 @@ cJSON *dl_api_parse_json_body(const char *body, size_t len) {
     return j;
 }
 
-/* What an images request asks of the answer beyond the typed request: OpenAI's
- * parameters that shape the response, not the picture. */
-typedef struct {
-    const served *model; /* the model it asked for */
-    int n, b64;
-    char quality[8];  /* what the step count stands for ("low", "medium", "high"); "" when `steps` was given */
-    char safety[260]; /* safety_identifier, else user; "" when neither */
-} img_opts;
 
 /* the index of s in `list` (NULL-terminated), -1 when absent */
 static int str_index(const char *s, const char *const *list) {
@@ -162,8 +227,7 @@ static int one_of(const cJSON *v, const char *const *allowed) { return cJSON_IsS
  * taken: honoured where difflet can (quality chooses the step count when `steps` is
  * absent), otherwise ignored (docs/serve.md, "OpenAI compatibility"); a null is the
  * same as the parameter left out, as OpenAI has it. */
-static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, char *err, size_t en, char *param, size_t pn) {
-    cJSON *j = dl_api_parse_json_body(body, len);
+int dl_api_validate_images(cJSON *j, cJSON **norm, img_opts *o, char *err, size_t en, char *param, size_t pn) {
     *norm = NULL;
     param[0] = 0;
     memset(o, 0, sizeof *o);
@@ -174,7 +238,6 @@ static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, cha
         cJSON_Delete(j);                           \
         return 0;                                  \
     } while (0)
-    if (!j) FAIL("", "the body is not valid JSON");
     if (!cJSON_IsObject(j)) FAIL("", "the body must be a JSON object");
     /* OpenAI's parameters (as images.generate sends them), then difflet's (request.h) */
     static const char *const openai[] = {"prompt", "model", "n", "size", "response_format", "output_format",
@@ -231,10 +294,11 @@ static int validate(const char *body, size_t len, cJSON **norm, img_opts *o, cha
         if ((v = GET(enums[k].name)) && one_of(v, enums[k].values) < 0)
             FAIL(enums[k].name, "`%s` must be %s", enums[k].name, enums[k].message);
     if ((v = GET("stream")) && !cJSON_IsBool(v)) FAIL("stream", "`stream` must be a boolean");
-    if (cJSON_IsTrue(v))
-        FAIL("stream", "`stream: true` (partial image events) is not supported by this server; leave it out or set it false");
+    o->stream = cJSON_IsTrue(v);
+    if (o->stream && o->n != 1) FAIL("n", "`stream: true` answers one image: `n` must be 1");
     if ((v = GET("partial_images")) && (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble || v->valuedouble < 0 || v->valuedouble > 3))
         FAIL("partial_images", "`partial_images` must be an integer from 0 to 3");
+    if (!o->stream) cJSON_DeleteItemFromObjectCaseSensitive(j, "partial_images"); /* previews only for a stream */
     if ((v = GET("output_format")) && (one_of(v, (const char *const[]){"gif", "svg", NULL}) >= 0))
         FAIL("output_format", "`output_format` \"%s\" is not supported: this server writes \"png\", \"jpeg\" or \"webp\"", v->valuestring);
     static const char *const gif_svg[] = {"frame_count", "frame_duration_ms", "svg"};
@@ -299,17 +363,21 @@ static void new_id(char *id) {
 
 /* Enqueue n jobs of a kind ("image", "video"; seed s, s+1, ... when given; random
  * otherwise) for model m. 0 when its queue is full, -1 when the job store could not
- * record them (nothing was accepted). */
+ * record them (nothing was accepted). The count and the inserts are one durable
+ * transaction (the store's writer, not dl_api.mu: its fsync holds up no other reply),
+ * so concurrent requests cannot overfill the queue. */
 int dl_api_enqueue(const served *m, cJSON *req, int n, char ids[][24], const char *kind) {
-    pthread_mutex_lock(&dl_api.mu);
-    int queued = dl_jobs_count(dl_api.js, "queued", m->pr.model_id);
-    if (queued + n > m->pr.queue_capacity) {
-        pthread_mutex_unlock(&dl_api.mu);
+    if (dl_jobs_begin(dl_api.js, 1) != DL_OK) { /* the whole request is accepted with one durable commit */
+        DL_ERROR("serve: job store: %s", dl_last_error());
+        return -1;
+    }
+    if (dl_jobs_count(dl_api.js, "queued", m->pr.model_id) + n > m->pr.queue_capacity) {
+        dl_jobs_rollback(dl_api.js);
         return 0;
     }
     const cJSON *given = cJSON_GetObjectItemCaseSensitive(req, "seed");
     double seed = cJSON_IsNumber(given) ? given->valuedouble : -1;
-    int ok = dl_jobs_begin(dl_api.js, 1) == DL_OK; /* the whole request is accepted with one durable commit */
+    int ok = 1;
     for (int i = 0; i < n && ok; i++) {
         new_id(ids[i]);
         uint64_t sd;
@@ -324,84 +392,12 @@ int dl_api_enqueue(const served *m, cJSON *req, int n, char ids[][24], const cha
     if (!ok || dl_jobs_commit(dl_api.js) != DL_OK) {
         DL_ERROR("serve: job store: %s", dl_last_error());
         dl_jobs_rollback(dl_api.js);
-        pthread_mutex_unlock(&dl_api.mu);
         return -1;
     }
-    pthread_cond_broadcast(&dl_api.cv);
+    dl_api_notify();
     if (write(dl_api.wake[1], "j", 1) < 0) {} /* full pipe: the supervisor is awake anyway */
-    pthread_mutex_unlock(&dl_api.mu);
     return 1;
 }
-
-static char *b64(const uint8_t *d, size_t n) {
-    static const char *t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *o = malloc(4 * ((n + 2) / 3) + 1), *p = o;
-    if (!o) return NULL;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) | (i + 2 < n ? d[i + 2] : 0);
-        *p++ = t[v >> 18], *p++ = t[(v >> 12) & 63];
-        *p++ = i + 1 < n ? t[(v >> 6) & 63] : '=';
-        *p++ = i + 2 < n ? t[v & 63] : '=';
-    }
-    *p = 0;
-    return o;
-}
-
-/* The web page: ids are looked up explicitly (window.prompt and window.status are
- * built-ins that named access would not override). With several models, a model
- * picker (`?model=ID` preselects one). A video model (the model object's `output`)
- * gets a length choice, POST /v1/videos, and a <video> player. */
-static const char *PAGE =
-    "<!doctype html><html><head><meta charset=utf-8><title>difflet</title><style>"
-    "body{font-family:sans-serif;max-width:640px;margin:2em auto}input,select{margin:.2em}"
-    "#bar{height:10px;background:#4a7;width:0}#wrap{border:1px solid #999;width:100%}img,video{image-rendering:pixelated;width:256px}"
-    "</style></head><body><h1>difflet</h1><form id=form>"
-    "<input id=q_prompt size=60 value='a large red circle in the centre on a blue background'><br>"
-    "<span id=q_mwrap hidden>model <select id=q_model></select></span> size <select id=q_size></select> <span id=q_len hidden>length <select id=q_frames></select></span> "
-    "steps <input id=q_steps type=number value=20 min=1 size=4> "
-    "seed <input id=q_seed type=number value=1 size=6> cache <select id=q_cache><option>off<option>cadence:2"
-    "<option>online-delta</select> <button>Generate</button><br>"
-    "API key <input id=q_key type=password size=24 placeholder='(none)'> <small>kept in this browser</small></form>"
-    "<div id=wrap><div id=bar></div></div><p id=q_status></p><img id=q_img alt=''>"
-    "<video id=q_video controls loop hidden></video>"
-    "<script>const $=i=>document.getElementById(i);let V=0;"
-    /* a key given as #key=... is stored and taken out of the address bar */
-    "const hk=new URLSearchParams(location.hash.slice(1)).get('key');"
-    "if(hk){localStorage.setItem('difflet_key',hk);history.replaceState(null,'',location.pathname+location.search)}"
-    "$('q_key').value=localStorage.getItem('difflet_key')||'';"
-    "$('q_key').onchange=()=>localStorage.setItem('difflet_key',$('q_key').value);"
-    "const H=()=>{const k=$('q_key').value;return k?{'Authorization':'Bearer '+k,'Content-Type':'application/json'}"
-    ":{'Content-Type':'application/json'}};"
-    "const api=(u,o)=>fetch(u,Object.assign({headers:H()},o||{}));"
-    "const opt=(sel,v,t)=>{const o=document.createElement('option');o.value=v;o.textContent=t;$(sel).appendChild(o)};"
-    /* the chosen model's sizes, and for a video model its lengths */
-    "let M=[];const pick=()=>{const d=M[$('q_model').selectedIndex]||M[0];$('q_size').textContent='';$('q_frames').textContent='';"
-    "for(const s of d.sizes)opt('q_size',s,s);V=d.output=='video';$('q_len').hidden=!V;"
-    "if(V)d.frames.forEach((f,i)=>opt('q_frames',f,d.seconds[i]+' s ('+f+' frames)'))};"
-    "api('/v1/models').then(r=>r.json()).then(m=>{if(!m.data){$('q_status').textContent=m.error.message;return}"
-    "M=m.data;for(const d of M)opt('q_model',d.id,d.id+' ('+d.output+')');$('q_mwrap').hidden=M.length<2;"
-    "const w=new URLSearchParams(location.search).get('model');if(w)$('q_model').value=w;"
-    "$('q_model').onchange=pick;pick();"
-    "if(location.search.includes('autorun'))$('form').requestSubmit()});"
-    /* a finished video plays from its content route (as a blob when a key is needed) */
-    "const result=id=>{$('q_img').hidden=V;$('q_video').hidden=!V;"
-    "if(!V){api('/v1/jobs/'+id+'/content').then(r=>r.blob()).then(b=>{$('q_img').src=URL.createObjectURL(b)});return}"
-    "const u='/v1/videos/'+id+'/content';"
-    "if(!$('q_key').value)$('q_video').src=u;else api(u).then(r=>r.blob()).then(b=>{$('q_video').src=URL.createObjectURL(b)})};"
-    "const show=(id,s)=>{$('bar').style.width=s.progress+'%';$('q_status').textContent=s.status+' '+s.steps_done+'/'+s.steps;"
-    "if(s.status=='completed'){result(id);return 1}"
-    "if(s.status=='failed'||s.status=='cancelled'){$('q_status').textContent=s.status+': '+(s.error||'');return 1}return 0};"
-    "$('form').onsubmit=async e=>{e.preventDefault();$('q_status').textContent='queued';$('bar').style.width='0';"
-    "const b={prompt:$('q_prompt').value,model:$('q_model').value,size:$('q_size').value,steps:+$('q_steps').value,"
-    "seed:+$('q_seed').value,cache:$('q_cache').value};if(V)b.frames=+$('q_frames').value;"
-    "const r=await api(V?'/v1/videos':'/v1/jobs',{method:'POST',body:JSON.stringify(b)});const j=await r.json();"
-    "if(!r.ok){$('q_status').textContent=j.error.message;return}"
-    /* without a key: server-sent events; with one (EventSource sends no headers): polling.
-       A video's id names its job on /v1/jobs too. */
-    "if(!$('q_key').value){const ev=new EventSource('/v1/jobs/'+j.id+'/events');"
-    "for(const k of ['progress','completed','failed','cancelled'])ev.addEventListener(k,m=>{if(show(j.id,JSON.parse(m.data)))ev.close()})}"
-    "else{const poll=async()=>{const s=await (await api('/v1/jobs/'+j.id)).json();if(!show(j.id,s))setTimeout(poll,250)};poll()}}"
-    "</script></body></html>";
 
 /* Signed content URLs, as OpenAI's `url` responses are: absolute, fetchable without
  * the API key, valid for an hour. sig = hex HMAC-SHA256(server key, "ID:EXPIRES"). */
@@ -472,47 +468,59 @@ static void tb_printf(textbuf *b, const char *fmt, ...) {
 }
 
 /* Prometheus text: the server's totals, then each model's own queue, processes and
- * restarts (label `model`: its id) */
+ * restarts (label `model`: its id). The store's counts are read first (no lock), then
+ * the memory's under dl_api.mu, then the text is written (no lock). */
 static enum MHD_Result metrics(struct MHD_Connection *c) {
-    textbuf tb = {malloc(16384), 0, 16384};
+    const int nm = dl_api.nmodels;
+    long queued[DL_SERVE_MAX_MODELS], inflight[DL_SERVE_MAX_MODELS], restarts_m[DL_SERVE_MAX_MODELS], ready_m[DL_SERVE_MAX_MODELS];
+    const int depth = dl_jobs_count(dl_api.js, "queued", NULL);
+    for (int k = 0; k < nm; k++) queued[k] = dl_jobs_count(dl_api.js, "queued", dl_api.m[k].pr.model_id);
+    long dur_bucket[NBUCKETS], dur_count, wait_count, steps_full, steps_cached, restarts, inflight_all = 0;
+    double dur_sum, wait_sum;
+    int ready;
     pthread_mutex_lock(&dl_api.mu);
-    int depth = dl_jobs_count(dl_api.js, "queued", NULL), inflight = 0;
-    for (int k = 0; k < dl_api.nmodels; k++) inflight += dl_api_inflight(&dl_api.m[k]);
+    for (int k = 0; k < nm; k++) {
+        inflight[k] = dl_api_inflight(&dl_api.m[k]), inflight_all += inflight[k];
+        restarts_m[k] = dl_api.m[k].restarts, ready_m[k] = dl_api_model_ready(&dl_api.m[k]);
+    }
+    memcpy(dur_bucket, dl_api.dur_bucket, sizeof dur_bucket);
+    dur_count = dl_api.dur_count, wait_count = dl_api.wait_count, steps_full = dl_api.steps_full;
+    steps_cached = dl_api.steps_cached, restarts = dl_api.restarts, dur_sum = dl_api.dur_sum, wait_sum = dl_api.wait_sum;
+    ready = dl_api_all_ready();
+    pthread_mutex_unlock(&dl_api.mu);
+    textbuf tb = {malloc(16384), 0, 16384};
 #define P(...) tb_printf(&tb, __VA_ARGS__)
     P("# TYPE difflet_requests_total counter\n");
-    for (int s = 100; s < 600; s++)
-        if (dl_api.requests[s]) P("difflet_requests_total{status=\"%d\"} %ld\n", s, dl_api.requests[s]);
+    for (int s = 100; s < 600; s++) {
+        long n = atomic_load_explicit(&dl_api.requests[s], memory_order_relaxed);
+        if (n) P("difflet_requests_total{status=\"%d\"} %ld\n", s, n);
+    }
     P("# TYPE difflet_request_duration_seconds histogram\n");
     long cum = 0;
     for (int b = 0; b < NBUCKETS; b++) {
-        cum += dl_api.dur_bucket[b];
+        cum += dur_bucket[b];
         P("difflet_request_duration_seconds_bucket{le=\"%g\"} %ld\n", k_buckets[b], cum);
     }
-    P("difflet_request_duration_seconds_bucket{le=\"+Inf\"} %ld\n", dl_api.dur_count);
-    P("difflet_request_duration_seconds_sum %.6f\ndifflet_request_duration_seconds_count %ld\n", dl_api.dur_sum, dl_api.dur_count);
+    P("difflet_request_duration_seconds_bucket{le=\"+Inf\"} %ld\n", dur_count);
+    P("difflet_request_duration_seconds_sum %.6f\ndifflet_request_duration_seconds_count %ld\n", dur_sum, dur_count);
     P("# TYPE difflet_queue_wait_seconds summary\ndifflet_queue_wait_seconds_sum %.6f\ndifflet_queue_wait_seconds_count %ld\n",
-      dl_api.wait_sum, dl_api.wait_count);
+      wait_sum, wait_count);
     P("# TYPE difflet_queue_depth gauge\ndifflet_queue_depth %d\n", depth);
-    P("# TYPE difflet_inflight gauge\ndifflet_inflight %d\n", inflight);
+    P("# TYPE difflet_inflight gauge\ndifflet_inflight %ld\n", inflight_all);
     P("# TYPE difflet_denoise_steps_total counter\ndifflet_denoise_steps_total{cached=\"false\"} %ld\n"
-      "difflet_denoise_steps_total{cached=\"true\"} %ld\n", dl_api.steps_full, dl_api.steps_cached);
-    P("# TYPE difflet_model_restarts_total counter\ndifflet_model_restarts_total %ld\n", dl_api.restarts);
-    P("# TYPE difflet_ready gauge\ndifflet_ready %d\n", dl_api_all_ready());
+      "difflet_denoise_steps_total{cached=\"true\"} %ld\n", steps_full, steps_cached);
+    P("# TYPE difflet_model_restarts_total counter\ndifflet_model_restarts_total %ld\n", restarts);
+    P("# TYPE difflet_ready gauge\ndifflet_ready %d\n", ready);
     static const char *const per_model[] = {"difflet_model_queue_depth gauge", "difflet_model_inflight gauge",
                                             "difflet_model_process_restarts_total counter", "difflet_model_ready gauge"};
+    const long *const values[] = {queued, inflight, restarts_m, ready_m};
     for (int f = 0; f < 4; f++) {
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)strcspn(per_model[f], " "), per_model[f]);
         P("# TYPE %s\n", per_model[f]);
-        for (int k = 0; k < dl_api.nmodels; k++) {
-            const served *m = &dl_api.m[k];
-            long v = f == 0 ? dl_jobs_count(dl_api.js, "queued", m->pr.model_id) : f == 1 ? dl_api_inflight(m)
-                     : f == 2 ? m->restarts : dl_api_model_ready(m);
-            P("%s{model=\"%s\"} %ld\n", name, m->pr.model_id, v);
-        }
+        for (int k = 0; k < nm; k++) P("%s{model=\"%s\"} %ld\n", name, dl_api.m[k].pr.model_id, values[f][k]);
     }
 #undef P
-    pthread_mutex_unlock(&dl_api.mu);
     if (!tb.p) return dl_api_error_reply(c, 500, "server_error", NULL, "out of memory");
     enum MHD_Result r = respond(c, 200, "text/plain; version=0.0.4", tb.p, tb.n, NULL, NULL);
     free(tb.p);
@@ -559,11 +567,41 @@ static void load_tokenizer(served *m) {
  * ImagesResponse shape (created, data[] with revised_prompt, background,
  * output_format, quality, size, usage, safety_identifier) plus difflet's timing. */
 static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
-    cJSON *req;
+    cJSON *req = NULL, *j = dl_api_parse_json_body(cn->body ? cn->body : "", cn->len);
     img_opts o;
-    char err[1024], param[64];
-    if (!validate(cn->body ? cn->body : "", cn->len, &req, &o, err, sizeof err, param, sizeof param))
+    char err[1024], param[64] = "";
+    if (!j) snprintf(err, sizeof err, "the body is not valid JSON: %s", dl_last_error());
+    if (!j || !dl_api_validate_images(j, &req, &o, err, sizeof err, param, sizeof param))
         return dl_api_error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
+    return dl_api_images_answer(c, req, &o);
+}
+
+/* what an images answer (and a stream's completed event) says beside the pictures:
+ * never transparent (no alpha channel), the format written, the quality the step
+ * count stood for (absent when `steps` was given), the size, the safety identifier,
+ * and usage: the prompt's text tokens (counted once per request, as OpenAI counts
+ * them); no input image tokens; the output is pixels, not tokens */
+void dl_api_answer_fields(cJSON *out, const cJSON *req, const img_opts *o) {
+    char size[32];
+    snprintf(size, sizeof size, "%dx%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "width")),
+             (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "height")));
+    cJSON_AddStringToObject(out, "background", "opaque");
+    cJSON_AddStringToObject(out, "output_format", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "output_format")));
+    if (o->quality[0]) cJSON_AddStringToObject(out, "quality", o->quality);
+    cJSON_AddStringToObject(out, "size", size);
+    if (o->safety[0]) cJSON_AddStringToObject(out, "safety_identifier", o->safety);
+    int tokens = prompt_tokens(o->model, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "prompt")));
+    cJSON *u = cJSON_AddObjectToObject(out, "usage");
+    cJSON_AddNumberToObject(u, "input_tokens", tokens);
+    cJSON *ud = cJSON_AddObjectToObject(u, "input_tokens_details");
+    cJSON_AddNumberToObject(ud, "text_tokens", tokens);
+    cJSON_AddNumberToObject(ud, "image_tokens", 0);
+    cJSON_AddNumberToObject(u, "output_tokens", 0);
+    cJSON_AddNumberToObject(u, "total_tokens", tokens);
+}
+
+enum MHD_Result dl_api_images_answer(struct MHD_Connection *c, cJSON *req, const img_opts *po) {
+    const img_opts o = *po;
     const int n = o.n;
     char ids[4][24];
     int q = dl_api_enqueue(o.model, req, n, ids, "image");
@@ -576,13 +614,16 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
         return dl_api_error_reply(c, 429, "rate_limit_error", NULL, "the queue of `%s` is full (%d jobs); retry later",
                                   o.model->pr.model_id, o.model->pr.queue_capacity);
     }
+    if (o.stream) return dl_api_images_stream(c, ids[0], req, &o); /* n is 1 */
     cJSON *out = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(out, "data");
     cJSON_AddNumberToObject(out, "created", (double)(int64_t)wall());
     for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&dl_api.mu);
         cJSON *j = NULL;
         const char *st = NULL;
-        for (;;) { /* wait for this job to finish */
+        for (;;) { /* wait for this job to finish: the store read without the lock, the wait on news (or 0.2 s) */
+            pthread_mutex_lock(&dl_api.mu);
+            const unsigned long seen = dl_api.changes;
+            pthread_mutex_unlock(&dl_api.mu);
             cJSON_Delete(j);
             j = dl_jobs_get(dl_api.js, ids[i]);
             st = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : "failed";
@@ -591,9 +632,10 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 200000000;
             if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-            pthread_cond_timedwait(&dl_api.cv, &dl_api.mu, &ts);
+            pthread_mutex_lock(&dl_api.mu);
+            if (dl_api.changes == seen) pthread_cond_timedwait(&dl_api.cv, &dl_api.mu, &ts);
+            pthread_mutex_unlock(&dl_api.mu);
         }
-        pthread_mutex_unlock(&dl_api.mu);
         if (strcmp(st, "completed")) {
             const char *e = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "error")) : NULL;
             int timeout = e && strstr(e, "timed out");
@@ -610,7 +652,7 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
             size_t len;
             const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "result"));
             if (path && dl_file_read(path, 64u << 20, &data_bytes, &len) == DL_OK) {
-                char *enc = b64((const uint8_t *)data_bytes, len);
+                char *enc = dl_b64_encode((const uint8_t *)data_bytes, len);
                 cJSON_AddStringToObject(item, "b64_json", enc ? enc : "");
                 free(enc), free(data_bytes);
             }
@@ -631,26 +673,7 @@ static enum MHD_Result generations(struct MHD_Connection *c, conn *cn) {
         }
         cJSON_Delete(j);
     }
-    /* what was made: never transparent (no alpha channel), the format written, the
-       quality the step count stood for (absent when `steps` was given), the size */
-    char size[32];
-    snprintf(size, sizeof size, "%dx%d", (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "width")),
-             (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(req, "height")));
-    cJSON_AddStringToObject(out, "background", "opaque");
-    cJSON_AddStringToObject(out, "output_format", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "output_format")));
-    if (o.quality[0]) cJSON_AddStringToObject(out, "quality", o.quality);
-    cJSON_AddStringToObject(out, "size", size);
-    if (o.safety[0]) cJSON_AddStringToObject(out, "safety_identifier", o.safety);
-    /* usage: the prompt's text tokens (counted once per request, as OpenAI counts
-       them); no input images; the output is pixels, not tokens */
-    int tokens = prompt_tokens(o.model, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "prompt")));
-    cJSON *u = cJSON_AddObjectToObject(out, "usage");
-    cJSON_AddNumberToObject(u, "input_tokens", tokens);
-    cJSON *ud = cJSON_AddObjectToObject(u, "input_tokens_details");
-    cJSON_AddNumberToObject(ud, "text_tokens", tokens);
-    cJSON_AddNumberToObject(ud, "image_tokens", 0);
-    cJSON_AddNumberToObject(u, "output_tokens", 0);
-    cJSON_AddNumberToObject(u, "total_tokens", tokens);
+    dl_api_answer_fields(out, req, &o);
     cJSON_Delete(req);
     return dl_api_json_reply(c, 200, out);
 }
@@ -672,45 +695,44 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     sse *e = cls;
     (void)pos;
     if (e->done) return MHD_CONTENT_READER_END_OF_STREAM;
-    pthread_mutex_lock(&dl_api.mu);
     const double since = wall();
     for (;;) {
         const int quiet = wall() - since >= 3.0; /* time for a keep-alive */
-        const worker *w = NULL;
-        for (int i = 0; i < dl_api.nworkers && !w; i++)
-            if (!strcmp(dl_api.w[i].inflight, e->id)) w = &dl_api.w[i];
-        if (w && w->live_step > e->last_step && !strcmp(e->last_status, "in_progress")) {
+        /* the running job's progress from memory (under the lock, briefly) */
+        int running = 0, live_step = 0, live_steps = 0;
+        pthread_mutex_lock(&dl_api.mu);
+        const unsigned long seen = dl_api.changes;
+        for (int i = 0; i < dl_api.nworkers && !running; i++)
+            if (!strcmp(dl_api.w[i].inflight, e->id)) running = 1, live_step = dl_api.w[i].live_step, live_steps = dl_api.w[i].live_steps;
+        pthread_mutex_unlock(&dl_api.mu);
+        if (running && live_step > e->last_step && !strcmp(e->last_status, "in_progress")) {
             /* running: an event for every step done since the last one sent */
             size_t n = 0;
-            while (e->last_step < w->live_step && n + 256 < max) {
-                int st = ++e->last_step, pc = w->live_steps ? 100 * st / w->live_steps : 0;
+            while (e->last_step < live_step && n + 256 < max) {
+                int st = ++e->last_step, pc = live_steps ? 100 * st / live_steps : 0;
                 if (e->video) /* the video object's fields that change while it runs */
                     n += (size_t)snprintf(buf + n, max - n,
                                           "event: progress\ndata: {\"id\":\"video_%s\",\"object\":\"video\",\"status\":\"in_progress\","
                                           "\"progress\":%d,\"steps_done\":%d,\"steps\":%d}\n\n",
-                                          e->id, pc < 99 ? pc : 99, st, w->live_steps);
+                                          e->id, pc < 99 ? pc : 99, st, live_steps);
                 else
                     n += (size_t)snprintf(buf + n, max - n,
                                           "event: progress\ndata: {\"id\":\"%s\",\"status\":\"in_progress\",\"steps_done\":%d,"
                                           "\"steps\":%d,\"progress\":%d}\n\n",
-                                          e->id, st, w->live_steps, pc);
+                                          e->id, st, live_steps, pc);
             }
-            pthread_mutex_unlock(&dl_api.mu);
             return (ssize_t)n;
         }
+        /* the store (no lock): only on a status change, else for a keep-alive */
         cJSON *j = NULL;
-        int idle_run = w && !strcmp(e->last_status, "in_progress") && w->live_step == e->last_step && !quiet;
-        if (!idle_run && !(j = dl_jobs_get(dl_api.js, e->id))) { /* running with no news: no store read */
-            pthread_mutex_unlock(&dl_api.mu);
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        }
+        int idle_run = running && !strcmp(e->last_status, "in_progress") && live_step == e->last_step && !quiet;
+        if (!idle_run && !(j = dl_jobs_get(dl_api.js, e->id))) return MHD_CONTENT_READER_END_OF_STREAM; /* deleted */
         const char *st = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : "in_progress";
-        int step = w ? w->live_step : (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps_done"));
+        int step = running ? live_step : (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps_done"));
         if (j && (strcmp(st, e->last_status) || step > e->last_step || quiet)) { /* a change, or a keep-alive */
             /* the video object, progress as the model process reports it */
-            cJSON *v = e->video ? dl_video_object(j, dl_api_job_model(j), w ? w->live_step : 0, w ? w->live_steps : 0,
+            cJSON *v = e->video ? dl_video_object(j, dl_api_job_model(j), running ? live_step : 0, running ? live_steps : 0,
                                                   dl_api.srv->result_ttl_s) : NULL;
-            pthread_mutex_unlock(&dl_api.mu);
             e->last_step = step > e->last_step ? step : e->last_step;
             snprintf(e->last_status, sizeof e->last_status, "%s", st);
             e->done = strcmp(st, "queued") && strcmp(st, "in_progress");
@@ -730,7 +752,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         struct timespec ts; /* news wakes us (progress, dispatch, completion, cancel); else 1 s */
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;
-        pthread_cond_timedwait(&dl_api.cv, &dl_api.mu, &ts);
+        pthread_mutex_lock(&dl_api.mu);
+        if (dl_api.changes == seen) pthread_cond_timedwait(&dl_api.cv, &dl_api.mu, &ts);
+        pthread_mutex_unlock(&dl_api.mu);
     }
 }
 
@@ -741,11 +765,13 @@ enum MHD_Result dl_api_events(struct MHD_Connection *c, const char *id, int vide
     e->video = video;
     e->last_step = -1;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, e, free);
+    if (!r) {
+        free(e);
+        return MHD_NO;
+    }
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
-    enum MHD_Result ret = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    return ret;
+    return queue(c, 200, r);
 }
 
 /* A served model as OpenAI's model object (plus the sizes it serves). */
@@ -821,6 +847,36 @@ static enum MHD_Result health_handler(void *cls, struct MHD_Connection *c, const
     return dl_api_error_reply(c, 404, "not_found_error", NULL, "this listener serves /health and /ready only");
 }
 
+/* A client's cancel, durable (a cancelled job never runs after a restart; a running
+ * job's cancel survives a crash of this process). A queued job is cancelled in the
+ * store if it is still queued (the dispatcher may be taking it: one of the two wins);
+ * a running one is flagged in the store and its model process is told (the supervisor
+ * sends the cancel; the job ends cancelled when the process stops). A job running in
+ * the store is always in its model process's slot already (models.c, dispatch_one).
+ * 0, or -1 when the store failed. No lock is held across the store's fsyncs. */
+static int cancel_job(const char *id) {
+    int r = -1;
+    if (dl_jobs_begin(dl_api.js, 1) == DL_OK) {
+        r = dl_jobs_transition(dl_api.js, id, "queued", "cancelled", "cancelled by the client", NULL);
+        if (r < 0 || dl_jobs_commit(dl_api.js) != DL_OK) r = -1, dl_jobs_rollback(dl_api.js);
+    }
+    if (r == 0) { /* not queued: running, or already over */
+        cJSON *j = dl_jobs_get(dl_api.js, id);
+        const char *st = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : NULL;
+        if (st && !strcmp(st, "in_progress")) {
+            if (dl_jobs_begin(dl_api.js, 1) == DL_OK) {
+                if (dl_jobs_request_cancel(dl_api.js, id) != DL_OK || dl_jobs_commit(dl_api.js) != DL_OK) r = -1, dl_jobs_rollback(dl_api.js);
+            } else {
+                r = -1;
+            }
+            dl_api_cancel_running(id); /* even when the store failed: the job stops now */
+        }
+        cJSON_Delete(j);
+    }
+    dl_api_notify();
+    return r < 0 ? -1 : 0;
+}
+
 /* "Bearer KEY" (the scheme in any case, RFC 7235), the key compared in constant time */
 static int authorized(struct MHD_Connection *c) {
     const char *key = dl_api.srv->api_key;
@@ -844,10 +900,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!cn) return MHD_NO;
         cn->t0 = dl_now();
         *con_cls = cn;
+        /* a body announced too large is refused before it is read (the listener checked the
+           number); image uploads (edits) may be larger than JSON bodies */
+        cn->limit = !strcmp(url, "/v1/images/edits") ? MAX_UPLOAD : MAX_BODY;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > cn->limit)
+            return dl_api_error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %zu bytes", cn->limit);
         return MHD_YES;
     }
     if (*upload_size) { /* body pieces */
-        if (cn->len + *upload_size > MAX_BODY) cn->too_big = 1;
+        if (cn->len + *upload_size > cn->limit) cn->too_big = 1;
         else {
             char *b = realloc(cn->body, cn->len + *upload_size + 1);
             if (!b) return MHD_NO;
@@ -867,7 +929,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return dl_api_error_reply(c, 405, "invalid_request_error", NULL, "method %s is not allowed (GET, POST or DELETE)", method);
     if (!strcmp(url, "/health")) return dl_api_json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
     if (get && !strcmp(url, "/")) /* the page holds no data: it asks for the key itself */
-        return respond(c, 200, "text/html; charset=utf-8", PAGE, strlen(PAGE), NULL, NULL);
+        return respond(c, 200, "text/html; charset=utf-8", dl_serve_page, strlen(dl_serve_page), NULL, NULL);
     if (post || del) { /* another site's page may not make this server generate, cancel or delete (browsers send Origin) */
         const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
@@ -878,7 +940,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (!authorized(c) && !(get && signed_content(c, url)))
         return dl_api_error_reply(c, 401, "authentication_error", NULL, "a valid `Authorization: Bearer` key is required");
-    if (cn->too_big) return dl_api_error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %d bytes", MAX_BODY);
+    if (cn->too_big) return dl_api_error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %zu bytes", cn->limit);
     if (get && !strcmp(url, "/ready")) return ready_reply(c);
     if (get && !strcmp(url, "/metrics")) return metrics(c);
     if (get && !strcmp(url, "/v1/models")) { /* in the deployment's order: the first is the default */
@@ -903,12 +965,25 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         observe(dl_now() - cn->t0);
         return r;
     }
+    if (post && !strcmp(url, "/v1/images/edits")) {
+        r = dl_api_edits(c, cn->body ? cn->body : "", cn->len);
+        observe(dl_now() - cn->t0);
+        return r;
+    }
     if (post && !strcmp(url, "/v1/jobs")) {
         cJSON *req;
         img_opts o;
         char err[1024], param[64];
-        if (!validate(cn->body ? cn->body : "", cn->len, &req, &o, err, sizeof err, param, sizeof param))
+        param[0] = 0;
+        cJSON *body = dl_api_parse_json_body(cn->body ? cn->body : "", cn->len);
+        if (!body) snprintf(err, sizeof err, "the body is not valid JSON: %s", dl_last_error());
+        if (!body || !dl_api_validate_images(body, &req, &o, err, sizeof err, param, sizeof param))
             return dl_api_error_reply(c, strcmp(param, "model") || !strstr(err, "does not exist") ? 400 : 404, "invalid_request_error", param[0] ? param : NULL, "%s", err);
+        if (o.stream) {
+            cJSON_Delete(req);
+            return dl_api_error_reply(c, 400, "invalid_request_error", "stream",
+                                      "a job streams its progress from GET /v1/jobs/ID/events: leave `stream` out");
+        }
         if (o.n != 1) {
             cJSON_Delete(req);
             return dl_api_error_reply(c, 400, "invalid_request_error", "n", "a job makes one image: `n` must be 1");
@@ -922,12 +997,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                                       o.model->pr.model_id, o.model->pr.queue_capacity);
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "id", ids[0]);
-        pthread_mutex_lock(&dl_api.mu); /* the state now: an idle model process may have taken it already */
-        cJSON *cur = dl_jobs_get(dl_api.js, ids[0]);
+        cJSON *cur = dl_jobs_get(dl_api.js, ids[0]); /* the state now: an idle model process may have taken it already */
         const char *st = cur ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cur, "status")) : NULL;
         cJSON_AddStringToObject(j, "status", st ? st : "queued");
         cJSON_AddNumberToObject(j, "queue_position", dl_jobs_position(dl_api.js, ids[0]));
-        pthread_mutex_unlock(&dl_api.mu);
         cJSON_Delete(cur);
         return dl_api_json_reply(c, 202, j);
     }
@@ -936,10 +1009,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         const char *at = url + 9 + (strncmp(url + 9, "video_", 6) ? 0 : 6); /* a video's id names its job too */
         if (sscanf(at, "%63[0-9a-f]%63s", id, tail) < 1 || strlen(id) != 16)
             return dl_api_error_reply(c, 404, "not_found_error", NULL, "no such job");
-        pthread_mutex_lock(&dl_api.mu);
         cJSON *j = dl_jobs_get(dl_api.js, id);
         int pos = j ? dl_jobs_position(dl_api.js, id) : 0;
-        pthread_mutex_unlock(&dl_api.mu);
         if (!j) return dl_api_error_reply(c, 404, "not_found_error", NULL, "no job %s", id);
         /* the status outlives j: replies below are formatted after j is freed */
         char st[32];
@@ -964,26 +1035,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return ok ? r : dl_api_error_reply(c, 404, "not_found_error", NULL, "job %s has no content (status %s)", id, st);
         }
         if (post && !strcmp(tail, "/cancel")) {
-            pthread_mutex_lock(&dl_api.mu);
-            if (!strcmp(st, "queued")) { /* durable: a cancelled job never runs after a restart */
-                if (dl_jobs_begin(dl_api.js, 1) == DL_OK) {
-                    dl_jobs_set(dl_api.js, id, "cancelled", "cancelled by the client", NULL);
-                    if (dl_jobs_commit(dl_api.js) != DL_OK) dl_jobs_rollback(dl_api.js);
-                }
-            } else if (!strcmp(st, "in_progress")) { /* every model process has its own slot; durable across a crash */
-                for (int i = 0; i < dl_api.nworkers; i++)
-                    if (!strcmp(dl_api.w[i].inflight, id)) dl_api.w[i].cancel_wanted = 1;
-                if (dl_jobs_begin(dl_api.js, 1) == DL_OK) {
-                    dl_jobs_request_cancel(dl_api.js, id);
-                    if (dl_jobs_commit(dl_api.js) != DL_OK) dl_jobs_rollback(dl_api.js);
-                }
-            }
-            pthread_cond_broadcast(&dl_api.cv);
-            pthread_mutex_unlock(&dl_api.mu);
             cJSON_Delete(j);
-            pthread_mutex_lock(&dl_api.mu);
-            j = dl_jobs_get(dl_api.js, id);
-            pthread_mutex_unlock(&dl_api.mu);
+            j = NULL;
+            if (cancel_job(id) < 0 || !(j = dl_jobs_get(dl_api.js, id)))
+                return dl_api_error_reply(c, 500, "server_error", NULL, "the job store could not record the cancel: %s", dl_last_error());
             cJSON_DeleteItemFromObject(j, "result");
             return dl_api_json_reply(c, 200, j);
         }
@@ -997,6 +1052,13 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     conn *cn = *con_cls;
     if (cn) free(cn->body), free(cn);
     *con_cls = NULL;
+}
+
+/* a listener and its daemon, in that order (either may be NULL) */
+static void stop_http(dl_listener *l, struct MHD_Daemon *d) {
+    if (l) dl_listener_stop(l);
+    if (d) MHD_stop_daemon(d);
+    dl_listener_free(l);
 }
 
 static volatile sig_atomic_t g_stop;
@@ -1083,43 +1145,45 @@ int dl_serve_api_main(const dl_serve_config *cfg, const char *self_exe) {
         fprintf(stderr, "difflet: serve: host %s is not an IPv4 address\n", pr->host);
         return 1;
     }
-    /* idle connections (no request yet, or between requests) close after idle_timeout_s;
-       one client address holds at most max_connections_per_ip of max_connections */
-    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG,
-                                            (uint16_t)pr->port, NULL, NULL, handler, NULL, MHD_OPTION_SOCK_ADDR, &addr,
-                                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
-                                            (unsigned)pr->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-                                            (unsigned)pr->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                                            (unsigned)pr->max_connections_per_ip, MHD_OPTION_END);
-    if (!d) {
-        fprintf(stderr, "difflet: serve: cannot listen on %s:%d\n", pr->host, pr->port);
+    /* The listeners (listen.c) accept and check each request; libmicrohttpd serves the
+       well-formed ones they hand over, one request per connection. A connection whose
+       request has not all come within idle_timeout_s closes (408 when it sent part of
+       one); one client address holds at most max_connections_per_ip of max_connections
+       (the listener's limits: libmicrohttpd's are only a backstop). */
+    const unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    dl_listener *api_l = dl_listener_new(pr->max_connections, pr->max_connections_per_ip, pr->idle_timeout_s), *health_l = NULL;
+    struct MHD_Daemon *d = !api_l ? NULL
+                           : MHD_start_daemon(flags | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL, handler, NULL, MHD_OPTION_NOTIFY_COMPLETED,
+                                              completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, dl_listener_notify, api_l,
+                                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)pr->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                                              (unsigned)(2 * pr->max_connections + 16), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                                              (size_t)DL_LISTEN_MHD_POOL, MHD_OPTION_END);
+    struct MHD_Daemon *hd = NULL;
+    int ok = d && dl_listener_start(api_l, d, &addr);
+    if (!ok) fprintf(stderr, "difflet: serve: cannot listen on %s:%d\n", pr->host, pr->port);
+    if (ok && pr->health_port >= 0) { /* /health and /ready on their own connections */
+        struct sockaddr_in ha = addr;
+        ha.sin_port = htons((uint16_t)pr->health_port);
+        health_l = dl_listener_new(64, 64, 5);
+        hd = !health_l ? NULL
+                       : MHD_start_daemon(flags, 0, NULL, NULL, health_handler, NULL, MHD_OPTION_NOTIFY_CONNECTION, dl_listener_notify,
+                                          health_l, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)5, MHD_OPTION_CONNECTION_LIMIT, (unsigned)144,
+                                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)DL_LISTEN_MHD_POOL, MHD_OPTION_END);
+        ok = hd && dl_listener_start(health_l, hd, &ha);
+        if (!ok) fprintf(stderr, "difflet: serve: cannot listen for health checks on %s:%d\n", pr->host, pr->health_port);
+    }
+    if (!ok) {
+        stop_http(health_l, hd);
+        stop_http(api_l, d);
         dl_jobs_close(dl_api.js);
         return 1;
     }
-    struct MHD_Daemon *hd = NULL;
-    if (pr->health_port >= 0) {
-        struct sockaddr_in ha = addr;
-        ha.sin_port = htons((uint16_t)pr->health_port);
-        hd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)pr->health_port, NULL, NULL,
-                              health_handler, NULL, MHD_OPTION_SOCK_ADDR, &ha, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)5,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
-        if (!hd) {
-            fprintf(stderr, "difflet: serve: cannot listen for health checks on %s:%d\n", pr->host, pr->health_port);
-            MHD_stop_daemon(d);
-            dl_jobs_close(dl_api.js);
-            return 1;
-        }
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     char names[2400] = "";
     for (int k = 0; k < dl_api.nmodels; k++)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%.1000s", k ? ", " : "", dl_api.m[k].pr.model);
-    printf("difflet serve: listening on http://%s:%u (model%s %s)\n", pr->host, info ? info->port : (unsigned)pr->port,
-           dl_api.nmodels > 1 ? "s" : "", names);
-    if (hd) {
-        const union MHD_DaemonInfo *hi = MHD_get_daemon_info(hd, MHD_DAEMON_INFO_BIND_PORT);
-        printf("difflet serve: health checks on http://%s:%u/health\n", pr->host, hi ? hi->port : (unsigned)pr->health_port);
-    }
+    printf("difflet serve: listening on http://%s:%d (model%s %s)\n", pr->host, dl_listener_port(api_l), dl_api.nmodels > 1 ? "s" : "",
+           names);
+    if (hd) printf("difflet serve: health checks on http://%s:%d/health\n", pr->host, dl_listener_port(health_l));
     fflush(stdout);
     pthread_t sup;
     pthread_create(&sup, NULL, dl_api_supervisor, NULL);
@@ -1127,8 +1191,8 @@ int dl_serve_api_main(const dl_serve_config *cfg, const char *self_exe) {
     signal(SIGTERM, on_signal);
     while (!g_stop) usleep(100000);
     DL_INFO("serve: stopping");
-    if (hd) MHD_stop_daemon(hd);
-    MHD_stop_daemon(d);
+    stop_http(health_l, hd);
+    stop_http(api_l, d);
     pthread_mutex_lock(&dl_api.mu);
     dl_api.stopping = 1;
     pthread_mutex_unlock(&dl_api.mu);

@@ -59,10 +59,12 @@ static void *reader(void *arg) {
     return NULL;
 }
 
+typedef struct partial_ctx partial_ctx;
 typedef struct {
     int fd;
     const char *id;
     int cached;
+    partial_ctx *partial;
 } step_ctx;
 
 static void on_step(void *ctx, int step, int steps, double elapsed) {
@@ -74,6 +76,32 @@ static void on_step(void *ctx, int step, int steps, double elapsed) {
     cJSON_AddNumberToObject(m, "step", step);
     cJSON_AddNumberToObject(m, "steps", steps);
     dl_msg_send(c->fd, m);
+    cJSON_Delete(m);
+}
+
+/* a preview (streamed answers' partial images): encoded as the result will be, sent
+ * to the API process in the message itself; one that cannot be made is skipped */
+struct partial_ctx {
+    step_ctx *sc;
+    dl_media_format fmt;
+    int quality;
+};
+
+static void on_partial(void *ctx, int index, const uint8_t *rgb, int width, int height) {
+    partial_ctx *pc = ((step_ctx *)ctx)->partial;
+    uint8_t *enc = NULL;
+    size_t n = 0;
+    if (dl_media_encode_image(rgb, width, height, pc->fmt, pc->quality, &enc, &n) != DL_OK) return;
+    char *b = dl_b64_encode(enc, n);
+    free(enc);
+    if (!b) return;
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "partial");
+    cJSON_AddStringToObject(m, "id", pc->sc->id);
+    cJSON_AddNumberToObject(m, "index", index);
+    cJSON_AddStringToObject(m, "b64", b);
+    free(b);
+    dl_msg_send(pc->sc->fd, m);
     cJSON_Delete(m);
 }
 
@@ -251,13 +279,16 @@ int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr)
         if (s == DL_OK && !p) s = dl_fail(DL_ERR_INVALID, "size %dx%d with %d frames is not served", rq.width, rq.height, frames);
         dl_stepcache_config sc;
         if (s == DL_OK) s = dl_stepcache_parse(rq.cache[0] ? rq.cache : pr->cache, &sc);
-        step_ctx sctx = {fd, id, 0};
+        step_ctx sctx = {fd, id, 0, NULL};
+        partial_ctx pctx = {&sctx, rq.output_format, rq.output_compression};
+        sctx.partial = &pctx;
         dl_gen_timing tm = {0};
         dl_media media = {0};
         if (s == DL_OK) {
             dl_gen_request r;
             dl_gen_request_from(&r, &rq);
             r.cache = &sc, r.cancel = &mb.cancel, r.on_step = on_step, r.ctx = &sctx;
+            if (r.partial_images > 0 && !pr->video) r.on_partial = on_partial;
             if ((s = dispatch(pl, idx)) == DL_OK) s = dl_pipeline_generate(p, &r, &media, &tm);
         }
         if (s == DL_OK) s = dl_media_write(out, &media, rq.output_compression);
