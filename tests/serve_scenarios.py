@@ -424,7 +424,7 @@ def battery(port, job_id):
     for field, value in [("steps", 0), ("steps", -1), ("steps", 51), ("steps", 10 ** 9), ("steps", 10 ** 30),
                          ("n", 0), ("n", 5), ("n", -1), ("seed", -1), ("seed", 2 ** 53), ("seed", 2 ** 64),
                          ("output_compression", -1), ("output_compression", 101), ("prompt", "x" * 300),
-                         ("user", "u" * 300), ("partial_images", 9), ("stream", True), ("output_format", "gif"),
+                         ("user", "u" * 300), ("partial_images", 9), ("output_format", "gif"),
                          ("response_format", "jpeg"), ("cache", "calibrated:/etc/passwd"), ("cache", "cadence:-3"),
                          ("model", "dall-e-3"), ("quality", "ultra")]:
         body = {"prompt": "x", "steps": 2}
@@ -547,6 +547,8 @@ def battery(port, job_id):
     raw("chunked in HTTP/1.0", chunked(b"0\r\n\r\n", version="HTTP/1.0"))
     raw("chunked: a size that is not hex", chunked(b"zz\r\nabc\r\n0\r\n\r\n"))
     raw("chunked: data longer than its size", chunked(b"2\r\nabcdef\r\n0\r\n\r\n"))
+    raw("an upload announced over 50 MB (edits)", (f"POST /v1/images/edits HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {KEY}\r\n"
+                                                  "Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 60000000\r\n\r\n").encode())
     raw("chunked: over 64 KiB", chunked(b"".join(b"4000\r\n" + b"x" * 0x4000 + b"\r\n" for _ in range(5)) + b"0\r\n\r\n"))
     raw("chunked: well-formed, a body that is not JSON", chunked(b"5\r\nhello\r\n0\r\n\r\n"))
     raw("chunked: well-formed, the JSON without a prompt", chunked(b"2\r\n{}\r\n0\r\n\r\n"))
@@ -588,7 +590,8 @@ def battery(port, job_id):
     edit("strength 7", multipart([("prompt", "x", None, None), ("image", img, "a.png", "image/png"), ("strength", "7", None, None)]))
     edit("a prompt in invalid UTF-8", multipart([("prompt", b"a\xff", None, None), ("image", img, "a.png", "image/png")]))
     edit("two images", multipart([("prompt", "x", None, None), ("image[]", img, "a.png", "image/png"), ("image[]", img, "b.png", "image/png")]))
-    edit("over 64 KiB", multipart([("prompt", "x", None, None), ("image", img + b"\x00" * 70000, "a.png", "image/png")]))
+    edit("stream with n=2", multipart([("prompt", "x", None, None), ("image", img, "a.png", "image/png"), ("stream", "true", None, None),
+                                       ("n", "2", None, None)]))
     edit("a part without Content-Disposition", b"--difflet23boundary\r\nContent-Type: text/plain\r\n\r\nx\r\n--difflet23boundary--\r\n")
     edit("GET", b"", ctype=None, method="GET")
     return cases

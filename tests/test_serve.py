@@ -337,7 +337,7 @@ if chrome:
         b.js("$('q_cancel').click()")
         ok = b.wait("$('q_status').textContent.startsWith('cancelled') && $('q_cancel').disabled && !$('q_go').disabled", 30)
         e = s.wait_job(cid, timeout=30)
-        check(running and ok and e and e["status"] == "cancelled" and e["steps_done"] < 2000
+        check(running and ok and e and e.get("status") == "cancelled" and e.get("steps_done", 2000) < 2000
               and b.js("document.querySelectorAll('#q_gallery figure').length") == 1,
               f"Cancel cancels the running job through the API (and it stays out of the gallery): {running} {ok} {e}")
         b.js("$('q_clear').click()")
@@ -686,6 +686,10 @@ st, b, _ = s.req("POST", "/v1/jobs", {"prompt": "x", "steps": 2},
                  headers={"Authorization": "Bearer sekret", "Origin": f"http://127.0.0.1:{s.port}"})
 check(st == 202, f"a same-origin POST is accepted: {st} {b[:120]}")
 check(s.req("PUT", "/v1/models")[0] == 405, "405 for a method the API does not have")
+for m, path in (("GET", "/v1/images/generations"), ("GET", "/v1/images/edits"), ("POST", "/v1/models"), ("GET", "/v1/jobs"),
+                ("POST", "/metrics")):
+    st = s.req(m, path)[0]
+    check(st == 405, f"405 for {m} {path}, a route that takes another method: {st}")
 import socket
 with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sk:
     sk.sendall(b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")

@@ -26,6 +26,27 @@ import urllib.error
 import urllib.request
 
 BIN, DATA = sys.argv[1], sys.argv[2]
+
+# The SDK part needs the `openai` package: under tools/venv it is there; otherwise (a
+# clean clone, CI) the test makes its own small virtualenv beside the binary, installs
+# the SDK from PyPI once, and runs itself again under it. DIFFLET_NO_SDK_VENV=1 skips
+# that (the SDK part is then skipped with a note).
+try:
+    import openai  # noqa: F401
+except ImportError:
+    if not os.environ.get("DIFFLET_NO_SDK_VENV") and not os.environ.get("DIFFLET_SDK_VENV_TRIED"):
+        venv = os.path.join(os.path.dirname(os.path.abspath(BIN)), "sdk-venv")
+        py = os.path.join(venv, "bin", "python")
+        if not os.path.exists(os.path.join(venv, ".ok")):
+            print(f"note: installing the openai SDK into {venv} (once)", flush=True)
+            ok = subprocess.run([sys.executable, "-m", "venv", venv]).returncode == 0 and subprocess.run(
+                [py, "-m", "pip", "install", "-q", "openai>=1.99,<4"]).returncode == 0
+            if not ok:
+                print("FAIL: the openai SDK could not be installed into a test virtualenv (PyPI unreachable?); "
+                      "set DIFFLET_NO_SDK_VENV=1 to run without the SDK part")
+                sys.exit(1)
+            open(os.path.join(venv, ".ok"), "w").close()
+        os.execve(py, [py] + sys.argv, dict(os.environ, DIFFLET_SDK_VENV_TRIED="1"))
 FLUX = os.path.join(DATA, "flux", "dev")
 KEY = "sk-test-openai-compat"
 passed = failed = 0

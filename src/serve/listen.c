@@ -8,7 +8,8 @@
  * a word (a request line without a space or starting with one, a line starting with
  * NUL, an unknown Transfer-Encoding). So a connection's bytes stay in its socket
  * (MSG_PEEK; SO_RCVLOWAT wakes the thread when more came) until the request head, and
- * a chunked body, are complete, and are checked against a grammar stricter than
+ * a chunked body or a Content-Length body of at most 64 KiB (every JSON body), are
+ * complete, and are checked against a grammar stricter than
  * libmicrohttpd's, within smaller limits: a bad request gets the JSON error object
  * (server.c's) from here and its connection closes; a good one goes to libmicrohttpd
  * (MHD_add_connection), which reads the same bytes and finds nothing to refuse. Every
@@ -210,8 +211,9 @@ static int chunked_check(const char *s, size_t n, verdict *v) {
 /* The request at s[0, n) (RFC 9112: empty lines, `METHOD SP target SP HTTP/1.x`, header
  * fields, an empty line, and a chunked body when it has one): 1 when complete and
  * well-formed within the limits, 0 well-formed so far, -1 refused (*v says how). A
- * Content-Length body is libmicrohttpd's to read (it cannot fail on one), and its size
- * the route's to judge (the handler answers 413 before reading it). */
+ * Content-Length body of at most 64 KiB is waited for whole (so one cut short is this
+ * listener's 400 or 408); a larger one (image uploads) is libmicrohttpd's to read, and
+ * its size the route's to judge (the handler answers 413 before reading it). */
 static int request_check(const char *s, size_t n, verdict *v) {
     size_t i = 0;
     for (int e; (e = eol(s, n, i)) > 0;) i += (size_t)e; /* empty lines before a request are ignored (RFC 9112 2.2) */
@@ -289,6 +291,10 @@ static int request_check(const char *s, size_t n, verdict *v) {
             return REFUSE(v, 501, "not_implemented", "Transfer-Encoding `%s` is not supported (only chunked)", coding);
         v->expect_continue = expect && i == n;
         return chunked_check(s + i, n - i, v);
+    }
+    if (clen > 0 && clen <= CHUNKED_BODY && n - i < clen) { /* a small body waits here whole too: a truncated one gets 400/408 */
+        v->expect_continue = expect && i == n;
+        return 0;
     }
     return 1;
 }

@@ -1043,7 +1043,18 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return dl_api_json_reply(c, 200, j);
         }
         cJSON_Delete(j);
+        static const char *const job_tails[][2] = {{"", "GET"}, {"/events", "GET"}, {"/content", "GET"}, {"/cancel", "POST"}};
+        for (size_t k = 0; k < sizeof job_tails / sizeof job_tails[0]; k++)
+            if (!strcmp(tail, job_tails[k][0]))
+                return dl_api_error_reply(c, 405, "invalid_request_error", NULL, "%s is not allowed on %.100s (%s)", method, url,
+                                          job_tails[k][1]);
     }
+    /* a route that exists with another method: 405, naming the one it takes */
+    static const char *const routes[][2] = {{"/v1/images/generations", "POST"}, {"/v1/images/edits", "POST"}, {"/v1/jobs", "POST"},
+                                            {"/v1/models", "GET"}, {"/ready", "GET"}, {"/metrics", "GET"}, {"/", "GET"}};
+    for (size_t k = 0; k < sizeof routes / sizeof routes[0]; k++)
+        if (!strcmp(url, routes[k][0]))
+            return dl_api_error_reply(c, 405, "invalid_request_error", NULL, "%s is not allowed on %s (%s)", method, url, routes[k][1]);
     return dl_api_error_reply(c, 404, "not_found_error", NULL, "no route %s %s", method, url);
 }
 

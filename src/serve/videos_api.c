@@ -26,7 +26,8 @@ static int video_id(const char *s, char hex[17], const char **tail) {
 }
 
 /* the video object of job hex (NULL: no such video), progress live while it runs;
- * under dl_api.mu */
+ * the store read without dl_api.mu (the store locks for itself), the live progress
+ * under it briefly (dl_api_live) */
 static cJSON *video_get(const char *hex) {
     cJSON *j = dl_jobs_get(dl_api.js, hex);
     const char *kind = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "kind")) : NULL;
@@ -35,8 +36,7 @@ static cJSON *video_get(const char *hex) {
         return NULL;
     }
     int step = 0, steps = 0;
-    for (int i = 0; i < dl_api.nworkers; i++)
-        if (!strcmp(dl_api.w[i].inflight, hex)) step = dl_api.w[i].live_step, steps = dl_api.w[i].live_steps;
+    dl_api_live(hex, &step, &steps);
     cJSON *v = dl_video_object(j, dl_api_job_model(j), step, steps, dl_api.srv->result_ttl_s);
     cJSON_Delete(j);
     return v;
@@ -80,9 +80,7 @@ static enum MHD_Result video_create(struct MHD_Connection *c, conn *cn) {
     if (!q)
         return dl_api_error_reply(c, 429, "rate_limit_error", NULL, "the queue of `%s` is full (%d jobs); retry later", m->pr.model_id,
                                   m->pr.queue_capacity);
-    pthread_mutex_lock(&dl_api.mu);
     cJSON *v = video_get(ids[0]);
-    pthread_mutex_unlock(&dl_api.mu);
     return v ? dl_api_json_reply(c, 200, v) : dl_api_error_reply(c, 500, "server_error", NULL, "video %s vanished from the job store", ids[0]);
 }
 
@@ -101,10 +99,8 @@ static enum MHD_Result video_list(struct MHD_Connection *c) {
     if (after && (!video_id(after, hex, &tail) || *tail))
         return dl_api_error_reply(c, 400, "invalid_request_error", "after", "`after` must be a video id (video_...)");
     int more = 0;
-    pthread_mutex_lock(&dl_api.mu);
     cJSON *known = after ? video_get(hex) : NULL;
     if (after && !known) {
-        pthread_mutex_unlock(&dl_api.mu);
         return dl_api_error_reply(c, 400, "invalid_request_error", "after", "`after`: no video %.60s", after);
     }
     cJSON_Delete(known);
@@ -113,11 +109,9 @@ static enum MHD_Result video_list(struct MHD_Connection *c) {
     cJSON_ArrayForEach(j, jobs) {
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "id"));
         int step = 0, steps = 0;
-        for (int i = 0; id && i < dl_api.nworkers; i++)
-            if (!strcmp(dl_api.w[i].inflight, id)) step = dl_api.w[i].live_step, steps = dl_api.w[i].live_steps;
+        if (id) dl_api_live(id, &step, &steps);
         cJSON_AddItemToArray(data, dl_video_object(j, dl_api_job_model(j), step, steps, dl_api.srv->result_ttl_s));
     }
-    pthread_mutex_unlock(&dl_api.mu);
     if (!jobs) {
         cJSON_Delete(out);
         return dl_api_error_reply(c, 500, "server_error", NULL, "%s", dl_last_error());
@@ -139,25 +133,20 @@ static enum MHD_Result video_list(struct MHD_Connection *c) {
  * result, should it still arrive, is removed), a finished one's MP4 removed; the
  * row goes with one durable commit. */
 static enum MHD_Result video_delete(struct MHD_Connection *c, const char *hex) {
-    pthread_mutex_lock(&dl_api.mu);
-    cJSON *j = dl_jobs_get(dl_api.js, hex);
+    cJSON *j = dl_jobs_get(dl_api.js, hex); /* the store without dl_api.mu: it locks for itself */
     const char *kind = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "kind")) : NULL;
     if (!kind || strcmp(kind, "video")) {
-        pthread_mutex_unlock(&dl_api.mu);
         cJSON_Delete(j);
         return dl_api_error_reply(c, 404, "not_found_error", NULL, "no video video_%s", hex);
     }
     const char *st = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status"));
     const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "result"));
-    if (st && !strcmp(st, "in_progress"))
-        for (int i = 0; i < dl_api.nworkers; i++)
-            if (!strcmp(dl_api.w[i].inflight, hex)) dl_api.w[i].cancel_wanted = 1;
+    if (st && !strcmp(st, "in_progress")) dl_api_cancel_running(hex); /* its result, should it arrive, is unlinked below or by the sweep */
     dl_status s = dl_jobs_begin(dl_api.js, 1);
     if (s == DL_OK && (s = dl_jobs_delete(dl_api.js, hex)) == DL_OK) s = dl_jobs_commit(dl_api.js);
     if (s != DL_OK) dl_jobs_rollback(dl_api.js);
     else if (path) unlink(path);
-    pthread_cond_broadcast(&dl_api.cv);
-    pthread_mutex_unlock(&dl_api.mu);
+    dl_api_notify();
     cJSON_Delete(j);
     if (s != DL_OK) return dl_api_error_reply(c, 500, "server_error", NULL, "the job store could not delete it: %s", dl_last_error());
     cJSON *out = cJSON_CreateObject();
@@ -180,10 +169,8 @@ enum MHD_Result dl_api_videos(struct MHD_Connection *c, conn *cn, const char *ur
     if (!video_id(url + 11, hex, &tail)) return dl_api_error_reply(c, 404, "not_found_error", NULL, "no video %.100s", url + 11);
     if (del && !*tail) return video_delete(c, hex);
     if (!get) return dl_api_error_reply(c, 405, "invalid_request_error", NULL, "method not allowed on %.100s", url);
-    pthread_mutex_lock(&dl_api.mu);
     cJSON *v = video_get(hex);
     cJSON *job = v && !strcmp(tail, "/content") ? dl_jobs_get(dl_api.js, hex) : NULL;
-    pthread_mutex_unlock(&dl_api.mu);
     if (!v) return dl_api_error_reply(c, 404, "not_found_error", NULL, "no video video_%s", hex);
     if (!*tail) return dl_api_json_reply(c, 200, v);
     if (!strcmp(tail, "/events")) {
