@@ -10,6 +10,8 @@
 #ifndef DIFFLET_DENOISE_H
 #define DIFFLET_DENOISE_H
 
+#include <stdatomic.h>
+
 #include "difflet/pipeline.h"
 
 #ifdef __cplusplus
@@ -85,7 +87,7 @@ typedef struct {
                               norm of the prompt's row (Qwen-Image's norm-preserving CFG) */
     int64_t text_valid;    /* valid text tokens of the conditioning (models with set_text_valid) */
     const dl_stepcache_config *cache; /* NULL or off: every step runs the denoiser */
-    volatile int *cancel;  /* checked before every step: nonzero stops with DL_ERR_CANCELLED */
+    atomic_int *cancel;    /* checked before every step: nonzero stops with DL_ERR_CANCELLED (set from any thread) */
     void (*on_step)(void *ctx, int step, int steps, double elapsed);
     void (*on_probe)(void *ctx, int step, int branch, double probe, double change);
     void *ctx;

@@ -5,6 +5,8 @@
 #ifndef DIFFLET_FLUX_H
 #define DIFFLET_FLUX_H
 
+#include <stdatomic.h>
+
 #include "difflet/models.h"
 #include "difflet/pipeline.h"
 
@@ -109,7 +111,7 @@ typedef struct {
     int partial_images; /* 0..3 previews (dl_gen_request) */
     void (*on_partial)(void *ctx, int index, const uint8_t *rgb, int width, int height);
     const dl_stepcache_config *cache; /* NULL or mode off: every step runs the denoiser */
-    volatile int *cancel;        /* checked before every step: nonzero stops with DL_ERR_CANCELLED */
+    atomic_int *cancel;          /* checked before every step: nonzero stops with DL_ERR_CANCELLED */
     /* called after each step (may be NULL) */
     void (*on_step)(void *ctx, int step, int steps, double elapsed);
     void *ctx;

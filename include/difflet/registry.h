@@ -50,7 +50,7 @@ typedef struct {
     double strength;
     const dl_stepcache_config *cache;
     int want_pixels; /* also the unrounded pixels (dl_media.pixels) */
-    volatile int *cancel;
+    atomic_int *cancel; /* set from any thread: the request stops at the next step */
     void (*on_step)(void *ctx, int step, int steps, double elapsed);
     void (*on_decode)(void *ctx, int done, int total); /* chunked (video) decodes: after each chunk */
     void (*on_probe)(void *ctx, int step, int branch, double probe, double change);

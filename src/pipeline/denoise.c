@@ -271,7 +271,7 @@ dl_status dl_denoise_run(dl_denoise *d, const dl_denoise_request *r, dl_denoise_
     const int nb = 1 + cfg, all = cfg ? 3 : 1;
     double t0 = dl_now();
     for (int i = 0; i < r->steps && s == DL_OK; i++) {
-        if (r->cancel && *r->cancel) {
+        if (r->cancel && atomic_load_explicit(r->cancel, memory_order_relaxed)) {
             s = dl_fail(DL_ERR_CANCELLED, "cancelled at step %d of %d", i, r->steps);
             break;
         }

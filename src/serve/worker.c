@@ -10,6 +10,7 @@
  * that request's steps. -1 ends the job. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,8 @@ typedef struct {
     pthread_cond_t cv;
     cJSON *job; /* the next job, or NULL */
     char running[64];
-    volatile int cancel, closed;
+    atomic_int cancel; /* the running request stops at its next step (read by the generating thread) */
+    int closed;
 } mailbox;
 
 static void *reader(void *arg) {
