@@ -261,6 +261,25 @@ static void test_partial(void) {
 /* PIL's LANCZOS resize, as VaeImageProcessor resizes a picture of another size:
  * byte-exact */
 static void test_resize(void) {
+    /* a small PNG claiming 5000 x 5000 pixels is refused before anything is decoded */
+    uint8_t *png;
+    size_t n;
+    uint8_t px[3] = {1, 2, 3};
+    if (dl_png_encode(px, 1, 1, &png, &n) == DL_OK) {
+        png[16] = 0, png[17] = 0, png[18] = 0x13, png[19] = 0x88; /* IHDR width 5000 */
+        png[20] = 0, png[21] = 0, png[22] = 0x13, png[23] = 0x88; /* height 5000 */
+        uint32_t crc = 0xffffffffu; /* PNG's CRC-32 of the chunk type and data */
+        for (int i = 12; i < 29; i++) {
+            crc ^= png[i];
+            for (int k = 0; k < 8; k++) crc = crc & 1 ? (crc >> 1) ^ 0xedb88320u : crc >> 1;
+        }
+        crc ^= 0xffffffffu;
+        png[29] = (uint8_t)(crc >> 24), png[30] = (uint8_t)(crc >> 16), png[31] = (uint8_t)(crc >> 8), png[32] = (uint8_t)crc;
+        dl_image big;
+        CHECK(dl_image_decode(png, n, &big) == DL_ERR_INVALID && strstr(dl_last_error(), "pixels"),
+              "a picture over the pixel bound refused: %s", dl_last_error());
+        free(png);
+    }
     dl_image src;
     if (dl_image_read(DATA_DIR "/flux/edit/resize_src.png", &src) != DL_OK) {
         CHECK(0, "%s", dl_last_error());

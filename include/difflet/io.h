@@ -89,6 +89,7 @@ dl_status dl_png_write(const char *path, const uint8_t *rgb, int width, int heig
 
 /* ---- pictures given as input (image_read.c): image-to-image and masks ---------------- */
 #define DL_IMAGE_MAX_SIDE 8192
+#define DL_IMAGE_MAX_PIXELS ((long long)4096 * 4096) /* a decoded picture's bound: a small file may claim a huge one */
 #define DL_IMAGE_MAX_BYTES ((size_t)64 << 20)
 typedef struct {
     int width, height, channels; /* channels: 4 (RGBA) as decoded; 1 or 3 after conversion */
@@ -96,7 +97,8 @@ typedef struct {
 } dl_image;
 void dl_image_free(dl_image *im);
 /* PNG, JPEG or WebP (by their first bytes) to 8-bit RGBA; anything else, a
- * corrupt file or a side over DL_IMAGE_MAX_SIDE is refused with a message. */
+ * corrupt file, a side over DL_IMAGE_MAX_SIDE or more than DL_IMAGE_MAX_PIXELS pixels
+ * is refused with a message (before anything is decoded). */
 dl_status dl_image_decode(const uint8_t *data, size_t n, dl_image *out);
 dl_status dl_image_read(const char *path, dl_image *out);
 typedef enum {

@@ -25,6 +25,8 @@ void dl_image_free(dl_image *im) {
 static dl_status check_dims(long long w, long long h, const char *what) {
     if (w <= 0 || h <= 0 || w > DL_IMAGE_MAX_SIDE || h > DL_IMAGE_MAX_SIDE)
         return dl_fail(DL_ERR_INVALID, "%s image is %lldx%lld; sides must be 1..%d pixels", what, w, h, DL_IMAGE_MAX_SIDE);
+    if (w * h > DL_IMAGE_MAX_PIXELS)
+        return dl_fail(DL_ERR_INVALID, "%s image is %lldx%lld: more than %lld pixels", what, w, h, DL_IMAGE_MAX_PIXELS);
     return DL_OK;
 }
 
