@@ -364,7 +364,54 @@ static void test_layouts_and_errors(dl_model_dir *fixture) {
     CHECK(system(cmd) == 0, "%s", cmd);
 }
 
+/* transformers' LlamaModel (HunyuanVideo's text encoder: no q/k/v biases, a bare
+ * checkpoint, read at a layer counted from the end): every hidden_states[k] of
+ * tests/data/llama (make_llama_vectors.py), each row within 1e-5 of its max|ref| in
+ * f32; k outside 0..L refused */
+static void test_llama(void) {
+    dl_checkpoint *v;
+    dl_model_dir *dir;
+    if (dl_ckpt_open(&v, DATA_DIR "/llama/vectors.safetensors", "llama vectors") != DL_OK ||
+        dl_model_dir_open(&dir, DATA_DIR "/llama") != DL_OK) {
+        CHECK(0, "%s", dl_last_error());
+        return;
+    }
+    dl_qwen2_text *m;
+    if (dl_qwen2_text_load(&m, dir, "text_encoder", 64, DL_F32, NULL) != DL_OK) {
+        CHECK(0, "llama: %s", dl_last_error());
+    } else {
+        const dl_st_tensor *t = dl_ckpt_find(v, "ids");
+        const int64_t n = t ? t->numel : 0, D = dl_qwen2_text_width(m);
+        float *f = malloc((size_t)n * 4), *got = malloc((size_t)(n * D) * 4), *want = malloc((size_t)(n * D) * 4);
+        int32_t *ids = malloc((size_t)n * sizeof *ids);
+        if (t) dl_ckpt_read(t, DL_F32, f);
+        for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)f[i];
+        const int L = dl_qwen2_text_layers(m);
+        CHECK(L == 3 && D == 64 && n == 37, "llama: 3 layers of width 64, 37 ids");
+        for (int k = 0; k <= L; k++) {
+            char key[32];
+            snprintf(key, sizeof key, "hidden.%d", k);
+            const dl_st_tensor *w = dl_ckpt_find(v, key);
+            CHECK(w && w->numel == n * D && dl_ckpt_read(w, DL_F32, want) == DL_OK, "vector %s", key);
+            CHECK(dl_qwen2_text_run_hidden(m, ids, n, k, got) == DL_OK, "%s", dl_last_error());
+            double e = row_err(got, want, n, D);
+            CHECK(e <= 1e-5, "llama hidden_states[%d]: worst row %.3g of its max|ref|", k, e);
+            if (getenv("DIFFLET_TEST_VERBOSE")) printf("llama hidden_states[%d]: %.3g\n", k, e);
+        }
+        CHECK(dl_qwen2_text_run(m, ids, n, got) == DL_OK && row_err(got, want, n, D) <= 1e-5,
+              "llama: run is hidden_states[-1]");
+        CHECK(dl_qwen2_text_run_hidden(m, ids, n, L + 1, got) == DL_ERR_INVALID &&
+                  dl_qwen2_text_run_hidden(m, ids, n, -1, got) == DL_ERR_INVALID,
+              "llama: a hidden state outside 0..L refused");
+        free(f), free(got), free(want), free(ids);
+        dl_qwen2_text_free(m);
+    }
+    dl_model_dir_free(dir);
+    dl_ckpt_free(v);
+}
+
 int main(void) {
+    test_llama();
     if (dl_ckpt_open(&g_vec, QDIR "/vectors.safetensors", "qwenimage vectors") != DL_OK) {
         fprintf(stderr, "%s\n", dl_last_error());
         return 1;

@@ -33,6 +33,10 @@ int dl_qwen2_text_layers(const dl_qwen2_text *m);
  * outside 1..max_len or an id outside the vocabulary (naming its position).
  * Allocates nothing. */
 dl_status dl_qwen2_text_run(dl_qwen2_text *m, const int32_t *ids, int64_t n, float *hidden);
+/* transformers' hidden_states[k] instead (k in 0..layers: 0 the embeddings, k < layers
+ * layer k's raw output, k = layers the final normed output, as _run gives): what
+ * HunyuanVideo reads of its Llama text encoder (hidden_states[-(skip + 1)]). */
+dl_status dl_qwen2_text_run_hidden(dl_qwen2_text *m, const int32_t *ids, int64_t n, int k, float *hidden);
 void dl_qwen2_text_free(dl_qwen2_text *m);
 
 #ifdef __cplusplus

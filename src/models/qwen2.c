@@ -1,6 +1,10 @@
 /* Qwen2_5_VLForConditionalGeneration (transformers), its language model on text
  * alone: Qwen-Image's text encoder (diffusers' QwenImagePipeline takes
- * hidden_states[-1] of the template-wrapped prompt).
+ * hidden_states[-1] of the template-wrapped prompt). The same decoder without the
+ * q/k/v biases is transformers' LlamaModel (model_type "llama", attention_bias
+ * false): HunyuanVideo's text encoder, read at a layer counted from the end
+ * (dl_qwen2_text_run_hidden: hidden_states[k] is layer k's raw output for k < L, the
+ * final norm's output for k = L).
  *   x = embed_tokens[ids]                                         // x: [n, D] f32
  *   per layer: h = rms(x) * input_layernorm                       // h: [n, D]
  *              q, k, v = h Wq^T + bq, h Wk^T + bk, h Wv^T + bv    // [n, H Dh], [n, KV Dh] x2
@@ -44,6 +48,8 @@ struct dl_qwen2_text {
     int64_t S, C, Sp;           /* max tokens, rows per matmul chunk, S rounded up to chunks */
     int64_t D, H, KV, Dh, F, V; /* width, heads, KV heads, head dim, MLP width, vocab */
     int L;
+    int bias;                   /* q/k/v biases (Qwen2; a Llama with attention_bias) */
+    const char *name;           /* "Qwen2.5-VL" or "Llama": for messages */
     dl_dtype dt;
     float eps;
     const float *emb;           /* [V, D]: the artifact's mapping, or emb_own */
@@ -136,8 +142,17 @@ static dl_status cfg_read(dl_qwen2_text *m, const cJSON *cfg, const char *file, 
     int sliding;
     dl_status s;
     if ((s = dl_cfg_str(cfg, file, "model_type", "", &mt)) != DL_OK) return s;
-    if (mt[0] && strcmp(mt, "qwen2_5_vl") && strcmp(mt, "qwen2_5_vl_text"))
-        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: model_type \"%s\" is not Qwen2.5-VL (qwen2_5_vl)", file, mt);
+    const int llama = !strcmp(mt, "llama");
+    if (mt[0] && !llama && strcmp(mt, "qwen2_5_vl") && strcmp(mt, "qwen2_5_vl_text"))
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: model_type \"%s\" is not Qwen2.5-VL (qwen2_5_vl) or Llama (llama)", file, mt);
+    m->name = llama ? "Llama" : "Qwen2.5-VL";
+    m->bias = 1;
+    if (llama) {
+        int mlp_bias;
+        if ((s = dl_cfg_bool(txt, tf, "attention_bias", 0, &m->bias)) || (s = dl_cfg_bool(txt, tf, "mlp_bias", 0, &mlp_bias)))
+            return s;
+        if (mlp_bias) return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: mlp_bias true is not supported", tf);
+    }
     if ((s = dl_cfg_int(txt, tf, "hidden_size", 3584, &m->D)) || (s = dl_cfg_int(txt, tf, "intermediate_size", 18944, &m->F)) ||
         (s = dl_cfg_int(txt, tf, "num_attention_heads", 28, &m->H)) ||
         (s = dl_cfg_int(txt, tf, "num_key_value_heads", 4, &m->KV)) ||
@@ -190,9 +205,9 @@ dl_status dl_qwen2_text_load(dl_qwen2_text **out, dl_model_dir *dir, const char 
     char file[512], nb[4][256], bb[3][256];
     snprintf(file, sizeof file, "%s/config.json", component);
     if (max_len <= 0 || max_len > 65536)
-        return dl_fail(DL_ERR_INVALID, "Qwen2.5-VL text encoder: max length %lld is outside 1..65536", (long long)max_len);
+        return dl_fail(DL_ERR_INVALID, "text encoder: max length %lld is outside 1..65536", (long long)max_len);
     if (dt != DL_F32 && dt != DL_BF16)
-        return dl_fail(DL_ERR_UNSUPPORTED, "Qwen2.5-VL text encoder: dtype %s (f32 or bf16)", dl_dtype_name(dt));
+        return dl_fail(DL_ERR_UNSUPPORTED, "text encoder: dtype %s (f32 or bf16)", dl_dtype_name(dt));
     const cJSON *cfg;
     dl_status s = dl_model_dir_config(dir, component, &cfg);
     if (s != DL_OK) return s;
@@ -208,15 +223,17 @@ dl_status dl_qwen2_text_load(dl_qwen2_text **out, dl_model_dir *dir, const char 
     if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t D = m->D, S = m->S, Sp = m->Sp, C = m->C, Dh = m->Dh, F = m->F;
     const int64_t QD = m->H * Dh, KD = m->KV * Dh;
-    /* transformers 5 names the language model model.language_model.*, 4.x model.* */
+    /* transformers 5 names Qwen2.5-VL's language model model.language_model.*, 4.x
+       model.*; a bare LlamaModel has no prefix */
     const char *pre = dl_ws_find(ck, "model.language_model.embed_tokens.weight") ? "model.language_model."
                       : dl_ws_find(ck, "model.embed_tokens.weight")             ? "model."
+                      : dl_ws_find(ck, "embed_tokens.weight")                   ? ""
                                                                                 : NULL;
     if (!pre) {
         s = dl_fail(DL_ERR_FORMAT,
-                    "%s has neither `model.language_model.embed_tokens.weight` (transformers 5) nor "
-                    "`model.embed_tokens.weight` (transformers 4): not a Qwen2.5-VL checkpoint",
-                    dl_ws_label(ck));
+                    "%s has none of `model.language_model.embed_tokens.weight` (transformers 5), "
+                    "`model.embed_tokens.weight` (transformers 4) or `embed_tokens.weight` (a bare model): not a %s checkpoint",
+                    dl_ws_label(ck), m->name);
         goto fail;
     }
     int64_t sh_emb[2] = {m->V, D}, sh_d[1] = {D};
@@ -242,7 +259,7 @@ dl_status dl_qwen2_text_load(dl_qwen2_text **out, dl_model_dir *dir, const char 
         int64_t parts[3] = {QD, KD, KD}, pd[1] = {D}, pf[1] = {F};
         if ((s = dl_param_f32(ck, dl_pname(nb[3], 256, p, "input_layernorm.weight"), 1, sh_d, &l->ln_in)) ||
             (s = dl_param_f32(ck, dl_pname(nb[3], 256, p, "post_attention_layernorm.weight"), 1, sh_d, &l->ln_post)) ||
-            (s = dl_lin_load(&l->qkv, ck, qkv_w, qkv_b, 3, parts, C, D, dt, dt, DL_ACT_NONE)))
+            (s = dl_lin_load(&l->qkv, ck, qkv_w, m->bias ? qkv_b : NULL, 3, parts, C, D, dt, dt, DL_ACT_NONE)))
             goto fail;
         const char *ow[1] = {dl_pname(nb[0], 256, p, "self_attn.o_proj.weight")};
         const char *gw[1] = {dl_pname(nb[1], 256, p, "mlp.gate_proj.weight")};
@@ -302,15 +319,21 @@ static void expand_kv(const dl_qwen2_text *m, int64_t n, int ith, int nth) {
 }
 
 dl_status dl_qwen2_text_run(dl_qwen2_text *m, const int32_t *ids, int64_t n, float *hidden) {
+    return dl_qwen2_text_run_hidden(m, ids, n, m->L, hidden);
+}
+
+dl_status dl_qwen2_text_run_hidden(dl_qwen2_text *m, const int32_t *ids, int64_t n, int upto, float *hidden) {
     const int64_t S = m->S, D = m->D, Dh = m->Dh, F = m->F, C = m->C;
     const int64_t QD = m->H * Dh, KD = m->KV * Dh, W = QD + 2 * KD;
     if (n < 1 || n > S)
-        return dl_fail(DL_ERR_INVALID, "Qwen2.5-VL text encoder: %lld tokens is outside 1..%lld (the length it was built for)",
-                       (long long)n, (long long)S);
+        return dl_fail(DL_ERR_INVALID, "%s text encoder: %lld tokens is outside 1..%lld (the length it was built for)",
+                       m->name, (long long)n, (long long)S);
+    if (upto < 0 || upto > m->L)
+        return dl_fail(DL_ERR_INVALID, "%s text encoder: hidden state %d of %d layers (0..%d)", m->name, upto, m->L, m->L);
     for (int64_t t = 0; t < n; t++)
         if (ids[t] < 0 || ids[t] >= m->V)
             return dl_fail(DL_ERR_INVALID,
-                           "Qwen2.5-VL text encoder: token id %d at position %lld is outside the vocabulary (%lld)", ids[t],
+                           "%s text encoder: token id %d at position %lld is outside the vocabulary (%lld)", m->name, ids[t],
                            (long long)t, (long long)m->V);
     const int64_t nch = (n + C - 1) / C, R = nch * C; /* rows the matmuls cover */
     const size_t es = dl_dtype_size(m->dt);
@@ -323,7 +346,7 @@ dl_status dl_qwen2_text_run(dl_qwen2_text *m, const int32_t *ids, int64_t n, flo
                       .k_stride = gqa ? 2 * QD : W, .v_stride = gqa ? 2 * QD : W, .out = m->att, .out_stride = QD,
                       .kv_begin = 0, .kv_end = n, .scale = 1.f / sqrtf((float)Dh), .causal = 1};
     dl_status s = DL_OK;
-    for (int i = 0; i < m->L && s == DL_OK; i++) {
+    for (int i = 0; i < upto && s == DL_OK; i++) {
         qwen_layer *l = &m->layers[i];
         DL_PAR(dl_rmsnorm_x_t(m->dt, m->h, DL_F32, m->x, R, D, l->ln_in, m->eps, ith, nth));
         if ((s = lin_chunks(&l->qkv, m->h, es, m->qkv, es, C, nch))) break;
@@ -342,6 +365,7 @@ dl_status dl_qwen2_text_run(dl_qwen2_text *m, const int32_t *ids, int64_t n, flo
         DL_PAR(dl_gated_residual_t(DL_F32, m->x, m->o, R, D, NULL, ith, nth));
     }
     if (s != DL_OK) return s;
-    DL_PAR(dl_rmsnorm_t(DL_F32, hidden, m->x, n, D, m->ln_final, m->eps, ith, nth));
+    if (upto == m->L) DL_PAR(dl_rmsnorm_t(DL_F32, hidden, m->x, n, D, m->ln_final, m->eps, ith, nth));
+    else memcpy(hidden, m->x, (size_t)(n * D) * 4); /* a layer's raw output (or the embeddings) */
     return DL_OK;
 }
