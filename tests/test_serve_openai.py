@@ -262,6 +262,11 @@ for what, files, extra in (("image-to-image", [("image", "init.png", init_png, "
             first = out
         if what == "inpainting, OpenAI mask":
             check(out != first, "edits: inpainting differs from image-to-image")
+# the job's own record does not echo the uploaded pictures back
+if edits_ok:
+    st, job = call("GET", f"/v1/jobs/{r['difflet']['job']}")
+    check(st == 200 and job["request"]["image"].startswith("(a PNG,") and job["request"]["strength"] == 0.6
+          and len(json.dumps(job)) < 4000, f"edits: GET /v1/jobs/ID names the picture, not its bytes: {str(job)[:300]}")
 # the served edit is the CLI's (same seed, same flow, same prepared input)
 if edits_ok:
     cli_out = os.path.join(tmp, "cli_i2i.png")

@@ -1017,6 +1017,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         snprintf(st, sizeof st, "%s", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) ?: "unknown");
         if (get && !tail[0]) {
             cJSON_DeleteItemFromObject(j, "result"); /* a server path: not for clients */
+            cJSON *rq = cJSON_GetObjectItemCaseSensitive(j, "request");
+            for (int k = 0; k < 2; k++) { /* an edit's input pictures (megabytes of base64): their sizes only */
+                const char *name = k ? "mask" : "image";
+                cJSON *pic = cJSON_GetObjectItemCaseSensitive(rq, name);
+                if (!cJSON_IsString(pic)) continue;
+                char note[64];
+                snprintf(note, sizeof note, "(a PNG, %zu bytes of base64)", strlen(pic->valuestring));
+                cJSON_ReplaceItemInObjectCaseSensitive(rq, name, cJSON_CreateString(note));
+            }
             if (pos) cJSON_AddNumberToObject(j, "queue_position", pos);
             return dl_api_json_reply(c, 200, j);
         }
