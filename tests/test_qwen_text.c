@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "difflet/qwen.h"
+#include "difflet/text.h"
 #include "test_util.h"
 
 #define QDIR DATA_DIR "/qwenimage"
@@ -393,15 +394,15 @@ static void test_llama(void) {
             snprintf(key, sizeof key, "hidden.%d", k);
             const dl_st_tensor *w = dl_ckpt_find(v, key);
             CHECK(w && w->numel == n * D && dl_ckpt_read(w, DL_F32, want) == DL_OK, "vector %s", key);
-            CHECK(dl_qwen2_text_run_hidden(m, ids, n, k, got) == DL_OK, "%s", dl_last_error());
+            CHECK(dl_qwen2_text_run_hidden(m, ids, n, n, k, got) == DL_OK, "%s", dl_last_error());
             double e = row_err(got, want, n, D);
             CHECK(e <= 1e-5, "llama hidden_states[%d]: worst row %.3g of its max|ref|", k, e);
             if (getenv("DIFFLET_TEST_VERBOSE")) printf("llama hidden_states[%d]: %.3g\n", k, e);
         }
         CHECK(dl_qwen2_text_run(m, ids, n, got) == DL_OK && row_err(got, want, n, D) <= 1e-5,
               "llama: run is hidden_states[-1]");
-        CHECK(dl_qwen2_text_run_hidden(m, ids, n, L + 1, got) == DL_ERR_INVALID &&
-                  dl_qwen2_text_run_hidden(m, ids, n, -1, got) == DL_ERR_INVALID,
+        CHECK(dl_qwen2_text_run_hidden(m, ids, n, n, L + 1, got) == DL_ERR_INVALID &&
+                  dl_qwen2_text_run_hidden(m, ids, n, n, -1, got) == DL_ERR_INVALID,
               "llama: a hidden state outside 0..L refused");
         free(f), free(got), free(want), free(ids);
         dl_qwen2_text_free(m);
@@ -410,8 +411,84 @@ static void test_llama(void) {
     dl_ckpt_free(v);
 }
 
+/* HunyuanVideo's Llama prompt embeddings (make_hunyuan_text_vectors.py): the Llama 3
+ * style tokenizer's ids, then diffusers' _get_llama_prompt_embeds for a padded and a
+ * truncated prompt: embeds (every row, padding included) within 1e-5 of max|ref|,
+ * masks equal */
+static const char *HUNYUAN_TEMPLATE =
+    "<|start_header_id|>system<|end_header_id|>\n\nDescribe the video by detailing the following aspects: "
+    "1. The main content and theme of the video."
+    "2. The color, shape, size, texture, quantity, text, and spatial relationships of the objects."
+    "3. Actions, events, behaviors temporal relationships, physical movement changes of the objects."
+    "4. background environment, light, style and atmosphere."
+    "5. camera angles, movements, and transitions used in the video:<|eot_id|>"
+    "<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>";
+
+static void test_hunyuan_text(void) {
+    static const char *prompts[2] = {
+        "A cat walks.",
+        "a red circle moving from left to right on a blue background, then a small green square appears and the camera "
+        "pans slowly to the right while the light changes from morning to evening over the whole scene"};
+    static const char *strings[5] = {"12345 items on 2024-12-01, 7.5% off", "I'm sure they'll say \"it's 1000000\"\n\n\tok",
+                                     "  leading spaces, trailing   ",
+                                     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx 0123456789", "caf\u00e9 na\u00efve \u00fcber 42\u00b2"};
+    enum { CROP = 285, M = 48, SKIP = 2 };
+    dl_checkpoint *v;
+    dl_model_dir *dir;
+    dl_tokenizer *tok;
+    if (dl_ckpt_open(&v, DATA_DIR "/llama/hunyuan_text.safetensors", "hunyuan text vectors") != DL_OK ||
+        dl_model_dir_open(&dir, DATA_DIR "/llama") != DL_OK || dl_tokenizer_load(&tok, DATA_DIR "/llama/tokenizer") != DL_OK) {
+        CHECK(0, "%s", dl_last_error());
+        return;
+    }
+    int32_t ids[128];
+    for (int i = 0; i < 5; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "tok.%d", i);
+        const dl_st_tensor *t = dl_ckpt_find(v, key);
+        float want[128];
+        int n = 0;
+        CHECK(t && t->numel <= 128 && dl_ckpt_read(t, DL_F32, want) == DL_OK &&
+                  dl_tokenizer_encode(tok, strings[i], strlen(strings[i]), 128, 0, ids, &n) == DL_OK, "%s", dl_last_error());
+        int same = t && n == (int)t->numel;
+        for (int j = 0; same && j < n; j++) same = ids[j] == (int32_t)want[j];
+        CHECK(same, "Llama 3 tokenizer: ids of string %d differ from transformers'", i);
+    }
+    dl_qwen2_text *m;
+    if (dl_qwen2_text_load(&m, dir, "text_encoder", CROP + M, DL_F32, NULL) != DL_OK) {
+        CHECK(0, "%s", dl_last_error());
+    } else {
+        const int64_t D = dl_qwen2_text_width(m);
+        float *got = malloc((size_t)(M * D) * 4), *want = malloc((size_t)(M * D) * 4), wm[M];
+        int32_t mask[M];
+        for (int i = 0; i < 2; i++) {
+            char k1[16], k2[16];
+            snprintf(k1, sizeof k1, "%d.embeds", i), snprintf(k2, sizeof k2, "%d.mask", i);
+            const dl_st_tensor *te = dl_ckpt_find(v, k1), *tm = dl_ckpt_find(v, k2);
+            CHECK(te && tm && te->numel == M * D && tm->numel == M && dl_ckpt_read(te, DL_F32, want) == DL_OK &&
+                      dl_ckpt_read(tm, DL_F32, wm) == DL_OK, "vectors %s", k1);
+            CHECK(dl_hunyuan_llama_embeds(tok, m, prompts[i], HUNYUAN_TEMPLATE, CROP, M, SKIP, got, mask) == DL_OK, "%s",
+                  dl_last_error());
+            int same = 1, valid = 0;
+            for (int j = 0; j < M; j++) same &= mask[j] == (int32_t)wm[j], valid += mask[j];
+            double e = row_err(got, want, M, D);
+            CHECK(same && e <= 1e-5, "HunyuanVideo prompt %d: masks %s, worst row %.3g of max|ref|", i, same ? "equal" : "differ", e);
+            if (getenv("DIFFLET_TEST_VERBOSE")) printf("hunyuan text %d: %d valid of %d, %.3g\n", i, valid, M, e);
+        }
+        CHECK(dl_hunyuan_llama_embeds(tok, m, "x", "no placeholder", CROP, M, SKIP, got, mask) == DL_ERR_INVALID &&
+                  dl_hunyuan_llama_embeds(tok, m, "x", HUNYUAN_TEMPLATE, CROP, M + 10, SKIP, got, mask) == DL_ERR_INVALID,
+              "a template without {} and a length past the encoder's refused");
+        free(got), free(want);
+        dl_qwen2_text_free(m);
+    }
+    dl_tokenizer_free(tok);
+    dl_model_dir_free(dir);
+    dl_ckpt_free(v);
+}
+
 int main(void) {
     test_llama();
+    test_hunyuan_text();
     if (dl_ckpt_open(&g_vec, QDIR "/vectors.safetensors", "qwenimage vectors") != DL_OK) {
         fprintf(stderr, "%s\n", dl_last_error());
         return 1;

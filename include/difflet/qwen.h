@@ -34,10 +34,22 @@ int dl_qwen2_text_layers(const dl_qwen2_text *m);
  * Allocates nothing. */
 dl_status dl_qwen2_text_run(dl_qwen2_text *m, const int32_t *ids, int64_t n, float *hidden);
 /* transformers' hidden_states[k] instead (k in 0..layers: 0 the embeddings, k < layers
- * layer k's raw output, k = layers the final normed output, as _run gives): what
- * HunyuanVideo reads of its Llama text encoder (hidden_states[-(skip + 1)]). */
-dl_status dl_qwen2_text_run_hidden(dl_qwen2_text *m, const int32_t *ids, int64_t n, int k, float *hidden);
+ * layer k's raw output, k = layers the final normed output, as _run gives), for ids
+ * right-padded after `valid` (1..n) tokens: attention_mask = 1 for the first `valid`,
+ * so every row attends to the valid keys up to itself (the padded rows to all valid
+ * ones). What HunyuanVideo reads of its Llama text encoder (hidden_states[-(skip + 1)]). */
+dl_status dl_qwen2_text_run_hidden(dl_qwen2_text *m, const int32_t *ids, int64_t n, int64_t valid, int k, float *hidden);
 void dl_qwen2_text_free(dl_qwen2_text *m);
+
+/* HunyuanVideoPipeline._get_llama_prompt_embeds: the prompt put in the template (its
+ * `{}`, as str.format fills it), tokenized with the tokenizer's specials, truncated or
+ * right-padded to max_sequence_length + crop_start, the text encoder's
+ * hidden_states[-(skip + 1)], the first crop_start rows dropped. embeds
+ * [max_sequence_length, D]; mask [max_sequence_length]: 1 for real tokens. The text
+ * encoder must be built for at least max_sequence_length + crop_start tokens. */
+struct dl_tokenizer;
+dl_status dl_hunyuan_llama_embeds(const struct dl_tokenizer *tok, dl_qwen2_text *te, const char *prompt, const char *tmpl,
+                                  int crop_start, int max_sequence_length, int skip, float *embeds, int32_t *mask);
 
 #ifdef __cplusplus
 }

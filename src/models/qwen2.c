@@ -319,15 +319,17 @@ static void expand_kv(const dl_qwen2_text *m, int64_t n, int ith, int nth) {
 }
 
 dl_status dl_qwen2_text_run(dl_qwen2_text *m, const int32_t *ids, int64_t n, float *hidden) {
-    return dl_qwen2_text_run_hidden(m, ids, n, m->L, hidden);
+    return dl_qwen2_text_run_hidden(m, ids, n, n, m->L, hidden);
 }
 
-dl_status dl_qwen2_text_run_hidden(dl_qwen2_text *m, const int32_t *ids, int64_t n, int upto, float *hidden) {
+dl_status dl_qwen2_text_run_hidden(dl_qwen2_text *m, const int32_t *ids, int64_t n, int64_t valid, int upto, float *hidden) {
     const int64_t S = m->S, D = m->D, Dh = m->Dh, F = m->F, C = m->C;
     const int64_t QD = m->H * Dh, KD = m->KV * Dh, W = QD + 2 * KD;
     if (n < 1 || n > S)
         return dl_fail(DL_ERR_INVALID, "%s text encoder: %lld tokens is outside 1..%lld (the length it was built for)",
                        m->name, (long long)n, (long long)S);
+    if (valid < 1 || valid > n)
+        return dl_fail(DL_ERR_INVALID, "%s text encoder: %lld valid tokens of %lld", m->name, (long long)valid, (long long)n);
     if (upto < 0 || upto > m->L)
         return dl_fail(DL_ERR_INVALID, "%s text encoder: hidden state %d of %d layers (0..%d)", m->name, upto, m->L, m->L);
     for (int64_t t = 0; t < n; t++)
@@ -344,7 +346,7 @@ dl_status dl_qwen2_text_run_hidden(dl_qwen2_text *m, const int32_t *ids, int64_t
     dl_attn_args a = {.dt = m->dt, .sq = n, .sk = n, .heads = m->H, .head_dim = Dh, .q = q, .q_stride = W,
                       .k = gqa ? m->kv : k, .v = gqa ? (char *)m->kv + (size_t)QD * es : k + (size_t)KD * es,
                       .k_stride = gqa ? 2 * QD : W, .v_stride = gqa ? 2 * QD : W, .out = m->att, .out_stride = QD,
-                      .kv_begin = 0, .kv_end = n, .scale = 1.f / sqrtf((float)Dh), .causal = 1};
+                      .kv_begin = 0, .kv_end = valid, .scale = 1.f / sqrtf((float)Dh), .causal = 1};
     dl_status s = DL_OK;
     for (int i = 0; i < upto && s == DL_OK; i++) {
         qwen_layer *l = &m->layers[i];

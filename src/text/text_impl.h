@@ -81,6 +81,7 @@ struct dl_tokenizer {
     charsmap cm;
     int clip_split, byte_level, ws_split, metaspace, meta_prepend /* 0 never 1 first 2 always */, meta_split;
     int qwen_split;      /* Qwen2's pattern (Split, Isolated) before byte-level */
+    int split_digits;    /* its number runs: 1 digit (Qwen2) or up to 3 (Llama 3) */
     int byte_level_regex; /* ByteLevel's own GPT-2 pattern (use_regex) is on */
     bpe *bpe;
     unigram *uni;

@@ -189,8 +189,9 @@ static size_t qwen_contraction(const char *s, size_t n, size_t i) {
  * order as a backtracking engine does, the first that matches wins:
  *   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}
  *   | ?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+
+ * Llama 3's is the same with \p{N}{1,3} (digits: up to 3 numbers in a row).
  * Every code point is a letter, a number, whitespace or another, so one always does. */
-static size_t qwen_match(const char *s, size_t n, size_t i) {
+static size_t qwen_match(const char *s, size_t n, size_t i, int digits) {
     size_t m = qwen_contraction(s, n, i);
     if (m) return m;
     int32_t c0, c1;
@@ -198,7 +199,16 @@ static size_t qwen_match(const char *s, size_t n, size_t i) {
     if (dl_uni_is_letter(c0)) return run_end(s, n, i, dl_uni_is_letter) - i;
     if (!is_crlf(c0) && !dl_uni_is_number(c0) && k1 && dl_uni_is_letter(c1)) /* one leading non-letter */
         return run_end(s, n, i + k0, dl_uni_is_letter) - i;
-    if (dl_uni_is_number(c0)) return k0;
+    if (dl_uni_is_number(c0)) { /* up to `digits` number code points */
+        size_t j = i + k0;
+        for (int d = 1; d < digits && j < n; d++) {
+            int32_t c;
+            size_t k = cp_at(s, n, j, &c);
+            if (!k || !dl_uni_is_number(c)) break;
+            j += k;
+        }
+        return j - i;
+    }
     size_t j = i + (c0 == ' ' && k1 && is_other(c1) ? k0 : 0), e = run_end(s, n, j, is_other);
     if (e > j) return run_end(s, n, e, is_crlf) - i;
     /* whitespace: the run [i, e) */
@@ -221,7 +231,7 @@ static dl_status qwen_words(const dl_tokenizer *t, const char *s, size_t n, idve
     sbuf w = {0};
     dl_status st = DL_OK;
     for (size_t i = 0; i < n && st == DL_OK;) {
-        size_t m = qwen_match(s, n, i);
+        size_t m = qwen_match(s, n, i, t->split_digits);
         DL_ASSERT(m > 0 && m <= n - i);
         st = encode_piece(t, s + i, m, &w, v);
         i += m;

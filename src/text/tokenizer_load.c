@@ -15,6 +15,10 @@
 #define QWEN_PATTERN                                                                                   \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|" \
     "\\s+(?!\\S)|\\s+"
+/* Llama 3's: Qwen2's with runs of up to three digits */
+#define LLAMA3_PATTERN                                                                                        \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|" \
+    "\\s+(?!\\S)|\\s+"
 #define QWEN_DEFAULT "<|endoftext|>" /* Qwen2Tokenizer's unk, eos and pad when the config names none */
 enum { MAX_FILE = 64u << 20 };
 
@@ -156,13 +160,15 @@ static dl_status parse_pretok(dl_tokenizer *t, const cJSON *p, const char *file)
             t->clip_split = 1;
             return DL_OK;
         }
-        if (cJSON_IsString(re) && !strcmp(re->valuestring, QWEN_PATTERN) && cJSON_IsFalse(inv) &&
-            cJSON_IsString(beh) && !strcmp(beh->valuestring, "Isolated")) {
+        const int qwen = cJSON_IsString(re) && !strcmp(re->valuestring, QWEN_PATTERN);
+        const int llama3 = cJSON_IsString(re) && !strcmp(re->valuestring, LLAMA3_PATTERN);
+        if ((qwen || llama3) && cJSON_IsFalse(inv) && cJSON_IsString(beh) && !strcmp(beh->valuestring, "Isolated")) {
             t->qwen_split = 1;
+            t->split_digits = llama3 ? 3 : 1;
             return DL_OK;
         }
-        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Split pre-tokenizer with a pattern other than CLIP's or Qwen2's is not supported",
-                       file);
+        return dl_fail(DL_ERR_UNSUPPORTED,
+                       "`%s`: Split pre-tokenizer with a pattern other than CLIP's, Qwen2's or Llama 3's is not supported", file);
     }
     return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: pre-tokenizer type \"%s\" is not supported", file, type);
 }
@@ -571,6 +577,7 @@ static dl_status load_qwen2(dl_tokenizer *t, const char *dir, const cJSON *cfg, 
     t->norms[0] = NORM_NFC;
     t->nnorm = 1;
     t->qwen_split = t->byte_level = 1;
+    t->split_digits = 1;
     t->clip_split = t->ws_split = t->metaspace = 0;
 
     /* named special tokens: the config's (special_tokens_map.json's over them when the
