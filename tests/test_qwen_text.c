@@ -57,19 +57,6 @@ static float *vec_of(const char *key, const char *what, int64_t numel) {
 }
 
 /* worst over rows of max|err| / max|ref| within the row (NaN: infinite) */
-static double row_err(const float *got, const float *want, int64_t rows, int64_t D) {
-    double worst = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        double mx = 0, e = 0;
-        for (int64_t j = 0; j < D; j++) {
-            if (isnan(got[r * D + j])) return INFINITY;
-            mx = fmax(mx, fabs(want[r * D + j]));
-            e = fmax(e, fabs((double)got[r * D + j] - want[r * D + j]));
-        }
-        worst = fmax(worst, e / (mx > 0 ? mx : 1));
-    }
-    return worst;
-}
 
 static double bound_of(dl_dtype dt) { return dt == DL_F32 ? 1e-4 : 1.0 / 32; }
 #define BOUND_EMU (1.0 / 128) /* bf16 against the emulated bf16 scheme */
@@ -82,7 +69,7 @@ static double check_emu(const char *key, const float *got, int64_t n, int64_t D,
     dl_attn_args pa = {.dt = DL_BF16, .sq = 1, .sk = 1, .heads = 1, .head_dim = head_dim, .kv_end = 1};
     if (!strcmp(dl_attn_path_name(&pa), "reference")) return NAN; /* not compared */
     float *emu = vec_of(key, "bf16", n * D);
-    double e = emu ? row_err(got, emu, n, D) : INFINITY;
+    double e = emu ? test_row_err(got, emu, n, D) : INFINITY;
     CHECK(e <= BOUND_EMU, "%s bf16: a row differs by %.3g of its max|ref| from the emulated bf16 scheme (bound %.3g)",
           key, e, BOUND_EMU);
     free(emu);
@@ -127,7 +114,7 @@ static double test_parity(dl_model_dir *dir, const char *comp, int64_t max_len, 
         int untouched = 1;
         for (int64_t i = n * D; i < (n + extra) * D; i++) untouched &= got[i] == 12345.f;
         CHECK(untouched, "%s: rows past n were written", key);
-        double e = row_err(got, want, n, D);
+        double e = test_row_err(got, want, n, D);
         worst = fmax(worst, e);
         if (getenv("DIFFLET_TEST_VERBOSE"))
             printf("%s %s max_len %lld (%lld tokens): %.3g\n", key, dl_dtype_name(dt), (long long)max_len, (long long)n, e);
@@ -160,7 +147,7 @@ static void test_chunks(dl_model_dir *dir, dl_dtype dt) {
     for (int64_t i = 0; i < n; i++) ids[i] = i < n0 ? ids0[i] : (int32_t)((i * 37) % 574);
     float *got = malloc((size_t)(n * 64) * 4);
     CHECK(dl_qwen2_text_run(m, ids, n, got) == DL_OK, "%s", dl_last_error());
-    double e = row_err(got, want, n0, 64);
+    double e = test_row_err(got, want, n0, 64);
     printf("qwen text %s: 152 tokens in 2 chunks, the 72-token prefix %.3g of max|ref|\n", dl_dtype_name(dt), e);
     CHECK(e <= bound_of(dt), "prefix rows of a 2-chunk run: %.3g (bound %.3g)", e, bound_of(dt));
     int finite = 1;
@@ -187,7 +174,7 @@ static void test_x(dl_dtype dt) {
     } else {
         float *got = malloc((size_t)(n * 64) * 4);
         CHECK(dl_qwen2_text_run(m, ids, n, got) == DL_OK, "%s", dl_last_error());
-        double e = row_err(got, want, n, 64), bound = dt == DL_F32 ? 1e-4 : 1.0 / 16, emu = 0;
+        double e = test_row_err(got, want, n, 64), bound = dt == DL_F32 ? 1e-4 : 1.0 / 16, emu = 0;
         if (dt == DL_BF16) emu = check_emu("x", got, n, 64, 32);
         printf("qwen text_x %s (head dim 32, 2 heads / 1 KV head, %lld tokens): worst row %.3g of its max|ref| (bound "
                "%.3g)",
@@ -323,7 +310,7 @@ static void test_layouts_and_errors(dl_model_dir *fixture) {
     dl_qwen2_text *m;
     if (dl_qwen2_text_load(&m, md, "theta", 96, DL_F32, NULL) == DL_OK) {
         CHECK(dl_qwen2_text_run(m, ids, n, a) == DL_OK, "%s", dl_last_error());
-        double e = row_err(a, ref, n, 64);
+        double e = test_row_err(a, ref, n, 64);
         CHECK(e > 1e-3, "rope_theta 1e4 instead of 1e6 should change the output: %.3g", e);
         dl_qwen2_text_free(m);
     } else {
@@ -395,11 +382,11 @@ static void test_llama(void) {
             const dl_st_tensor *w = dl_ckpt_find(v, key);
             CHECK(w && w->numel == n * D && dl_ckpt_read(w, DL_F32, want) == DL_OK, "vector %s", key);
             CHECK(dl_qwen2_text_run_hidden(m, ids, n, n, k, got) == DL_OK, "%s", dl_last_error());
-            double e = row_err(got, want, n, D);
+            double e = test_row_err(got, want, n, D);
             CHECK(e <= 1e-5, "llama hidden_states[%d]: worst row %.3g of its max|ref|", k, e);
             if (getenv("DIFFLET_TEST_VERBOSE")) printf("llama hidden_states[%d]: %.3g\n", k, e);
         }
-        CHECK(dl_qwen2_text_run(m, ids, n, got) == DL_OK && row_err(got, want, n, D) <= 1e-5,
+        CHECK(dl_qwen2_text_run(m, ids, n, got) == DL_OK && test_row_err(got, want, n, D) <= 1e-5,
               "llama: run is hidden_states[-1]");
         CHECK(dl_qwen2_text_run_hidden(m, ids, n, n, L + 1, got) == DL_ERR_INVALID &&
                   dl_qwen2_text_run_hidden(m, ids, n, n, -1, got) == DL_ERR_INVALID,
@@ -471,7 +458,7 @@ static void test_hunyuan_text(void) {
                   dl_last_error());
             int same = 1, valid = 0;
             for (int j = 0; j < M; j++) same &= mask[j] == (int32_t)wm[j], valid += mask[j];
-            double e = row_err(got, want, M, D);
+            double e = test_row_err(got, want, M, D);
             CHECK(same && e <= 1e-5, "HunyuanVideo prompt %d: masks %s, worst row %.3g of max|ref|", i, same ? "equal" : "differ", e);
             if (getenv("DIFFLET_TEST_VERBOSE")) printf("hunyuan text %d: %d valid of %d, %.3g\n", i, valid, M, e);
         }

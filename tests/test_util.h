@@ -27,6 +27,24 @@ static int g_pass, g_fail;
         }                                                                 \
     } while (0)
 
+/* The worst row's max |got - want| over that row's max |want| (rows x D, row-major;
+ * INFINITY when got holds a non-finite value): the parity tests' per-row bound. */
+static inline double test_row_err(const float *got, const float *want, long long rows, long long D) {
+    double worst = 0;
+    for (long long r = 0; r < rows; r++) {
+        double mx = 0, e = 0;
+        for (long long j = 0; j < D; j++) {
+            double g = got[r * D + j], w = want[r * D + j];
+            if (!(g - g == 0)) return 1.0 / 0.0;
+            mx = w > mx ? w : -w > mx ? -w : mx;
+            e = g - w > e ? g - w : w - g > e ? w - g : e;
+        }
+        e /= mx > 0 ? mx : 1;
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
 static inline int test_done(const char *name) {
     printf("%s: %d passed, %d failed\n", name, g_pass, g_fail);
     return g_fail ? 1 : 0;
