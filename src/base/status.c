@@ -2,6 +2,7 @@
 #include "difflet/base.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -44,7 +45,7 @@ void dl_assert_fail(const char *expr, const char *file, int line) {
 }
 
 /* -1 = not read yet; the level is read from the environment on first use. */
-static int g_level = -1;
+static atomic_int g_level = -1; /* read by every thread that logs; set once from DIFFLET_LOG (any thread may race to it: same value) */
 
 static int parse_level(const char *s) {
     if (!s || !*s) return DL_LOG_INFO;
@@ -57,11 +58,15 @@ static int parse_level(const char *s) {
 }
 
 dl_log_level dl_log_get_level(void) {
-    if (g_level < 0) g_level = parse_level(getenv("DIFFLET_LOG"));
-    return (dl_log_level)g_level;
+    int l = atomic_load_explicit(&g_level, memory_order_relaxed);
+    if (l < 0) {
+        l = parse_level(getenv("DIFFLET_LOG"));
+        atomic_store_explicit(&g_level, l, memory_order_relaxed);
+    }
+    return (dl_log_level)l;
 }
 
-void dl_log_set_level(dl_log_level l) { g_level = (int)l; }
+void dl_log_set_level(dl_log_level l) { atomic_store_explicit(&g_level, (int)l, memory_order_relaxed); }
 
 void dl_log(dl_log_level l, const char *fmt, ...) {
     static const char *names[] = {"debug", "info", "warn", "error"};
