@@ -641,6 +641,10 @@ check(s.req("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] =
 check(s.req("GET", "/v1/models", headers={"Authorization": "Bearer sekre"})[0] == 401, "401 with a prefix of the key")
 check(s.req("GET", "/v1/models")[0] == 200, "200 with the key")
 check(s.req("GET", "/v1/models", headers={"Authorization": "bearer sekret"})[0] == 200, "the scheme in any case")
+on_disk = "".join(open(os.path.join(tmp, "r4", f), errors="replace").read() for f in os.listdir(os.path.join(tmp, "r4"))
+                  if f.endswith(".json"))
+check("profile" in "".join(os.listdir(os.path.join(tmp, "r4"))) and "sekret" not in on_disk,
+      "the API key is not written into the results folder (the model processes' profile.json)")
 check(s.req("GET", "/", headers={"Authorization": "none"})[0] == 200, "the page itself needs no key (it holds no data)")
 if chrome:  # the page with a key: given once as #key=..., kept in the browser, sent as Bearer
     before = s.req("GET", "/metrics")[1].decode()

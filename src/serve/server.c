@@ -1105,6 +1105,7 @@ static int setup_models(void) {
         if (k) snprintf(m->profile_path, sizeof m->profile_path, "%.1000s/profile-%d.json", m->pr.results, k);
         else snprintf(m->profile_path, sizeof m->profile_path, "%.1000s/profile.json", m->pr.results);
         cJSON *pj = dl_deployment_to_json(&m->pr);
+        cJSON_DeleteItemFromObjectCaseSensitive(pj, "api_key"); /* the model processes never need it: not on disk */
         char *pt = cJSON_Print(pj);
         dl_status s = pt ? dl_file_write_atomic(m->profile_path, pt, strlen(pt)) : dl_fail(DL_ERR_NOMEM, "out of memory");
         free(pt), cJSON_Delete(pj);
