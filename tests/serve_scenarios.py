@@ -51,6 +51,9 @@ import urllib.error
 import urllib.request
 import zlib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_util  # noqa: E402
+
 if len(sys.argv) < 3:
     sys.exit(__doc__)
 BIN, DATA = os.path.abspath(sys.argv[1]), sys.argv[2]
@@ -135,9 +138,10 @@ def proc_status(pid):
     return out
 
 
-class Server:
+class Server(serve_util.Server):
     """difflet serve on a free loopback port (port 0), its deployment written next to
-    its results folder; stderr to <results>-stderr.log, stdout drained"""
+    its results folder; stderr to <results>-stderr.log, stdout drained; restartable on
+    the same store (start). The HTTP helpers are serve_util's."""
 
     def __init__(self, results, **deployment):
         dep = {"model": MODEL, "sizes": [SIZE], "results_dir": results, "port": 0, "request_timeout_s": 120,
@@ -178,26 +182,12 @@ class Server:
     def alive(self):
         return self.p.poll() is None
 
-    def req(self, method, path, body=None, raw=None, headers=None, timeout=120):
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        h = dict(headers or {})
-        if self.key and "Authorization" not in h:
-            h["Authorization"] = "Bearer " + self.key
-        r = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method, headers=h)
+    def req(self, method, path, body=None, timeout=120, **kw):
+        """as serve_util's, and (None, the error, {}) when the server is not there"""
         try:
-            with urllib.request.urlopen(r, timeout=timeout) as resp:
-                return resp.status, resp.read(), dict(resp.headers)
-        except urllib.error.HTTPError as e:
-            return e.code, e.read(), dict(e.headers)
+            return super().req(method, path, body, timeout=timeout, **kw)
         except (urllib.error.URLError, OSError) as e:
             return None, repr(e).encode(), {}
-
-    def json(self, method, path, body=None, **kw):
-        st, b, _ = self.req(method, path, body, **kw)
-        try:
-            return st, json.loads(b)
-        except ValueError:
-            return st, None
 
     def ready(self):
         st, j = self.json("GET", "/ready", timeout=10)

@@ -27,86 +27,19 @@ import urllib.request
 
 BIN, DATA = sys.argv[1], sys.argv[2]
 MODEL = os.path.join(DATA, "flux", "dev")
-passed = failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import Server as _Server, check, counts, kill_one  # noqa: E402
 
 
-
-def kill_one(pid, sig):
-    """signal one model process: never pid 0 or -1, which would signal the test's own
-    process group or every process (what /ready reports for a process not running)"""
-    if not isinstance(pid, int) or pid <= 1:
-        raise RuntimeError(f"no model process to signal (pid {pid!r})")
-    os.kill(pid, sig)
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, flush=True)
-
-
-class Server:
+class Server(_Server):
     def __init__(self, results, **profile):
         prof = {"model": MODEL, "sizes": ["32x48"], "results_dir": results, "port": 0, "request_timeout_s": 60,
                 "cancel_grace_s": 1.0, "queue_capacity": 6, "max_steps": 3000, "max_prompt_bytes": 200}
         prof.update(profile)
-        self.path = results + "-profile.json"
-        with open(self.path, "w") as f:
-            json.dump(prof, f)
-        env = dict(os.environ, DIFFLET_LOG="warn")
-        self.p = subprocess.Popen([BIN, "serve", "--deployment", self.path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  env=env, text=True)
-        line = self.p.stdout.readline()
-        self.port = int(line.split("127.0.0.1:")[1].split()[0])
-        if prof.get("health_port", -1) >= 0:
-            self.health_port = int(self.p.stdout.readline().split("127.0.0.1:")[1].split("/")[0])
-        self.key = prof.get("api_key")
-
-    def req(self, method, path, body=None, raw=None, headers=None, timeout=60):
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        h = dict(headers or {})
-        if self.key and "Authorization" not in h:
-            h["Authorization"] = "Bearer " + self.key
-        r = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method, headers=h)
-        try:
-            with urllib.request.urlopen(r, timeout=timeout) as resp:
-                return resp.status, resp.read(), dict(resp.headers)
-        except urllib.error.HTTPError as e:
-            return e.code, e.read(), dict(e.headers)
-
-    def json(self, method, path, body=None, **kw):
-        st, b, h = self.req(method, path, body, **kw)
-        try:
-            return st, json.loads(b)
-        except ValueError:
-            return st, None
-
-    def wait_ready(self, timeout=60):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            st, j = self.json("GET", "/ready")
-            if st == 200:
-                return j
-            time.sleep(0.05)
-        return None
+        super().__init__(BIN, results, prof)
 
     def wait_job(self, jid, timeout=60):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            st, j = self.json("GET", f"/v1/jobs/{jid}")
-            if j and j["status"] not in ("queued", "in_progress"):
-                return j
-            time.sleep(0.05)
-        return None
-
-    def stop(self, sig=signal.SIGTERM):
-        self.p.send_signal(sig)
-        try:
-            self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
+        return self.wait_done(f"/v1/jobs/{jid}", timeout)
 
 
 def chromium(chrome, args, timeout=120):
@@ -727,5 +660,6 @@ check(r and r["ready"] and st == 200 and png == before_crash, f"corrupt programs
 s.stop()
 
 subprocess.run(["rm", "-rf", tmp])
+passed, failed = counts()
 print(f"test_serve: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -29,64 +29,16 @@ import urllib.request
 
 BIN, DATA = sys.argv[1], sys.argv[2]
 MODEL = os.path.join(DATA, "flux", "dev")
-passed = failed = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import Server as _Server, check, counts  # noqa: E402
 
 
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, flush=True)
-
-
-class Server:
+class Server(_Server):
     def __init__(self, results, **profile):
         prof = {"model": MODEL, "sizes": ["32x48"], "results_dir": results, "port": 0, "health_port": 0,
                 "request_timeout_s": 120, "queue_capacity": 6, "max_steps": 5000}
         prof.update(profile)
-        self.results = results
-        self.path = results + "-profile.json"
-        with open(self.path, "w") as f:
-            json.dump(prof, f)
-        self.p = subprocess.Popen([BIN, "serve", "--deployment", self.path], stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, env=dict(os.environ, DIFFLET_LOG="warn"), text=True)
-        self.port = int(self.p.stdout.readline().split("127.0.0.1:")[1].split()[0])
-        self.health_port = int(self.p.stdout.readline().split("127.0.0.1:")[1].split("/")[0])
-
-    def req(self, method, path, body=None, timeout=60, port=None):
-        data = json.dumps(body).encode() if body is not None else None
-        r = urllib.request.Request(f"http://127.0.0.1:{port or self.port}{path}", data=data, method=method)
-        try:
-            with urllib.request.urlopen(r, timeout=timeout) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-
-    def json(self, method, path, body=None, **kw):
-        st, b = self.req(method, path, body, **kw)
-        try:
-            return st, json.loads(b)
-        except ValueError:
-            return st, None
-
-    def wait_ready(self, timeout=90):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            st, j = self.json("GET", "/ready")
-            if st == 200:
-                return j
-            time.sleep(0.05)
-        return None
-
-    def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(15)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+        super().__init__(BIN, results, prof, stop_wait=15)
 
 
 def raw(port, data, half_close=False, wait=15.0):
@@ -208,7 +160,7 @@ with socket.create_connection(("127.0.0.1", s.port), timeout=15) as sk:
             break
         out += b
     check(b"HTTP/1.1 202 " in out, f"... and then its answer: {out[-200:]!r}")
-st, mt = s.req("GET", "/metrics")
+st, mt, _ = s.req("GET", "/metrics")
 check(b'difflet_requests_total{status="414"}' in mt and b'difflet_requests_total{status="505"}' in mt,
       "the listener's answers are counted in the metrics")
 s.stop()
@@ -320,5 +272,6 @@ check(not rows and total == len(ids) + 1, f"the store holds each job once: {tota
 s.stop()
 
 subprocess.run(["rm", "-rf", tmp])
+passed, failed = counts()
 print(f"test_serve_hard: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

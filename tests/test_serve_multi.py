@@ -30,25 +30,12 @@ import urllib.request
 
 BIN, IMAGE_SRC, VIDEO_SRC = sys.argv[1], sys.argv[2], sys.argv[3]
 IMG, VID = "difflet-tiny", "difflet-tiny-video"
-passed = failed = 0
 T0 = time.time()
 
 
 
-def kill_one(pid, sig):
-    """signal one model process: never pid 0 or -1, which would signal the test's own
-    process group or every process (what /ready reports for a process not running)"""
-    if not isinstance(pid, int) or pid <= 1:
-        raise RuntimeError(f"no model process to signal (pid {pid!r})")
-    os.kill(pid, sig)
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, flush=True)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import Server as _Server, check, counts, kill_one  # noqa: E402
 
 
 tmp = tempfile.mkdtemp(prefix="difflet-serve-multi-")
@@ -70,59 +57,26 @@ if not os.path.exists(os.path.join(VIDEO, "model_index.json")):
 IMAGE = os.path.abspath(IMAGE_SRC)
 
 
-class Server:
+class Server(_Server):
     def __init__(self, results, argv=None, video_timeout=6, **deployment):
         """the image model with the server's settings; the video model with its own
         queue capacity (2) and deadline (video_timeout)"""
-        if argv is None:
-            dep = {"models": [{"model": IMAGE, "sizes": ["64x64"]},
-                              {"model": VIDEO, "frames": [9], "queue_capacity": 2, "request_timeout_s": video_timeout}],
-                   "results_dir": results, "port": 0, "request_timeout_s": 120, "cancel_grace_s": 2.0,
-                   "queue_capacity": 8, "max_steps": 3000}
-            dep.update(deployment)
-            self.path = results + "-deployment.json"
-            with open(self.path, "w") as f:
-                json.dump(dep, f)
-            argv = [BIN, "serve", "--deployment", self.path]
-        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  env=dict(os.environ, DIFFLET_LOG="warn"), text=True)
-        self.port = int(self.p.stdout.readline().split("127.0.0.1:")[1].split()[0])
+        dep = {"models": [{"model": IMAGE, "sizes": ["64x64"]},
+                          {"model": VIDEO, "frames": [9], "queue_capacity": 2, "request_timeout_s": video_timeout}],
+               "results_dir": results, "port": 0, "request_timeout_s": 120, "cancel_grace_s": 2.0,
+               "queue_capacity": 8, "max_steps": 3000}
+        dep.update(deployment)
+        super().__init__(BIN, results, dep, argv=argv, suffix="deployment", stop_wait=15)
 
-    def req(self, method, path, body=None, timeout=120):
-        data = json.dumps(body).encode() if body is not None else None
-        h = {"Content-Type": "application/json"} if body is not None else {}
-        r = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method, headers=h)
-        try:
-            with urllib.request.urlopen(r, timeout=timeout) as resp:
-                return resp.status, resp.read(), dict(resp.headers)
-        except urllib.error.HTTPError as e:
-            return e.code, e.read(), dict(e.headers)
-
-    def json(self, method, path, body=None, **kw):
-        st, b, _ = self.req(method, path, body, **kw)
-        try:
-            return st, json.loads(b)
-        except ValueError:
-            return st, None
+    def req(self, method, path, body=None, timeout=120, **kw):
+        return super().req(method, path, body, timeout=timeout, **kw)
 
     def wait_ready(self, timeout=120):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            st, j = self.json("GET", "/ready")
-            if st == 200:
-                return j
-            time.sleep(0.05)
-        return None
+        return super().wait_ready(timeout)
 
     def wait(self, path, timeout=120):
         """a job's or video's state once it is no longer queued or running"""
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            st, j = self.json("GET", path)
-            if st != 200 or j["status"] not in ("queued", "in_progress"):
-                return j
-            time.sleep(0.05)
-        return None
+        return self.wait_done(path, timeout)
 
     def wait_status(self, path, status, timeout=60):
         t0 = time.time()
@@ -153,13 +107,6 @@ class Server:
             if line.startswith(name + " "):
                 return float(line.split()[-1])
         return None
-
-    def stop(self, sig=signal.SIGTERM):
-        self.p.send_signal(sig)
-        try:
-            self.p.wait(15)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
 
 
 def png_size(data):
@@ -435,5 +382,6 @@ p = subprocess.run([BIN, "serve", "--model", IMAGE, "--model", IMAGE, "--port", 
 check(p.returncode == 2 and "two served models" in p.stderr, f"the same model twice on the command line: {p.stderr.strip()}")
 
 shutil.rmtree(tmp, ignore_errors=True)
+passed, failed = counts()
 print(f"test_serve_multi: {passed} passed, {failed} failed ({time.time() - T0:.0f} s)")
 sys.exit(1 if failed else 0)

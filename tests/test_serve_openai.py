@@ -49,17 +49,11 @@ except ImportError:
         os.execve(py, [py] + sys.argv, dict(os.environ, DIFFLET_SDK_VENV_TRIED="1"))
 FLUX = os.path.join(DATA, "flux", "dev")
 KEY = "sk-test-openai-compat"
-passed = failed = 0
 T0 = time.time()
 
 
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, flush=True)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import check, counts  # noqa: E402
 
 
 tmp = tempfile.mkdtemp(prefix="difflet-serve-openai-")
@@ -394,5 +388,6 @@ try:
 except subprocess.TimeoutExpired:
     proc.kill()
 subprocess.run(["rm", "-rf", tmp])
+passed, failed = counts()
 print(f"test_serve_openai: {passed} passed, {failed} failed ({time.time() - T0:.0f} s)")
 sys.exit(1 if failed else 0)

@@ -25,68 +25,20 @@ import urllib.request
 BIN, DATA = sys.argv[1], sys.argv[2]
 WAN = os.path.join(DATA, "wan", "a")
 FLUX = os.path.join(DATA, "flux", "dev")
-passed = failed = 0
 T0 = time.time()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import Server as _Server, check, counts  # noqa: E402
 
 
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, flush=True)
-
-
-class Server:
-    def __init__(self, results, **deployment):
+class Server(_Server):
+    def __init__(self, results, argv=None, **deployment):
         dep = {"model": WAN, "sizes": ["48x32"], "frames": [5, 8], "max_sequence_length": 16, "results_dir": results,
                "port": 0, "request_timeout_s": 60, "cancel_grace_s": 1.0, "queue_capacity": 8, "max_steps": 400}
         dep.update(deployment)
-        self.path = results + "-deployment.json"
-        with open(self.path, "w") as f:
-            json.dump(dep, f)
-        self.start([BIN, "serve", "--deployment", self.path])
-
-    def start(self, argv):
-        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  env=dict(os.environ, DIFFLET_LOG="warn"), text=True)
-        self.port = int(self.p.stdout.readline().split("127.0.0.1:")[1].split()[0])
-
-    def req(self, method, path, body=None, raw=None, headers=None, timeout=60):
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        h = {"Content-Type": "application/json"} if body is not None else {}
-        h.update(headers or {})
-        r = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method, headers=h)
-        try:
-            with urllib.request.urlopen(r, timeout=timeout) as resp:
-                return resp.status, resp.read(), dict(resp.headers)
-        except urllib.error.HTTPError as e:
-            return e.code, e.read(), dict(e.headers)
-
-    def json(self, method, path, body=None, **kw):
-        st, b, _ = self.req(method, path, body, **kw)
-        try:
-            return st, json.loads(b)
-        except ValueError:
-            return st, None
-
-    def wait_ready(self, timeout=60):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            if self.json("GET", "/ready")[0] == 200:
-                return True
-            time.sleep(0.05)
-        return False
+        super().__init__(BIN, results, dep, argv=argv, suffix="deployment")
 
     def wait_video(self, vid, timeout=60):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            st, v = self.json("GET", f"/v1/videos/{vid}")
-            if st != 200 or v["status"] not in ("queued", "in_progress"):
-                return v
-            time.sleep(0.05)
-        return None
+        return self.wait_done(f"/v1/videos/{vid}", timeout)
 
     def wait_running(self, vid, timeout=30):
         t0 = time.time()
@@ -96,13 +48,6 @@ class Server:
                 return v
             time.sleep(0.02)
         return None
-
-    def stop(self, sig=signal.SIGTERM):
-        self.p.send_signal(sig)
-        try:
-            self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
 
 
 def probe(data):
@@ -308,9 +253,8 @@ check(st == 200 and {a["id"], b2["id"], first} <= {x["id"] for x in lst["data"]}
 s.stop()
 
 # ---- flags, and the wrong kind of model ------------------------------------------------------------
-s2 = Server.__new__(Server)
-s2.start([BIN, "serve", "--model", WAN, "--sizes", "48x32,64x32", "--frames", "9", "--fps", "8", "--port", "0",
-          "--results", os.path.join(tmp, "flags")])
+s2 = Server(None, argv=[BIN, "serve", "--model", WAN, "--sizes", "48x32,64x32", "--frames", "9", "--fps", "8", "--port", "0",
+                        "--results", os.path.join(tmp, "flags")])
 st, m = s2.json("GET", "/v1/models")
 d = m["data"][0] if st == 200 else {}
 check(d.get("sizes") == ["48x32", "64x32"] and d.get("frames") == [9] and d.get("seconds") == ["1"] and d.get("fps") == 8,
@@ -380,5 +324,6 @@ if openai:
     s.stop()
 
 subprocess.run(["rm", "-rf", tmp])
+passed, failed = counts()
 print(f"test_serve_video: {passed} passed, {failed} failed ({time.time() - T0:.0f} s)")
 sys.exit(1 if failed else 0)
