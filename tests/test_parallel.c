@@ -16,6 +16,7 @@
 #include "difflet/registry.h"
 #include "test_util.h"
 #include "difflet/flux.h"
+#include "difflet/hunyuan.h"
 #include "difflet/wan.h"
 #include "difflet/qwenimage.h"
 
@@ -571,6 +572,82 @@ static void qwen_model(dl_comm *world, const char *dir, const char *name, int64_
     dl_model_dir_free(md);
 }
 
+/* HunyuanVideo: every layout that fits the world size against the unsplit
+ * transformer, at every valid text length 1..T (the refiner's mask and the joint
+ * attention's valid keys), with the split's error far below what one more text
+ * token changes (Difflet §7.4) */
+static void hunyuan_model(dl_comm *world, const char *dir, const char *name, int64_t lf, int64_t lh, int64_t lw) {
+    const int n = dl_comm_size(world);
+    dl_model_dir *md;
+    if (dl_model_dir_open(&md, dir) != DL_OK) {
+        CHECK(0, "%s: %s", name, dl_last_error());
+        return;
+    }
+    const int64_t T = 10;
+    dl_hunyuan_video *ref = NULL;
+    if (dl_hunyuan_video_load(&ref, md, "transformer", lf, lh, lw, T, DL_F32, NULL, NULL) != DL_OK) {
+        CHECK(0, "%s: %s", name, dl_last_error());
+        dl_model_dir_free(md);
+        return;
+    }
+    int64_t Td, Pd;
+    dl_hunyuan_video_text_dims(ref, &Td, &Pd);
+    const int64_t ni = dl_hunyuan_video_in_channels(ref) * lf * lh * lw, no = dl_hunyuan_video_out_channels(ref) * lf * lh * lw;
+    float *lat = malloc((size_t)ni * 4), *txt = malloc((size_t)(T * Td) * 4), *pooled = malloc((size_t)Pd * 4);
+    float *a = malloc((size_t)no * 4), *b = malloc((size_t)no * 4), *prev = malloc((size_t)no * 4);
+    fill(lat, ni, 9), fill(txt, T * Td, 10), fill(pooled, Pd, 11);
+    char spec[5][64];
+    int ns = 0;
+    if (n > 1) {
+        snprintf(spec[ns++], 64, "cp=%d:ring", n);
+        snprintf(spec[ns++], 64, "cp=%d:gather", n);
+        snprintf(spec[ns++], 64, "cp=%d:ulysses", n);
+        if (n == 2) snprintf(spec[ns++], 64, "tp=2"), snprintf(spec[ns++], 64, "tp=2,sp");
+        if (n == 4) snprintf(spec[ns++], 64, "tp=2,sp,cp=2:ring");
+    }
+    for (int k = 0; k < ns; k++) {
+        char why[512];
+        dl_par_config pc;
+        dl_par_parse(spec[k], &pc);
+        dl_dit_split sp = {.tp = pc.tp, .cp = pc.cp, .sp = pc.sp, .cp_mode = pc.cp_mode};
+        const char *bad = dl_dit_split_check(&sp, dl_hunyuan_video_heads(ref), why, sizeof why);
+        dl_par_place pl;
+        if (dl_par_place_new(world, &pc, &pl) != DL_OK) continue;
+        dl_hunyuan_video *m = NULL;
+        dl_status s = dl_hunyuan_video_load(&m, md, "transformer", lf, lh, lw, T, DL_F32, NULL, &pl.split);
+        if (bad) {
+            CHECK(s != DL_OK && strstr(dl_last_error(), "refused"), "%s %s: loaded despite %s", name, spec[k], bad);
+            if (g_rank == 0) printf("  %-10s %-22s refused: %s\n", name, spec[k], bad);
+            dl_par_place_free(&pl);
+            continue;
+        }
+        int ok = s == DL_OK;
+        CHECK(ok, "%s %s: load: %s", name, spec[k], dl_last_error());
+        double worst = 0, least = INFINITY;
+        for (int64_t L = T; ok && L >= 1; L--) {
+            ok = dl_hunyuan_video_run(ref, lat, txt, L, pooled, 640.f, 5.f, a) == DL_OK &&
+                 dl_hunyuan_video_run(m, lat, txt, L, pooled, 640.f, 5.f, b) == DL_OK;
+            if (!ok) break;
+            double mr = max_abs(a, no), e = max_diff(a, b, no) / mr;
+            worst = fmax(worst, e);
+            CHECK(e <= 1e-5, "%s %s L=%lld: rel err %.3g", name, spec[k], (long long)L, e);
+            if (L < T) least = fmin(least, max_diff(a, prev, no) / mr);
+            memcpy(prev, a, (size_t)no * 4);
+        }
+        CHECK(ok, "%s %s: run: %s", name, spec[k], dl_last_error());
+        CHECK(!ok || least >= 100 * worst, "%s %s: split error %.3g is not far below the length change %.3g", name, spec[k],
+              worst, least);
+        if (all_ok(world, ok) && g_rank == 0)
+            printf("  %-10s %-22s ok: max rel err %.2e over L = 1..%lld; one text token changes >= %.2e\n", name, spec[k],
+                   worst, (long long)T, least);
+        dl_hunyuan_video_free(m);
+        dl_par_place_free(&pl);
+    }
+    free(lat), free(txt), free(pooled), free(a), free(b), free(prev);
+    dl_hunyuan_video_free(ref);
+    dl_model_dir_free(md);
+}
+
 int main(void) {
     dl_comm *world;
     if (dl_comm_world(&world) != DL_OK) {
@@ -588,6 +665,8 @@ int main(void) {
     wan_model(world, DATA_DIR "/wan/b", "wan-b", 2, 6, 4);
     qwen_model(world, DATA_DIR "/qwenimage/a", "qwen-a", 4, 6);
     qwen_model(world, DATA_DIR "/qwenimage/b", "qwen-b", 4, 2);
+    hunyuan_model(world, DATA_DIR "/hunyuan/a", "hunyuan-a", 2, 4, 6);
+    hunyuan_model(world, DATA_DIR "/hunyuan/b", "hunyuan-b", 4, 3, 5);
     /* layouts the parser refuses, by name */
     dl_par_config pc;
     CHECK(dl_par_parse("tp=0", &pc) != DL_OK, "tp=0 accepted");

@@ -27,6 +27,45 @@ int64_t dl_hunyuan_refiner_width(const dl_hunyuan_refiner *m); /* D = heads x he
 dl_status dl_hunyuan_refiner_run(dl_hunyuan_refiner *m, const float *text, int64_t valid, float t, float *out);
 void dl_hunyuan_refiner_free(dl_hunyuan_refiner *m);
 
+
+/* ---- the transformer (HunyuanVideoTransformer3DModel; math in hunyuan_video.c) ----
+ * Built for a latent grid lat_frames x lat_h x lat_w (each divisible by the patch),
+ * txt_len text rows, dtype f32 or bf16, this rank's place in a split (NULL: one
+ * rank). Refused by name: image_condition_type (image-to-video), qk_norm other than
+ * rms_norm; a split whose heads or MLP width tp does not divide. */
+typedef struct dl_hunyuan_video dl_hunyuan_video;
+dl_status dl_hunyuan_video_load(dl_hunyuan_video **out, dl_model_dir *dir, const char *component, int64_t lat_frames,
+                                int64_t lat_h, int64_t lat_w, int64_t txt_len, dl_dtype dt, dl_wsrc *src,
+                                const dl_dit_split *split);
+/* latents [Cin, F, H, W]; text [T, text_embed_dim] (the Llama embeddings, `valid` real
+ * rows first, 1..T); pooled [pooled_projection_dim] (CLIP); timestep as the pipeline
+ * passes it (sigma x 1000); guidance the embedded guidance scale (the model sees
+ * guidance x 1000, as the pipeline scales it; ignored without guidance_embeds);
+ * out [Cout, F, H, W], complete on every rank of a split. */
+dl_status dl_hunyuan_video_run(dl_hunyuan_video *m, const float *latents, const float *text, int64_t valid,
+                               const float *pooled, float timestep, float guidance, float *out);
+int64_t dl_hunyuan_video_in_channels(const dl_hunyuan_video *m);
+int64_t dl_hunyuan_video_out_channels(const dl_hunyuan_video *m);
+int64_t dl_hunyuan_video_heads(const dl_hunyuan_video *m);
+int64_t dl_hunyuan_video_width(const dl_hunyuan_video *m);
+int dl_hunyuan_video_has_guidance(const dl_hunyuan_video *m);
+void dl_hunyuan_video_text_dims(const dl_hunyuan_video *m, int64_t *text, int64_t *pooled);
+void dl_hunyuan_video_patch(const dl_hunyuan_video *m, int64_t patch[3]); /* (pt, p, p) */
+void dl_hunyuan_video_free(dl_hunyuan_video *m);
+
+/* The step-caching probe (Difflet §5), a separate program of the transformer's
+ * weights: the conditioning, the patch embedding and the first dual block's image
+ * modulation LN(x)(1 + scale1) + shift1 over this rank's video tokens; score: its
+ * relative L1 change since the same CFG slot's previous probe (0 on a slot's first),
+ * summed over the cp group. */
+typedef struct dl_hunyuan_probe dl_hunyuan_probe;
+dl_status dl_hunyuan_probe_load(dl_hunyuan_probe **out, dl_model_dir *dir, const char *component, int64_t lat_frames,
+                                int64_t lat_h, int64_t lat_w, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split);
+dl_status dl_hunyuan_probe_run(dl_hunyuan_probe *p, int slot, const float *latents, const float *pooled, float timestep,
+                               float guidance, double *score);
+void dl_hunyuan_probe_reset(dl_hunyuan_probe *p);
+void dl_hunyuan_probe_free(dl_hunyuan_probe *p);
+
 #ifdef __cplusplus
 }
 #endif

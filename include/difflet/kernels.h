@@ -98,6 +98,10 @@ void dl_rope_t(dl_rope_form form, dl_dtype dt, void *x, int64_t seq, int64_t hea
  * theta (10000). Frequencies per axis as diffusers' get_1d_rotary_pos_embed, in f64. */
 void dl_rope_table_axes(const float *ids, int64_t seq, int n_axes, const int *axes_dim,
                         double theta, float *cos_t, float *sin_t);
+/* The same with f32 frequencies and angles (get_1d_rotary_pos_embed's default
+ * freqs_dtype, as HunyuanVideo's RoPE calls it). */
+void dl_rope_table_axes_f32(const float *ids, int64_t seq, int n_axes, const int *axes_dim, double theta,
+                            float *cos_t, float *sin_t);
 /* Wan 2.1 tables for a (frames, height, width) token grid: head_dim split as
  * [d - 4*(d/6), 2*(d/6), 2*(d/6)] over (f, h, w). */
 void dl_rope_table_wan(int64_t frames, int64_t height, int64_t width, int64_t head_dim,

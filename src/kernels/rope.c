@@ -29,6 +29,30 @@ void dl_rope_table_axes(const float *ids, int64_t seq, int n_axes, const int *ax
     }
 }
 
+/* The same with get_1d_rotary_pos_embed's default freqs_dtype (float32), as
+ * HunyuanVideoRotaryPosEmbed calls it: freq_i = 1 / theta^(f32(2i) / dim) and the
+ * angle pos * freq_i rounded to f32 before cos / sin (torch's f32 pow, outer
+ * product and cos). */
+void dl_rope_table_axes_f32(const float *ids, int64_t seq, int n_axes, const int *axes_dim, double theta,
+                            float *cos_t, float *sin_t) {
+    int half = 0;
+    for (int a = 0; a < n_axes; a++) half += axes_dim[a] / 2;
+    for (int64_t t = 0; t < seq; t++) {
+        int off = 0;
+        for (int a = 0; a < n_axes; a++) {
+            const int dim = axes_dim[a];
+            for (int i = 0; i < dim / 2; i++) {
+                float e = (float)(2 * i) / (float)dim;
+                float freq = 1.0f / powf((float)theta, e);
+                float ang = ids[t * n_axes + a] * freq;
+                cos_t[t * half + off + i] = cosf(ang);
+                sin_t[t * half + off + i] = sinf(ang);
+            }
+            off += dim / 2;
+        }
+    }
+}
+
 void dl_rope_table_wan(int64_t frames, int64_t height, int64_t width, int64_t head_dim,
                        double theta, float *cos_t, float *sin_t) {
     int hw = (int)(2 * (head_dim / 6)), f = (int)(head_dim - 2 * hw);

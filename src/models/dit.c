@@ -531,3 +531,128 @@ dl_status dl_dit_dual_run(dl_dit *c, dl_dit_dual *b, const void *vec, float *mi,
     dl_dit_gate_add(c, mt + 5 * D, mi + 5 * D);
     return DL_OK;
 }
+
+/* ---- the single-stream block ---------------------------------------------------- */
+
+void dl_dit_single_free(dl_dit_single *b) {
+    dl_lin_free(&b->mod), dl_lin_free(&b->qkv), dl_lin_free(&b->mlp), dl_lin_free(&b->out);
+    free(b->nq), free(b->nk);
+    b->nq = b->nk = NULL;
+}
+
+dl_status dl_dit_single_load(dl_dit_single *b, dl_dit *c, dl_wsrc *ck, const char *p) {
+    const int64_t D = c->D, F = c->F, Sl = c->Sl, Dl = c->Dl, Fl = c->Fl;
+    const dl_dtype dt = c->dt;
+    const int tp = c->sp.tp, tr = c->sp.tp_rank;
+    const lin_split col_h = {.row0 = tr * Dl, .rows = Dl}, col_f = {.row0 = tr * Fl, .rows = Fl};
+    /* proj_out reads [attention (D) | mlp (F)]: this rank's columns of both */
+    const lin_split row_1 = {.nseg = 2, .seg0 = {tr * Dl, D + tr * Fl}, .segn = {Dl, Fl}, .no_bias = tr != 0};
+    const lin_split *ch = tp > 1 ? &col_h : NULL, *cf = tp > 1 ? &col_f : NULL, *r1 = tp > 1 ? &row_1 : NULL;
+    char n[5][256];
+    const char *names[5] = {"norm.linear", "attn.norm_q.weight", "attn.norm_k.weight", "proj_mlp", "proj_out"};
+    for (int i = 0; i < 5; i++) snprintf(n[i], sizeof n[i], "%s%s", p, names[i]);
+    dl_status s;
+    if ((s = dl_lin_named(&b->mod, ck, n[0], 1, D, 3 * D, dt, DL_F32, DL_ACT_NONE, 0, NULL)) ||
+        (s = dl_lin_qkv(&b->qkv, ck, p, "attn.to_q", "attn.to_k", "attn.to_v", Sl, D, dt, ch)) ||
+        (s = dl_param_vec(ck, n[1], c->Dh, &b->nq)) || (s = dl_param_vec(ck, n[2], c->Dh, &b->nk)) ||
+        /* proj_mlp writes columns [Dl, Dl + Fl) of the [Sl, Dl + Fl] concat buffer that
+         * the attention fills at [0, Dl); proj_out reads all of it */
+        (s = dl_lin_named(&b->mlp, ck, n[3], Sl, D, F, dt, dt, DL_ACT_GELU_TANH, Dl + Fl, cf)) ||
+        (s = dl_lin_named(&b->out, ck, n[4], Sl, D + F, D, dt, DL_F32, DL_ACT_NONE, 0, r1)))
+        return s;
+    return DL_OK;
+}
+
+dl_status dl_dit_single_run(dl_dit *c, dl_dit_single *b, const void *vec, float *mo) {
+    const int64_t D = c->D, Dl = c->Dl, Fl = c->Fl;
+    const size_t es = dl_dtype_size(c->dt);
+    dl_status s;
+    RUN(&b->mod, vec, mo); /* shift, scale, gate */
+    dl_dit_ln_mod(c, mo + D, mo, mo + D, mo);
+    TRY(dl_dit_gather_h(c));
+    RUN(&b->qkv, c->h, c->qkv);
+    RUN(&b->mlp, c->h, (char *)c->att + (size_t)Dl * es); /* columns [Dl, Dl + Fl) */
+    dl_dit_qk_norm_rope(c, b->nq, b->nk, b->nq, b->nk);
+    TRY(dl_dit_attention(c, Dl + Fl)); /* columns [0, Dl) */
+    RUN(&b->out, c->att, c->o);
+    TRY(dl_dit_reduce_out(c));
+    dl_dit_gate_add(c, mo + 2 * D, mo + 2 * D);
+    return DL_OK;
+}
+
+/* ---- the conditioning vector ----------------------------------------------------- */
+
+void dl_dit_cond_free(dl_dit_cond *e) {
+    lin *ls[] = {&e->t1, &e->t2, &e->g1, &e->g2, &e->p1, &e->p2};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) dl_lin_free(ls[i]);
+    dl_aligned_free(e->vin), dl_aligned_free(e->vh), dl_aligned_free(e->tproj), dl_aligned_free(e->tmp);
+    e->vin = e->vh = NULL, e->tproj = e->tmp = NULL;
+}
+
+dl_status dl_dit_cond_load(dl_dit_cond *e, dl_dit *c, dl_wsrc *ck, const char *p, int64_t Pd, int guidance,
+                           const char *file) {
+    const int64_t D = c->D;
+    const dl_dtype dt = c->dt;
+    e->D = D, e->Pd = Pd, e->guidance = guidance, e->dt = dt;
+    char n[6][256];
+    const char *names[6] = {"timestep_embedder.linear_1", "timestep_embedder.linear_2", "guidance_embedder.linear_1",
+                            "guidance_embedder.linear_2", "text_embedder.linear_1", "text_embedder.linear_2"};
+    for (int i = 0; i < 6; i++) snprintf(n[i], sizeof n[i], "%s%s", p, names[i]);
+    dl_status s;
+    if ((s = dl_lin_named(&e->t1, ck, n[0], 1, 256, D, dt, dt, DL_ACT_SILU, 0, NULL)) ||
+        (s = dl_lin_named(&e->t2, ck, n[1], 1, D, D, dt, DL_F32, DL_ACT_NONE, 0, NULL)) ||
+        (s = dl_lin_named(&e->p1, ck, n[4], 1, Pd, D, dt, dt, DL_ACT_SILU, 0, NULL)) ||
+        (s = dl_lin_named(&e->p2, ck, n[5], 1, D, D, dt, DL_F32, DL_ACT_NONE, 0, NULL)) ||
+        (guidance && ((s = dl_lin_named(&e->g1, ck, n[2], 1, 256, D, dt, dt, DL_ACT_SILU, 0, NULL)) ||
+                      (s = dl_lin_named(&e->g2, ck, n[3], 1, D, D, dt, DL_F32, DL_ACT_NONE, 0, NULL)))))
+        return s;
+    char w[280];
+    snprintf(w, sizeof w, "%s.weight", n[2]);
+    if (!guidance && dl_ws_find(ck, w))
+        return dl_fail(DL_ERR_FORMAT, "`%s`: the checkpoint has a guidance embedder but guidance_embeds is false", file);
+    int64_t vmax = 256 > Pd ? 256 : Pd;
+    if (D > vmax) vmax = D;
+    size_t es = dl_dtype_size(dt);
+    e->vin = dl_aligned_alloc((size_t)vmax * es), e->vh = dl_aligned_alloc((size_t)vmax * es);
+    e->tproj = dl_aligned_alloc(256 * 4), e->tmp = dl_aligned_alloc((size_t)D * 4);
+    if (!e->vin || !e->vh || !e->tproj || !e->tmp) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    return DL_OK;
+}
+
+/* acc += linear_2(silu(linear_1(v))) for a one-row input v (f32) */
+static dl_status cond_add(dl_dit_cond *e, lin *l1, lin *l2, const float *v, int64_t n, float *acc) {
+    dl_status s;
+    dl_convert_t(e->dt, e->vin, DL_F32, v, n, 0, 1); /* one row: cheaper than waking the pool */
+    RUN(l1, e->vin, e->vh);
+    RUN(l2, e->vh, e->tmp);
+    for (int64_t i = 0; i < e->D; i++) acc[i] += e->tmp[i];
+    return DL_OK;
+}
+
+dl_status dl_dit_cond_run(dl_dit_cond *e, const float *pooled, float t, float g, float *temb, void *vec) {
+    const int64_t D = e->D;
+    dl_status s;
+    memset(temb, 0, (size_t)D * 4);
+    dl_dit_timestep_proj(t, 256, e->tproj);
+    TRY(cond_add(e, &e->t1, &e->t2, e->tproj, 256, temb));
+    if (e->guidance) {
+        dl_dit_timestep_proj(g, 256, e->tproj);
+        TRY(cond_add(e, &e->g1, &e->g2, e->tproj, 256, temb));
+    }
+    TRY(cond_add(e, &e->p1, &e->p2, pooled, e->Pd, temb));
+    for (int64_t i = 0; i < D; i++) e->tmp[i] = temb[i] / (1.f + expf(-temb[i]));
+    dl_convert_t(e->dt, vec, DL_F32, e->tmp, D, 0, 1);
+    return DL_OK;
+}
+
+dl_status dl_dit_probe_feature(const dl_dit *c, float *cur, float *prev, int *have, const float *x, int64_t rows,
+                               const float *scale, const float *shift, double *score) {
+    const int64_t D = c->D, n = rows * D;
+    *score = 0;
+    DL_PAR(dl_layernorm_x_t(DL_F32, cur, DL_F32, x, rows, D, NULL, NULL, scale, shift, 1e-6f, ith, nth));
+    dl_status s;
+    if (*have && (s = dl_dit_probe_score(c, cur, prev, n, score))) return s;
+    memcpy(prev, cur, (size_t)n * 4);
+    *have = 1;
+    return DL_OK;
+}

@@ -30,28 +30,20 @@
 #include "difflet/flux.h"
 
 
-typedef struct {
-    lin mod;                        /* D -> 3D */
-    lin qkv;                        /* D -> 3D */
-    float *nq, *nk;
-    lin mlp;                        /* proj_mlp: D -> 4D, GELU fused */
-    lin out;                        /* proj_out: 5D -> D */
-} flux_single;
-
 struct dl_flux {
     dl_dit c;                       /* the joint stream: sizes, split, shared activations */
     int64_t Cin, Cout, Jd, Pd;      /* latent channels in/out, text widths (T5, CLIP) */
     int nd, ns, guidance;
-    lin t1, t2, g1, g2, p1, p2;     /* time / guidance / pooled-text embedders */
+    dl_dit_cond cond;               /* time / guidance / pooled-text embedders */
     lin ctx, xemb;                  /* context_embedder, x_embedder */
     dl_dit_dual *dbl;                /* the double blocks (the DiT library's dual-stream block) */
-    flux_single *sgl;
+    dl_dit_single *sgl;              /* the single blocks (the DiT library's) */
     lin norm_out, proj_out;
     /* activations of FLUX's own (the joint stream's are in c) */
     void *f;                        /* [S, F] dt */
     void *in_lat, *in_txt;          /* inputs in dt */
-    float *temb, *mod_img, *mod_txt, *tproj; /* [D], [6D], [6D], [256] */
-    void *vec_in, *vec_h;           /* [max(256, Pd, D)] dt: one-row matmul inputs */
+    float *temb, *mod_img, *mod_txt; /* [D], [6D], [6D] */
+    void *vec_in;                   /* [D] dt: silu(temb), every modulation's input */
     void *arena; /* one block holding every activation, planned by lifetime */
     float *probe_prev[2], *probe_cur; /* [N, D] each, allocated on first probe use */
     int probe_have[2];
@@ -68,14 +60,11 @@ int dl_flux_blocks(const dl_flux *m, int *n_single) {
 
 void dl_flux_free(dl_flux *m) {
     if (!m) return;
-    lin *ls[] = {&m->t1, &m->t2, &m->g1, &m->g2, &m->p1, &m->p2, &m->ctx, &m->xemb, &m->norm_out, &m->proj_out};
+    lin *ls[] = {&m->ctx, &m->xemb, &m->norm_out, &m->proj_out};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) dl_lin_free(ls[i]);
     for (int i = 0; m->dbl && i < m->nd; i++) dl_dit_dual_free(&m->dbl[i]);
-    for (int i = 0; m->sgl && i < m->ns; i++) {
-        flux_single *b = &m->sgl[i];
-        dl_lin_free(&b->mod), dl_lin_free(&b->qkv), dl_lin_free(&b->mlp), dl_lin_free(&b->out);
-        free(b->nq), free(b->nk);
-    }
+    for (int i = 0; m->sgl && i < m->ns; i++) dl_dit_single_free(&m->sgl[i]);
+    dl_dit_cond_free(&m->cond);
     free(m->dbl), free(m->sgl);
     dl_dit_free(&m->c);
     void *bufs[] = {m->arena, m->probe_prev[0], m->probe_prev[1], m->probe_cur};
@@ -110,7 +99,7 @@ dl_status dl_flux_load(dl_flux **out, dl_model_dir *dir, const char *component, 
 dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *component, int64_t grid_h, int64_t grid_w,
                              int64_t txt_len, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split) {
     *out = NULL;
-    char file[512], p[128], nm[256];
+    char file[512], p[128];
     snprintf(file, sizeof file, "%s/config.json", component);
     const cJSON *cfg;
     dl_status s = dl_model_dir_config(dir, component, &cfg);
@@ -175,29 +164,13 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
     if ((s = dl_dit_plan(&m->c)) != DL_OK) goto fail;
     if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t D = m->c.D, T = m->c.T, Nl = m->c.Nl, Sl = m->c.Sl, Dl = m->c.Dl, Fl = m->c.Fl;
-    const int tp = m->c.sp.tp, tr = m->c.sp.tp_rank;
-    /* Megatron slices: column parallel (this rank's heads / MLP columns), row parallel
-     * (the matching input columns; the bias added by tp rank 0 only) */
-    const lin_split col_h = {.row0 = tr * Dl, .rows = Dl}, col_f = {.row0 = tr * Fl, .rows = Fl};
-    /* single blocks' proj_out reads [attention (D) | mlp (F)]: this rank's columns of both */
-    const lin_split row_1 = {.nseg = 2, .seg0 = {tr * Dl, D + tr * Fl}, .segn = {Dl, Fl}, .no_bias = tr != 0};
-    const lin_split *ch = tp > 1 ? &col_h : NULL, *cf = tp > 1 ? &col_f : NULL, *r1 = tp > 1 ? &row_1 : NULL;
     /* embedders: one-row matmuls */
-    if ((s = lin1(&m->t1, ck, "time_text_embed.timestep_embedder.linear_1", 1, 256, D, dt, dt, DL_ACT_SILU)) ||
-        (s = lin1(&m->t2, ck, "time_text_embed.timestep_embedder.linear_2", 1, D, D, dt, DL_F32, DL_ACT_NONE)) ||
-        (s = lin1(&m->p1, ck, "time_text_embed.text_embedder.linear_1", 1, m->Pd, D, dt, dt, DL_ACT_SILU)) ||
-        (s = lin1(&m->p2, ck, "time_text_embed.text_embedder.linear_2", 1, D, D, dt, DL_F32, DL_ACT_NONE)) ||
-        (guid && ((s = lin1(&m->g1, ck, "time_text_embed.guidance_embedder.linear_1", 1, 256, D, dt, dt, DL_ACT_SILU)) ||
-                  (s = lin1(&m->g2, ck, "time_text_embed.guidance_embedder.linear_2", 1, D, D, dt, DL_F32, DL_ACT_NONE)))) ||
+    if ((s = dl_dit_cond_load(&m->cond, &m->c, ck, "time_text_embed.", m->Pd, guid, file)) ||
         (s = lin1(&m->ctx, ck, "context_embedder", T, m->Jd, D, dt, DL_F32, DL_ACT_NONE)) ||
         (s = lin1(&m->xemb, ck, "x_embedder", Nl, m->Cin, D, dt, DL_F32, DL_ACT_NONE)) ||
         (s = lin1(&m->norm_out, ck, "norm_out.linear", 1, D, 2 * D, dt, DL_F32, DL_ACT_NONE)) ||
         (s = lin1(&m->proj_out, ck, "proj_out", Nl, D, m->Cout, dt, DL_F32, DL_ACT_NONE)))
         goto fail;
-    if (!guid && dl_ws_find(ck, "time_text_embed.guidance_embedder.linear_1.weight")) {
-        s = dl_fail(DL_ERR_FORMAT, "`%s`: the checkpoint has a guidance embedder but guidance_embeds is false", file);
-        goto fail;
-    }
     m->dbl = calloc((size_t)(nd ? nd : 1), sizeof *m->dbl);
     m->sgl = calloc((size_t)(ns ? ns : 1), sizeof *m->sgl);
     if (!m->dbl || !m->sgl) {
@@ -210,21 +183,9 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
         snprintf(p, sizeof p, "transformer_blocks.%d.", i);
         if ((s = dl_dit_dual_load(&m->dbl[i], &m->c, ck, p, &dual))) goto fail;
     }
-#define NM(x) (snprintf(nm, sizeof nm, "%s%s", p, x), nm)
-    for (int i = 0; i < m->ns; i++) {
-        flux_single *b = &m->sgl[i];
+for (int i = 0; i < m->ns; i++) {
         snprintf(p, sizeof p, "single_transformer_blocks.%d.", i);
-        if ((s = lin1(&b->mod, ck, NM("norm.linear"), 1, D, 3 * D, dt, DL_F32, DL_ACT_NONE)) ||
-            (s = dl_lin_qkv(&b->qkv, ck, p, "attn.to_q", "attn.to_k", "attn.to_v", Sl, D, dt, ch)) ||
-            (s = dl_param_vec(ck, NM("attn.norm_q.weight"), m->c.Dh, &b->nq)) ||
-            (s = dl_param_vec(ck, NM("attn.norm_k.weight"), m->c.Dh, &b->nk)))
-            goto fail;
-        /* proj_mlp writes columns [Dl, Dl + Fl) of the [Sl, Dl + Fl] concat buffer that
-         * the attention fills at [0, Dl); proj_out reads all of it */
-        if ((s = dl_lin_named(&b->mlp, ck, NM("proj_mlp"), Sl, D, m->c.F, dt, dt, DL_ACT_GELU_TANH, Dl + Fl, cf)) ||
-            (s = dl_lin_named(&b->out, ck, NM("proj_out"), Sl, 5 * D, D, dt, DL_F32, DL_ACT_NONE, 0, r1)))
-            goto fail;
-#undef NM
+        if ((s = dl_dit_single_load(&m->sgl[i], &m->c, ck, p))) goto fail;
     }
     /* RoPE tables of the local rows: text ids are zeros, image ids (0, row, col) */
     const int64_t S = m->c.S, hd = m->c.Dh / 2;
@@ -248,8 +209,6 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
         memmove(m->c.rope_sin + T * hd, m->c.rope_sin + (T + m->c.n0) * hd, (size_t)(Nl * hd) * 4);
     }
     size_t es = dl_dtype_size(dt);
-    int64_t vmax = 256 > m->Pd ? 256 : m->Pd;
-    if (D > vmax) vmax = D;
     act_plan pl = {0};
     dl_plan_add(&pl, &m->c.x, (size_t)(m->c.xn * D) * 4, 0, 2);
     dl_plan_add(&pl, &m->c.o, (size_t)(Sl * D) * 4, 0, 2);
@@ -262,9 +221,7 @@ dl_status dl_flux_load_split(dl_flux **out, dl_model_dir *dir, const char *compo
     dl_plan_add(&pl, &m->temb, (size_t)D * 4, 0, 2);
     dl_plan_add(&pl, &m->mod_img, (size_t)(6 * D) * 4, 0, 2);
     dl_plan_add(&pl, &m->mod_txt, (size_t)(6 * D) * 4, 1, 1);
-    dl_plan_add(&pl, &m->tproj, 256 * 4, 0, 0);
-    dl_plan_add(&pl, &m->vec_in, (size_t)vmax * es, 0, 2);
-    dl_plan_add(&pl, &m->vec_h, (size_t)vmax * es, 0, 0);
+    dl_plan_add(&pl, &m->vec_in, (size_t)D * es, 0, 2);
     dl_plan_attn_scratch(&pl, &m->c.scratch, dt, S, m->c.H, m->c.Dh, 0, 1, 1); /* keys: at most all S rows */
     if ((s = dl_plan_commit(&pl, ck, &m->arena)) != DL_OK || (s = dl_dit_alloc(&m->c)) != DL_OK) goto fail;
     dl_ws_close(ck);
@@ -274,15 +231,6 @@ fail:
     dl_ws_close(ck);
     dl_flux_free(m);
     return s;
-}
-
-/* temb += linear_2(silu(linear_1(v))) for a one-row input v (f32) */
-static dl_status embed(dl_flux *m, lin *l1, lin *l2, const float *v, int64_t n, float *acc) {
-    dl_status s;
-    dl_convert_t(m->c.dt, m->vec_in, DL_F32, v, n, 0, 1); /* one row: cheaper than waking the pool */
-    if ((s = lin_run(l1, m->vec_in, m->vec_h)) || (s = lin_run(l2, m->vec_h, m->c.o))) return s;
-    for (int64_t i = 0; i < m->c.D; i++) acc[i] += m->c.o[i];
-    return DL_OK;
 }
 
 static dl_status conditioning(dl_flux *m, const float *pooled, float timestep, float guidance);
@@ -298,7 +246,7 @@ static dl_status conditioning(dl_flux *m, const float *pooled, float timestep, f
 
 dl_status dl_flux_run(dl_flux *m, const float *latents, const float *txt, const float *pooled, float timestep,
                       float guidance, float *out, float *block_out) {
-    const int64_t D = m->c.D, T = m->c.T, S = m->c.S, Dl = m->c.Dl, Fl = m->c.Fl;
+    const int64_t D = m->c.D, T = m->c.T, S = m->c.S;
     const size_t es = dl_dtype_size(m->c.dt);
     dl_status s;
     if (!isfinite(timestep) || (m->guidance && !isfinite(guidance)))
@@ -321,18 +269,7 @@ dl_status dl_flux_run(dl_flux *m, const float *latents, const float *txt, const 
         if (block_out) memcpy(block_out + (size_t)(nb++) * (size_t)(S * D), m->c.x, (size_t)(S * D) * 4);
     }
     for (int i = 0; i < m->ns; i++) {
-        flux_single *b = &m->sgl[i];
-        float *mo = m->mod_img;
-        RUN(&b->mod, m->vec_in, mo); /* shift, scale, gate */
-        dl_dit_ln_mod(&m->c, mo + D, mo, mo + D, mo);
-        TRY(dl_dit_gather_h(&m->c));
-        RUN(&b->qkv, m->c.h, m->c.qkv);
-        RUN(&b->mlp, m->c.h, (char *)m->c.att + (size_t)Dl * es); /* columns [Dl, Dl + Fl) */
-        dl_dit_qk_norm_rope(&m->c, b->nq, b->nk, b->nq, b->nk);
-        TRY(dl_dit_attention(&m->c, Dl + Fl)); /* columns [0, Dl) */
-        RUN(&b->out, m->c.att, m->c.o);
-        TRY(dl_dit_reduce_out(&m->c));
-        dl_dit_gate_add(&m->c, mo + 2 * D, mo + 2 * D);
+        TRY(dl_dit_single_run(&m->c, &m->sgl[i], m->vec_in, m->mod_img));
         if (block_out) memcpy(block_out + (size_t)(nb++) * (size_t)(S * D), m->c.x, (size_t)(S * D) * 4);
     }
     RUN(&m->norm_out, m->vec_in, m->mod_img); /* scale, shift */
@@ -344,19 +281,7 @@ dl_status dl_flux_run(dl_flux *m, const float *latents, const float *txt, const 
 
 /* the conditioning vector temb and silu(temb) in vec_in, for a timestep */
 static dl_status conditioning(dl_flux *m, const float *pooled, float timestep, float guidance) {
-    const int64_t D = m->c.D;
-    dl_status s;
-    memset(m->temb, 0, (size_t)D * 4);
-    dl_dit_timestep_proj(timestep * 1000.f, 256, m->tproj);
-    if ((s = embed(m, &m->t1, &m->t2, m->tproj, 256, m->temb))) return s;
-    if (m->guidance) {
-        dl_dit_timestep_proj(guidance * 1000.f, 256, m->tproj);
-        if ((s = embed(m, &m->g1, &m->g2, m->tproj, 256, m->temb))) return s;
-    }
-    if ((s = embed(m, &m->p1, &m->p2, pooled, m->Pd, m->temb))) return s;
-    for (int64_t i = 0; i < D; i++) m->c.o[i] = m->temb[i] / (1.f + expf(-m->temb[i]));
-    dl_convert_t(m->c.dt, m->vec_in, DL_F32, m->c.o, D, 0, 1);
-    return DL_OK;
+    return dl_dit_cond_run(&m->cond, pooled, timestep * 1000.f, guidance * 1000.f, m->temb, m->vec_in);
 }
 
 void dl_flux_probe_reset(dl_flux *m) { m->probe_have[0] = m->probe_have[1] = 0; }
@@ -381,10 +306,6 @@ dl_status dl_flux_probe(dl_flux *m, int slot, const float *latents, const float 
     float *x = m->c.o + T * D; /* o holds every local row, whatever x holds */
     RUN(&m->xemb, m->in_lat, x);
     RUN(&m->dbl[0].mod_img, m->vec_in, m->mod_img); /* shift1, scale1, ... */
-    float *cur = m->probe_cur, *sc = m->mod_img + D, *sh = m->mod_img;
-    DL_PAR(dl_layernorm_x_t(DL_F32, cur, DL_F32, x, Nl, D, NULL, NULL, sc, sh, 1e-6f, ith, nth));
-    if (m->probe_have[slot] && (s = dl_dit_probe_score(&m->c, cur, m->probe_prev[slot], Nl * D, score))) return s;
-    memcpy(m->probe_prev[slot], cur, (size_t)(Nl * D) * 4);
-    m->probe_have[slot] = 1;
-    return DL_OK;
+    return dl_dit_probe_feature(&m->c, m->probe_cur, m->probe_prev[slot], &m->probe_have[slot], x, Nl, m->mod_img + D,
+                                m->mod_img, score);
 }

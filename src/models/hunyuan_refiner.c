@@ -67,13 +67,14 @@ dl_status dl_hunyuan_refiner_load(dl_hunyuan_refiner **out, dl_model_dir *dir, c
     if (!m) return dl_fail(DL_ERR_NOMEM, "out of memory");
     dl_wsrc *ck = NULL;
     int64_t L;
-    double ratio;
     if ((s = dl_cfg_int(cfg, file, "text_embed_dim", 4096, &m->Cin)) ||
         (s = dl_cfg_int(cfg, file, "num_attention_heads", 24, &m->H)) ||
         (s = dl_cfg_int(cfg, file, "attention_head_dim", 128, &m->Dh)) ||
-        (s = dl_cfg_int(cfg, file, "num_refiner_layers", 2, &L)) || (s = dl_cfg_float(cfg, file, "mlp_ratio", 4.0, &ratio)))
+        (s = dl_cfg_int(cfg, file, "num_refiner_layers", 2, &L)))
         goto fail;
-    m->T = T, m->dt = dt, m->L = (int)L, m->D = m->H * m->Dh, m->F = (int64_t)(m->D * ratio);
+    /* the refiner's MLP is 4x wide whatever the config's mlp_ratio (diffusers builds
+     * HunyuanVideoTokenRefiner with its default mlp_ratio) */
+    m->T = T, m->dt = dt, m->L = (int)L, m->D = m->H * m->Dh, m->F = 4 * m->D;
     if (m->Cin <= 0 || m->H <= 0 || m->Dh <= 0 || L < 1 || L > 64 || m->F <= 0) {
         s = dl_fail(DL_ERR_FORMAT, "`%s`: inconsistent token refiner sizes", file);
         goto fail;

@@ -206,10 +206,56 @@ void dl_dit_dual_free(dl_dit_dual *b);
  * mod_txt [6D] f32 and f [Sl, Fl] (dt) are the caller's scratch */
 dl_status dl_dit_dual_run(dl_dit *c, dl_dit_dual *b, const void *vec, float *mod_img, float *mod_txt, void *f);
 
+/* ---- the single-stream block: FLUX's and HunyuanVideo's single block --------------
+ * one weight set over all S rows:
+ *   shift, scale, gate = mod(silu(temb));  h = LN(x)(1 + scale) + shift
+ *   x += gate * proj_out([attention(RoPE(RMS(q)), RoPE(RMS(k)), v) | gelu_tanh(proj_mlp(h))])
+ * (diffusers' names: norm.linear, attn.to_q|to_k|to_v, attn.norm_q|norm_k, proj_mlp,
+ * proj_out); the MLP is F wide. */
+typedef struct {
+    lin mod;                        /* D -> 3D */
+    lin qkv;                        /* D -> 3D */
+    float *nq, *nk;                 /* [head_dim] */
+    lin mlp;                        /* proj_mlp: D -> F, GELU-tanh fused, into att's columns [Dl, Dl + Fl) */
+    lin out;                        /* proj_out: D + F -> D */
+} dl_dit_single;
+/* block `prefix` ("single_transformer_blocks.3."), this rank's TP slices; att must
+ * be planned [Sl, Dl + Fl] */
+dl_status dl_dit_single_load(dl_dit_single *b, dl_dit *c, dl_wsrc *ck, const char *prefix);
+void dl_dit_single_free(dl_dit_single *b);
+/* one block: vec is silu(temb) [D] in dt; mod [3D] f32 is the caller's scratch */
+dl_status dl_dit_single_run(dl_dit *c, dl_dit_single *b, const void *vec, float *mod);
+
+/* ---- the conditioning vector (FLUX, HunyuanVideo: time_text_embed) ------------------
+ *   temb = timestep_embedder(proj(t)) [+ guidance_embedder(proj(g))] + text_embedder(pooled)
+ * each embedder Linear -> SiLU -> Linear, proj diffusers' Timesteps(256); t and g as
+ * the model's forward receives them (FLUX scales by 1000 itself, HunyuanVideo's
+ * pipeline does). Own one-row buffers (a few KiB, malloc'd at load). */
+typedef struct {
+    lin t1, t2, g1, g2, p1, p2;
+    int guidance;
+    int64_t D, Pd;
+    dl_dtype dt;
+    void *vin, *vh;                 /* [max(256, Pd, D)] dt */
+    float *tproj, *tmp;             /* [256], [D] */
+} dl_dit_cond;
+/* `<prefix>timestep_embedder.linear_1` ... (prefix "time_text_embed."), pooled width
+ * Pd; a checkpoint with a guidance embedder when guidance is 0 is refused */
+dl_status dl_dit_cond_load(dl_dit_cond *e, dl_dit *c, dl_wsrc *ck, const char *prefix, int64_t Pd, int guidance,
+                           const char *file);
+void dl_dit_cond_free(dl_dit_cond *e);
+/* temb [D] f32 and vec = silu(temb) [D] in dt */
+dl_status dl_dit_cond_run(dl_dit_cond *e, const float *pooled, float t, float g, float *temb, void *vec);
+
 /* The step-caching probe's score (TeaCache's relative L1 change): sum |cur - prev| /
  * sum |prev| over this rank's n values, summed over the cp group in rank order so
  * every rank gets the same score (0 when prev is all zeros). */
 dl_status dl_dit_probe_score(const dl_dit *c, const float *cur, const float *prev, int64_t n, double *score);
+/* The probe's feature and score: cur = LN(x)(1 + scale) + shift over `rows` rows of
+ * x [rows, D] f32; score its change against prev when *have (else 0); then prev =
+ * cur and *have = 1. */
+dl_status dl_dit_probe_feature(const dl_dit *c, float *cur, float *prev, int *have, const float *x, int64_t rows,
+                               const float *scale, const float *shift, double *score);
 
 /* "<prefix><name>" into buf (names with an optional model prefix). */
 const char *dl_pname(char *buf, size_t n, const char *prefix, const char *fmt, ...) __attribute__((format(printf, 4, 5)));

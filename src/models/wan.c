@@ -666,10 +666,5 @@ dl_status dl_wan_probe_run(dl_wan_probe *p, int slot, const float *latents, floa
     TRY(embed_time(&p->e, timestep));
     TRY(embed_patch(&p->e, latents, p->x));
     add_table(p->mod, p->sst0, p->e.tproj, 2 * D); /* shift1, scale1 */
-    float *cur = p->cur, *x = p->x, *sc = p->mod + D, *sh = p->mod;
-    DL_PAR(dl_layernorm_x_t(DL_F32, cur, DL_F32, x, Nl, D, NULL, NULL, sc, sh, 1e-6f, ith, nth));
-    if (p->have[slot] && (s = dl_dit_probe_score(&p->c, cur, p->prev[slot], Nl * D, score))) return s;
-    memcpy(p->prev[slot], cur, (size_t)(Nl * D) * 4);
-    p->have[slot] = 1;
-    return DL_OK;
+    return dl_dit_probe_feature(&p->c, p->cur, p->prev[slot], &p->have[slot], p->x, Nl, p->mod + D, p->mod, score);
 }
