@@ -49,7 +49,7 @@ static void test_refiner(dl_model_dir *dir, dl_dtype dt) {
         float *t = vec(nm, NULL);
         snprintf(nm, sizeof nm, "%s.out", key);
         float *want = vec(nm, NULL);
-        if (!text || !valid || !t || !want || n != T * 48) {
+        if (!text || !valid || !t || !want || n != T * 64) {
             CHECK(0, "vectors of %s", key);
         } else {
             CHECK(dl_hunyuan_refiner_run(m, text, (int64_t)valid[0], t[0], got) == DL_OK, "%s", dl_last_error());
@@ -59,7 +59,7 @@ static void test_refiner(dl_model_dir *dir, dl_dtype dt) {
         }
         free(text), free(valid), free(t), free(want);
     }
-    float z[40 * 48] = {0};
+    float z[40 * 64] = {0};
     CHECK(dl_hunyuan_refiner_run(m, z, 0, 1.f, got) == DL_ERR_INVALID && dl_hunyuan_refiner_run(m, z, T + 1, 1.f, got) == DL_ERR_INVALID &&
               dl_hunyuan_refiner_run(m, z, 3, NAN, got) == DL_ERR_INVALID,
           "refiner: 0 or more than T real rows, a non-finite timestep refused");

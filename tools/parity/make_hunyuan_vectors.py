@@ -4,12 +4,12 @@ compute (diffusers 0.42.1, f32).
 
     tools/venv/bin/python tools/parity/make_hunyuan_vectors.py
 Writes tests/data/hunyuan/{a,b}/transformer and tests/data/hunyuan/vectors.safetensors:
-  a: 2 heads x 16, 1 dual + 1 single block, 2 refiner blocks, text_embed_dim 48,
-     pooled 24, patch (1, 2, 2), RoPE axes 4+6+6, guidance embedded, mlp_ratio 4
-  b: 2 heads x 24, 2 dual + 2 single blocks, 1 refiner block, text_embed_dim 32,
-     pooled 16, patch (2, 1, 1), RoPE axes 8+8+8, no guidance, mlp_ratio 2
+  a: 2 heads x 16, 1 dual + 1 single block, 2 refiner blocks, text_embed_dim 64,
+     pooled 64 (the tiny Llama's and CLIP's widths, tests/data/llama and enc/clip), patch (1, 2, 2), RoPE axes 4+6+6, guidance embedded, mlp_ratio 4
+  b: 2 heads x 24, 2 dual + 2 single blocks, 1 refiner block, text_embed_dim 64,
+     pooled 64, patch (2, 1, 1), RoPE axes 8+8+8, no guidance, mlp_ratio 2
      (the refiner stays 4x wide), out_channels 8
-  refiner.text [T, 48], refiner.valid, refiner.t, refiner.out [T, 32]: a's token
+  refiner.text [T, 64], refiner.valid, refiner.t, refiner.out [T, 32]: a's token
   refiner (`context_embedder`) with a right-padded mask, refiner_full.*: every row real;
   step_<c>.{latents [C, F, H, W], text [T, Td], valid, pooled [Pd], t, g, out}: one
   transformer forward of config c (the mask right-padded to `valid` rows; g the
@@ -27,11 +27,11 @@ OUT = os.path.join("tests", "data", "hunyuan")
 CONFIGS = {
     "a": dict(in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=16, num_layers=1,
               num_single_layers=1, num_refiner_layers=2, mlp_ratio=4.0, patch_size=2, patch_size_t=1,
-              guidance_embeds=True, text_embed_dim=48, pooled_projection_dim=24, rope_theta=256.0,
+              guidance_embeds=True, text_embed_dim=64, pooled_projection_dim=64, rope_theta=256.0,
               rope_axes_dim=(4, 6, 6)),
     "b": dict(in_channels=4, out_channels=8, num_attention_heads=2, attention_head_dim=24, num_layers=2,
               num_single_layers=2, num_refiner_layers=1, mlp_ratio=2.0, patch_size=1, patch_size_t=2,
-              guidance_embeds=False, text_embed_dim=32, pooled_projection_dim=16, rope_theta=256.0,
+              guidance_embeds=False, text_embed_dim=64, pooled_projection_dim=64, rope_theta=256.0,
               rope_axes_dim=(8, 8, 8)),
 }
 # config: latent (F, H, W), text rows, valid rows, timestep, guidance scale
@@ -68,7 +68,7 @@ def main():
     T, valid, t = 40, 23, 700.0
     vec = {}
     for key, v in (("refiner", valid), ("refiner_full", T)):
-        text = torch.randn(1, T, 48, generator=g)
+        text = torch.randn(1, T, 64, generator=g)
         mask = torch.zeros(1, T, dtype=torch.long)
         mask[:, :v] = 1
         out = tr.context_embedder(text, torch.tensor([t]), mask)
