@@ -91,6 +91,35 @@ if [ "$got" = "png,48,32" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo 
 expect 1 "multiples of 8" generate --model "$data/qwenimage/a" --prompt x --width 44 --height 32 -o "$tmpd/x.png"
 expect 1 "max_sequence_length must be in 1..1024" generate --model "$data/qwenimage/a" --prompt x --width 48 --height 32 \
   --max-sequence-length 1025 -o "$tmpd/x.png"
+# HunyuanVideo (tests/data/hunyuan/a): an MP4 through generate (ffprobe), 4k + 1 frames,
+# CP over the video tokens with the masked text, true CFG on two groups, every step-cache
+# mode incl. a calibration with the probe program, compile --probe, refusals
+hgen=(generate --model "$data/hunyuan/a" --prompt "a red circle moving" --width 48 --height 32 --frames 9 --steps 3
+      --max-sequence-length 48 --seed 3)
+expect 0 "3 transformer calls" "${hgen[@]}" -o "$tmpd/h.mp4"
+got=$(ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=codec_name,width,height,r_frame_rate,nb_read_frames \
+      -of default=nw=1 "$tmpd/h.mp4" 2>&1 | sort | tr '\n' ' ')
+want="codec_name=h264 height=32 nb_read_frames=9 r_frame_rate=15/1 width=48 "
+if [ "$got" = "$want" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: h.mp4 reads back as '$got', not '$want'"; fi
+expect 0 "10 frames requested, 9 made" "${hgen[@]}" --frames 10 -o "$tmpd/h10.mp4"
+expect 0 "6 transformer calls" "${hgen[@]}" --true-cfg 2 --negative-prompt "blurry" -o "$tmpd/hcfg.mp4"
+expect 0 "3 transformer calls" "${hgen[@]}" --true-cfg 2 -o "$tmpd/hnoneg.mp4" # no negative prompt: no true CFG
+expect 1 "batched CFG is not built for HunyuanVideo" "${hgen[@]}" --true-cfg 2 --negative-prompt x --cfg-batch -o "$tmpd/x.mp4"
+expect 1 "multiples of 16" generate --model "$data/hunyuan/a" --prompt x --width 40 --height 32 --frames 5 --steps 1 -o "$tmpd/x.mp4"
+expect 2 "makes videos: write .mp4" "${hgen[@]}" -o "$tmpd/h.png"
+if command -v mpirun >/dev/null; then
+    expect 0 "2 ranks ran exactly the decided steps" "${hgen[@]}" --parallel cp=2:ring -o "$tmpd/hcp.mp4"
+    expect 0 "2 ranks ran exactly the decided steps" "${hgen[@]}" --parallel tp=2,sp -o "$tmpd/htp.mp4"
+    expect 0 "2 ranks ran exactly the decided steps" "${hgen[@]}" --true-cfg 2 --negative-prompt x --parallel cfg=2 -o "$tmpd/hcfg2.mp4"
+    expect 2 "not divisible by tp=4" "${hgen[@]}" --parallel tp=4 -o "$tmpd/x.mp4"
+fi
+expect 0 "3 cached steps" "${hgen[@]}" --steps 8 --cache cadence:2 --cache-keep 1,1 -o "$tmpd/hc1.mp4"
+expect 0 "cached steps" "${hgen[@]}" --steps 8 --cache online-delta --cache-keep 1,1 -o "$tmpd/hc2.mp4"
+printf 'a red circle\na blue square moving\na cat walks\n' > "$tmpd/hprompts.txt"
+expect 0 "" calibrate --prompts "$tmpd/hprompts.txt" --model "$data/hunyuan/a" --steps 8 --degree 2 --size 48x32 -o "$tmpd/hcal.json"
+expect 0 "cached steps" "${hgen[@]}" --steps 8 --cache "calibrated:$tmpd/hcal.json:0.3" --cache-keep 1,1 -o "$tmpd/hc3.mp4"
+out=$(DIFFLET_CACHE="$tmpd/hcache" "$bin" compile --model "$data/hunyuan/a" --size 48x32 --frames 9 --max-sequence-length 48 --probe 2>/dev/null)
+if [[ "$out" == *"probe "* && "$out" == *"transformer "* && "$out" == *"5 compiled"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: compile --probe of HunyuanVideo: $out"; fi
 # a Hub repository id, resolved offline in a Hugging Face cache laid out as the hub
 # library lays it out (refs/main -> commit, snapshots/<commit>/ linking to blobs/)
 hub="$tmpd/hf/hub"; repo="$hub/models--test-org--flux-dev"; commit=0123456789abcdef0123456789abcdef01234567

@@ -31,7 +31,7 @@ typedef struct {
 
 static void on_decode(void *ctx, int done, int total) {
     (void)ctx;
-    if (done == total || done % 4 == 0) fprintf(stderr, "  decode: latent frame %d/%d\n", done, total);
+    if (done == total || done % 4 == 0) fprintf(stderr, "  decode: chunk %d/%d\n", done, total); /* Wan: latent frames; HunyuanVideo: temporal tiles */
 }
 
 static void on_step(void *ctx, int step, int steps, double elapsed) {
