@@ -35,6 +35,7 @@ class Server(_Server):
         dep = {"model": WAN, "sizes": ["48x32"], "frames": [5, 8], "max_sequence_length": 16, "results_dir": results,
                "port": 0, "request_timeout_s": 60, "cancel_grace_s": 1.0, "queue_capacity": 8, "max_steps": 400}
         dep.update(deployment)
+        dep = {k: v for k, v in dep.items() if v is not None}  # None: leave the key out
         super().__init__(BIN, results, dep, argv=argv, suffix="deployment")
 
     def wait_video(self, vid, timeout=60):
@@ -285,6 +286,33 @@ check(st == 200 and m["data"][0]["output"] == "image", f"Qwen-Image's model obje
 st, e = q.json("POST", "/v1/videos", {"prompt": "x"})
 check(st == 400 and e["error"]["param"] == "model", f"/v1/videos on Qwen-Image: {st} {e}")
 q.stop()
+
+# HunyuanVideo beside Wan in one server: the request's `model` picks it (its own
+# max_sequence_length and prompt template from its folder's difflet.json), an MP4 of
+# 4k + 1 frames at HunyuanVideo's 15 fps, true CFG with a negative prompt
+HY = os.path.join(DATA, "hunyuan", "c")
+hy = Server(os.path.join(tmp, "hunyuan"), model=None, sizes=None, frames=None, max_sequence_length=None,
+            models=[{"model": WAN, "sizes": ["48x32"], "frames": [5], "max_sequence_length": 16},
+                    {"model": HY, "sizes": ["32x32"], "frames": [9]}])
+check(hy.wait_ready(), "Wan and HunyuanVideo model processes get ready")
+st, m = hy.json("GET", "/v1/models")
+ids = {d["id"]: d for d in m.get("data", [])} if st == 200 else {}
+check(ids.get("c", {}).get("output") == "video" and ids["c"].get("frames") == [9] and ids["c"].get("fps") == 15,
+      f"the HunyuanVideo model object: {m}")
+st, v = hy.json("POST", "/v1/videos", {"prompt": "a cat walks", "model": "c", "size": "32x32", "seconds": "0.6",
+                                       "steps": 2, "seed": 3, "negative_prompt": "blurry", "true_cfg_scale": 2})
+done = hy.wait_video(v["id"]) if st == 200 else None
+check(done and done["status"] == "completed" and done["model"] == "c", f"HunyuanVideo video: {st} {v} {done}")
+if done and done["status"] == "completed":
+    st, mp4, _ = hy.req("GET", f"/v1/videos/{v['id']}/content")
+    check(st == 200 and probe(mp4) == "h264,32,32,15/1,9", f"ffprobe: H.264, 32x32, 15 fps, 9 frames: {probe(mp4)}")
+st, v = hy.json("POST", "/v1/videos", {"prompt": "a red ball", "model": "a", "size": "48x32", "seconds": "0.3125",
+                                       "steps": 2, "seed": 3})
+done = hy.wait_video(v["id"]) if st == 200 else None
+check(done and done["status"] == "completed" and done["model"] == "a", f"Wan in the same server: {st} {v} {done}")
+st, e = hy.json("POST", "/v1/videos", {"prompt": "x", "model": "c", "size": "48x32"})
+check(st == 400 and e["error"]["param"] == "size", f"a size HunyuanVideo is not served at: {st} {e}")
+hy.stop()
 
 # ---- OpenAI's SDK -------------------------------------------------------------------------------
 try:

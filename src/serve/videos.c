@@ -233,7 +233,7 @@ int dl_video_request(const cJSON *body, const dl_deployment *p, int default_step
     } while (0)
     if (!cJSON_IsObject(body)) FAIL("", "the body must be a JSON object (or a form)");
     static const char *known[] = {"prompt", "negative_prompt", "model", "size", "seconds", "frames", "fps", "seed", "steps",
-                                  "guidance_scale", "cache", "user", "input_reference"};
+                                  "guidance_scale", "true_cfg_scale", "cache", "user", "input_reference"};
     const cJSON *e, *v;
     cJSON_ArrayForEach(e, body) {
         int ok = 0;

@@ -43,7 +43,7 @@ static cJSON *video_get(const char *hex) {
 }
 
 static enum MHD_Result video_create(struct MHD_Connection *c, conn *cn) {
-    static const char *const numeric[] = {"frames", "fps", "seed", "steps", "guidance_scale", NULL};
+    static const char *const numeric[] = {"frames", "fps", "seed", "steps", "guidance_scale", "true_cfg_scale", NULL};
     const char *ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
     char err[1024] = "", param[64] = "", what[400];
     /* JSON, or a form (OpenAI's SDK sends multipart/form-data); `curl -d '{...}'` labels

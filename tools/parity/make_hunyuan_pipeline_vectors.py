@@ -136,8 +136,12 @@ def assemble(name, vae, crop):
         json.dump(MODEL_INDEX, f, indent=2)
         f.write("\n")
     with open(os.path.join(folder, "difflet.json"), "w") as f:
-        json.dump({"prompt_template": {"template": DEFAULT_PROMPT_TEMPLATE["template"], "crop_start": crop},
-                   "max_sequence_length": MAXSEQ}, f, indent=2)
+        json.dump({"_comment": "Settings difflet uses for this test pipeline: the prompt template with the crop_start of "
+                               "this tiny tokenizer (HunyuanVideoPipeline's call argument prompt_template; the default "
+                               "crop_start 95 fits only the real Llama 3 tokenizer) and the text length the parity vectors "
+                               "were made at.",
+                   "prompt_template": {"template": DEFAULT_PROMPT_TEMPLATE["template"], "crop_start": crop},
+                   "defaults": {"max_sequence_length": MAXSEQ}}, f, indent=2)
         f.write("\n")
 
 
@@ -148,8 +152,13 @@ def main():
     CLIPTextModel.from_pretrained(os.path.join(DATA, "enc", "clip"))
     CLIPTokenizer.from_pretrained(os.path.join(DATA, "tok", "clip_tiny"))
     tok = PreTrainedTokenizerFast.from_pretrained(os.path.join(DATA, "llama", "tokenizer"))
-    # crop_start for the tiny tokenizer, as make_hunyuan_text_vectors.py computes it
-    crop = len(tok(DEFAULT_PROMPT_TEMPLATE["template"])["input_ids"]) - 2
+    # crop_start for the tiny tokenizer: the tokens before an empty prompt's <|eot_id|>, so
+    # that even "" (the negative prompt of serve's start-up check) keeps one real row, as
+    # crop_start 95 does with the real Llama 3 tokenizer. (The pipeline's own rule for a
+    # template without one, len(tokens of the template) - 2, is one more here: this tiny
+    # BPE splits the "\n\n" before `{}` differently when nothing follows it, and "" would
+    # then leave no real row at all: NaN in diffusers, refused by difflet.)
+    crop = len(tok(DEFAULT_PROMPT_TEMPLATE["template"].format(""))["input_ids"]) - 1
     template = {"template": DEFAULT_PROMPT_TEMPLATE["template"], "crop_start": crop}
 
     make_c_transformer()
