@@ -112,6 +112,8 @@ if command -v mpirun >/dev/null; then
     expect 0 "2 ranks ran exactly the decided steps" "${hgen[@]}" --parallel tp=2,sp -o "$tmpd/htp.mp4"
     expect 0 "2 ranks ran exactly the decided steps" "${hgen[@]}" --true-cfg 2 --negative-prompt x --parallel cfg=2 -o "$tmpd/hcfg2.mp4"
     expect 2 "not divisible by tp=4" "${hgen[@]}" --parallel tp=4 -o "$tmpd/x.mp4"
+    out=$("$bin" profile measure --model "$data/hunyuan/a" --sizes 48x32 --steps 2 --max-dop 2 --name hv --db "$tmpd/hv.db" 2>/dev/null)
+    if [[ "$out" == *"stored as 'hv'"* && "$out" == *"DoP 2"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: profile measure of HunyuanVideo: $out"; fi
 fi
 expect 0 "3 cached steps" "${hgen[@]}" --steps 8 --cache cadence:2 --cache-keep 1,1 -o "$tmpd/hc1.mp4"
 expect 0 "cached steps" "${hgen[@]}" --steps 8 --cache online-delta --cache-keep 1,1 -o "$tmpd/hc2.mp4"
