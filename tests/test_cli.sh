@@ -17,6 +17,7 @@ expect 2 "needs a target" bench
 expect 2 "unknown bench target" bench nothing
 expect 2 "unknown option" bench kernels --bogus
 expect 2 "unknown option" bench wan-step --bogus
+expect 2 "unknown option" bench hunyuan-step --bogus
 # bench wan-step --quick, difflet's half (the diffusers peer is skipped: it needs the tools venv and time)
 out=$(DIFFLET_BENCH_PEER=off "$bin" bench wan-step --quick --no-vae --json "$tmpd/wan.json" 2>&1) && [[ "$out" == *"diffusers: not measured"* ]] && grep -q '"attention_share"' "$tmpd/wan.json" && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: bench wan-step --quick: $out"; }
 out=$(DIFFLET_BENCH_PEER=off "$bin" bench qwen-step --quick --json "$tmpd/qwen.json" 2>&1) && [[ "$out" == *"diffusers: not measured"* ]] && grep -q '"attention_share"' "$tmpd/qwen.json" && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: bench qwen-step --quick: $out"; }
