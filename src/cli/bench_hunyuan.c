@@ -43,66 +43,6 @@ static int64_t video_tokens(const hv_cfg *c) {
 
 /* ---- the random-weight folder ----------------------------------------------------- */
 
-/* A safetensors writer and the bf16 buffers it points into until saved. */
-typedef struct {
-    dl_st_writer *w;
-    void **keep;
-    int n, cap;
-    uint64_t seed;
-    dl_status s;
-} wgen;
-
-/* random bf16 tensor of `nd` dims scaled like a trained init: weights (nd >= 2)
- * U(+-1/sqrt(fan_in)), fan_in the product of every dim but the first; biases U(+-0.1);
- * 1-D `.weight`s (norm gammas) 1 + U(+-0.1) */
-static void put_nd(wgen *g, const char *name, int nd, const int64_t *shape) {
-    if (g->s != DL_OK) return;
-    int64_t n = 1, fan = 1;
-    for (int i = 0; i < nd; i++) n *= shape[i], fan *= i ? shape[i] : 1;
-    if (g->n == g->cap) {
-        void **k = realloc(g->keep, (size_t)(g->cap = g->cap ? 2 * g->cap : 64) * sizeof *k);
-        if (!k) {
-            g->s = dl_fail(DL_ERR_NOMEM, "out of memory");
-            return;
-        }
-        g->keep = k;
-    }
-    uint16_t *p = malloc((size_t)n * 2);
-    if (!p) {
-        g->s = dl_fail(DL_ERR_NOMEM, "out of memory");
-        return;
-    }
-    g->keep[g->n++] = p;
-    const size_t nl = strlen(name);
-    const int gamma = nd == 1 && nl > 7 && !strcmp(name + nl - 7, ".weight");
-    const float sc = nd > 1 ? 1.f / sqrtf((float)fan) : 0.1f;
-    dl_fill_uniform(DL_BF16, p, n, -sc, sc, g->seed++);
-    if (gamma)
-        for (int64_t i = 0; i < n; i++) p[i] = dl_f32_to_bf16(1.f + dl_bf16_to_f32(p[i]));
-    g->s = dl_st_writer_add(g->w, name, DL_ST_BF16, nd, shape, p);
-}
-
-/* `<prefix><base>.weight` [out, in] and `.bias` [out] */
-static void put_lin(wgen *g, const char *prefix, const char *base, int64_t out, int64_t in) {
-    char nm[320];
-    int64_t sw[2] = {out, in}, sb[1] = {out};
-    snprintf(nm, sizeof nm, "%s%s.weight", prefix, base);
-    put_nd(g, nm, 2, sw);
-    snprintf(nm, sizeof nm, "%s%s.bias", prefix, base);
-    put_nd(g, nm, 1, sb);
-}
-
-/* `<prefix><base>` of one dim (a norm's weight or bias) */
-static void put_vec(wgen *g, const char *prefix, const char *base, int64_t n) {
-    char nm[320];
-    snprintf(nm, sizeof nm, "%s%s", prefix, base);
-    put_nd(g, nm, 1, &n);
-}
-
-static dl_status write_text(const char *path, const char *text) {
-    return dl_file_write_atomic(path, text, strlen(text));
-}
-
 /* The folder as diffusers' HunyuanVideoTransformer3DModel.save_pretrained writes it
  * for this config (the names and shapes of its state_dict). */
 static dl_status make_model(const char *dir, const hv_cfg *c) {
@@ -111,8 +51,8 @@ static dl_status make_model(const char *dir, const hv_cfg *c) {
     dl_status s = dl_mkdir_p(path);
     if (s != DL_OK) return s;
     snprintf(path, sizeof path, "%s/model_index.json", dir);
-    if ((s = write_text(path, "{\"_class_name\": \"HunyuanVideoPipeline\", \"transformer\": [\"diffusers\", "
-                              "\"HunyuanVideoTransformer3DModel\"]}")) != DL_OK)
+    if ((s = bench_write_text(path, "{\"_class_name\": \"HunyuanVideoPipeline\", \"transformer\": [\"diffusers\", "
+                                    "\"HunyuanVideoTransformer3DModel\"]}")) != DL_OK)
         return s;
     snprintf(cfg, sizeof cfg,
              "{\"_class_name\": \"HunyuanVideoTransformer3DModel\", \"in_channels\": %lld, \"out_channels\": %lld, "
@@ -124,73 +64,69 @@ static dl_status make_model(const char *dir, const hv_cfg *c) {
              (long long)c->Cin, (long long)c->Cout, (long long)c->H, (long long)c->Dh, (long long)c->R,
              (long long)c->P[1], (long long)c->P[0], (long long)c->Td, (long long)c->Pd);
     snprintf(path, sizeof path, "%s/transformer/config.json", dir);
-    if ((s = write_text(path, cfg)) != DL_OK) return s;
-    wgen g = {.w = dl_st_writer_new(), .seed = 100};
+    if ((s = bench_write_text(path, cfg)) != DL_OK) return s;
+    bench_wgen g;
+    bench_wgen_init(&g, 100);
     const int64_t D = c->D, F = 4 * D, Dh = c->Dh, PP = c->P[0] * c->P[1] * c->P[2];
     /* patch embedding: Conv3d [D, Cin, pt, p, p] */
     const int64_t sx[5] = {D, c->Cin, c->P[0], c->P[1], c->P[2]};
-    put_nd(&g, "x_embedder.proj.weight", 5, sx);
-    put_vec(&g, "", "x_embedder.proj.bias", D);
+    bench_put_wb(&g, "", "x_embedder.proj", 5, sx);
     /* conditioning */
-    put_lin(&g, "time_text_embed.", "timestep_embedder.linear_1", D, 256);
-    put_lin(&g, "time_text_embed.", "timestep_embedder.linear_2", D, D);
-    put_lin(&g, "time_text_embed.", "guidance_embedder.linear_1", D, 256);
-    put_lin(&g, "time_text_embed.", "guidance_embedder.linear_2", D, D);
-    put_lin(&g, "time_text_embed.", "text_embedder.linear_1", D, c->Pd);
-    put_lin(&g, "time_text_embed.", "text_embedder.linear_2", D, D);
+    bench_put_lin(&g, "time_text_embed.", "timestep_embedder.linear_1", D, 256);
+    bench_put_lin(&g, "time_text_embed.", "timestep_embedder.linear_2", D, D);
+    bench_put_lin(&g, "time_text_embed.", "guidance_embedder.linear_1", D, 256);
+    bench_put_lin(&g, "time_text_embed.", "guidance_embedder.linear_2", D, D);
+    bench_put_lin(&g, "time_text_embed.", "text_embedder.linear_1", D, c->Pd);
+    bench_put_lin(&g, "time_text_embed.", "text_embedder.linear_2", D, D);
     /* the token refiner */
-    put_lin(&g, "context_embedder.", "time_text_embed.timestep_embedder.linear_1", D, 256);
-    put_lin(&g, "context_embedder.", "time_text_embed.timestep_embedder.linear_2", D, D);
-    put_lin(&g, "context_embedder.", "time_text_embed.text_embedder.linear_1", D, c->Td);
-    put_lin(&g, "context_embedder.", "time_text_embed.text_embedder.linear_2", D, D);
-    put_lin(&g, "context_embedder.", "proj_in", D, c->Td);
+    bench_put_lin(&g, "context_embedder.", "time_text_embed.timestep_embedder.linear_1", D, 256);
+    bench_put_lin(&g, "context_embedder.", "time_text_embed.timestep_embedder.linear_2", D, D);
+    bench_put_lin(&g, "context_embedder.", "time_text_embed.text_embedder.linear_1", D, c->Td);
+    bench_put_lin(&g, "context_embedder.", "time_text_embed.text_embedder.linear_2", D, D);
+    bench_put_lin(&g, "context_embedder.", "proj_in", D, c->Td);
     for (int64_t i = 0; i < c->R; i++) {
         snprintf(p, sizeof p, "context_embedder.token_refiner.refiner_blocks.%lld.", (long long)i);
-        put_vec(&g, p, "norm1.weight", D);
-        put_vec(&g, p, "norm1.bias", D);
-        put_lin(&g, p, "attn.to_q", D, D);
-        put_lin(&g, p, "attn.to_k", D, D);
-        put_lin(&g, p, "attn.to_v", D, D);
-        put_lin(&g, p, "attn.to_out.0", D, D);
-        put_vec(&g, p, "norm2.weight", D);
-        put_vec(&g, p, "norm2.bias", D);
-        put_lin(&g, p, "ff.net.0.proj", F, D);
-        put_lin(&g, p, "ff.net.2", D, F);
-        put_lin(&g, p, "norm_out.linear", 2 * D, D);
+        bench_put_vec(&g, p, "norm1.weight", D);
+        bench_put_vec(&g, p, "norm1.bias", D);
+        bench_put_lin(&g, p, "attn.to_q", D, D);
+        bench_put_lin(&g, p, "attn.to_k", D, D);
+        bench_put_lin(&g, p, "attn.to_v", D, D);
+        bench_put_lin(&g, p, "attn.to_out.0", D, D);
+        bench_put_vec(&g, p, "norm2.weight", D);
+        bench_put_vec(&g, p, "norm2.bias", D);
+        bench_put_lin(&g, p, "ff.net.0.proj", F, D);
+        bench_put_lin(&g, p, "ff.net.2", D, F);
+        bench_put_lin(&g, p, "norm_out.linear", 2 * D, D);
     }
     /* the dual-stream block */
     const char *tb = "transformer_blocks.0.";
-    put_lin(&g, tb, "norm1.linear", 6 * D, D);
-    put_lin(&g, tb, "norm1_context.linear", 6 * D, D);
+    bench_put_lin(&g, tb, "norm1.linear", 6 * D, D);
+    bench_put_lin(&g, tb, "norm1_context.linear", 6 * D, D);
     static const char *sq[] = {"attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj",
                                "attn.add_v_proj", "attn.to_out.0", "attn.to_add_out"};
-    for (size_t i = 0; i < sizeof sq / sizeof sq[0]; i++) put_lin(&g, tb, sq[i], D, D);
+    for (size_t i = 0; i < sizeof sq / sizeof sq[0]; i++) bench_put_lin(&g, tb, sq[i], D, D);
     static const char *nv[] = {"attn.norm_q.weight", "attn.norm_k.weight", "attn.norm_added_q.weight",
                                "attn.norm_added_k.weight"};
-    for (size_t i = 0; i < sizeof nv / sizeof nv[0]; i++) put_vec(&g, tb, nv[i], Dh);
-    put_lin(&g, tb, "ff.net.0.proj", F, D);
-    put_lin(&g, tb, "ff.net.2", D, F);
-    put_lin(&g, tb, "ff_context.net.0.proj", F, D);
-    put_lin(&g, tb, "ff_context.net.2", D, F);
+    for (size_t i = 0; i < sizeof nv / sizeof nv[0]; i++) bench_put_vec(&g, tb, nv[i], Dh);
+    bench_put_lin(&g, tb, "ff.net.0.proj", F, D);
+    bench_put_lin(&g, tb, "ff.net.2", D, F);
+    bench_put_lin(&g, tb, "ff_context.net.0.proj", F, D);
+    bench_put_lin(&g, tb, "ff_context.net.2", D, F);
     /* the single-stream block */
     const char *sb = "single_transformer_blocks.0.";
-    put_vec(&g, sb, "attn.norm_q.weight", Dh);
-    put_vec(&g, sb, "attn.norm_k.weight", Dh);
-    put_lin(&g, sb, "attn.to_q", D, D);
-    put_lin(&g, sb, "attn.to_k", D, D);
-    put_lin(&g, sb, "attn.to_v", D, D);
-    put_lin(&g, sb, "norm.linear", 3 * D, D);
-    put_lin(&g, sb, "proj_mlp", F, D);
-    put_lin(&g, sb, "proj_out", D, D + F);
+    bench_put_vec(&g, sb, "attn.norm_q.weight", Dh);
+    bench_put_vec(&g, sb, "attn.norm_k.weight", Dh);
+    bench_put_lin(&g, sb, "attn.to_q", D, D);
+    bench_put_lin(&g, sb, "attn.to_k", D, D);
+    bench_put_lin(&g, sb, "attn.to_v", D, D);
+    bench_put_lin(&g, sb, "norm.linear", 3 * D, D);
+    bench_put_lin(&g, sb, "proj_mlp", F, D);
+    bench_put_lin(&g, sb, "proj_out", D, D + F);
     /* the output */
-    put_lin(&g, "", "norm_out.linear", 2 * D, D);
-    put_lin(&g, "", "proj_out", c->Cout * PP, D);
+    bench_put_lin(&g, "", "norm_out.linear", 2 * D, D);
+    bench_put_lin(&g, "", "proj_out", c->Cout * PP, D);
     snprintf(path, sizeof path, "%s/transformer/diffusion_pytorch_model.safetensors", dir);
-    if (g.s == DL_OK) g.s = dl_st_writer_save(g.w, path);
-    dl_st_writer_free(g.w);
-    for (int i = 0; i < g.n; i++) free(g.keep[i]);
-    free(g.keep);
-    return g.s;
+    return bench_wgen_save(&g, path);
 }
 
 /* ---- measuring ------------------------------------------------------------------- */
@@ -214,68 +150,6 @@ static double step_flops(const hv_cfg *c, double *attn) {
     const double single = 2 * S * D * (3 * D + F) + 2 * S * (D + F) * D;                 /* QKV | mlp, proj_out */
     *attn = 2 * 4 * S * (N + L) * D;
     return cond + rcond + ref + mods + io + dual + single + *attn;
-}
-
-typedef struct {
-    const dl_attn_partial *parts;
-    int64_t sq, heads, dh;
-    dl_dtype dt;
-    void *out;
-    int64_t os;
-} merge_ctx;
-
-static void merge_task(void *ctx, int ith, int nth) {
-    const merge_ctx *m = ctx;
-    dl_attn_merge_t(m->parts, 2, m->sq, m->heads, m->dh, m->dt, m->out, m->os, NULL, NULL, NULL, ith, nth);
-}
-
-/* Seconds of one block's joint attention done standalone as dit.c's joint_attn does
- * it on one rank: S = T + N query rows of a fused [S, 3D] QKV buffer (text rows
- * first); with every text row valid one call over the S keys, else two partials (the
- * L valid text keys, the N video keys) then their merge (best of 2; NAN when out of
- * memory). */
-static double attn_seconds(const hv_cfg *c, dl_dtype dt) {
-    const int64_t D = c->D, N = video_tokens(c), S = c->T + N;
-    const size_t es = dl_dtype_size(dt);
-    void *qkv = malloc((size_t)(S * 3 * D) * es), *out = malloc((size_t)(S * D) * es);
-    float *o[2] = {malloc((size_t)(S * D) * 4), malloc((size_t)(S * D) * 4)};
-    float *ml = malloc((size_t)(4 * c->H * S) * 4);
-    double best = NAN;
-    if (qkv && out && o[0] && o[1] && ml) {
-        dl_fill_uniform(dt, qkv, S * 3 * D, -1.f, 1.f, 11);
-        const char *q = qkv, *k = q + (size_t)D * es, *v = q + (size_t)(2 * D) * es;
-        const float scale = 1.f / sqrtf((float)c->Dh);
-        dl_attn_partial parts[2];
-        dl_attn_args a[2];
-        if (c->L == c->T) {
-            a[0] = (dl_attn_args){.dt = dt, .sq = S, .sk = S, .heads = c->H, .head_dim = c->Dh, .q = q, .k = k, .v = v,
-                                  .q_stride = 3 * D, .k_stride = 3 * D, .v_stride = 3 * D, .out = out, .out_stride = D,
-                                  .kv_begin = 0, .kv_end = S, .scale = scale};
-        } else {
-            for (int p = 0; p < 2; p++) {
-                float *m = ml + (size_t)(2 * p) * (size_t)(c->H * S), *l = m + c->H * S;
-                const size_t off = p ? (size_t)(c->T * 3 * D) * es : 0;
-                a[p] = (dl_attn_args){.dt = dt, .sq = S, .sk = p ? N : c->T + N, .heads = c->H, .head_dim = c->Dh,
-                                      .q = q, .k = k + off, .v = v + off, .q_stride = 3 * D, .k_stride = 3 * D,
-                                      .v_stride = 3 * D, .kv_begin = 0, .kv_end = p ? N : c->L, .scale = scale,
-                                      .o_part = o[p], .m = m, .l = l};
-                parts[p] = (dl_attn_partial){o[p], m, l};
-            }
-        }
-        merge_ctx mc = {parts, S, c->H, c->Dh, dt, out, D};
-        best = INFINITY;
-        for (int i = 0; i < 2; i++) {
-            double t0 = dl_now();
-            if (dl_attn(&a[0], NULL) != DL_OK || (c->L != c->T && dl_attn(&a[1], NULL) != DL_OK)) {
-                best = NAN;
-                break;
-            }
-            if (c->L != c->T) dl_parallel(merge_task, &mc);
-            if (dl_now() - t0 < best) best = dl_now() - t0;
-        }
-    }
-    free(qkv), free(out), free(o[0]), free(o[1]), free(ml);
-    return best;
 }
 
 int cli_bench_hunyuan(int argc, char **argv) {
@@ -374,7 +248,8 @@ int cli_bench_hunyuan(int argc, char **argv) {
     double attn_f, flops = step_flops(&c, &attn_f);
     const double gf = flops / best * 1e-9;
     const int64_t mm_m = quick ? 512 : 4096;
-    const double peak = bench_matmul_peak(dt, mm_m, 3072, 12288), at = 2 * attn_seconds(&c, dt);
+    const double peak = bench_matmul_peak(dt, mm_m, 3072, 12288);
+    const double at = 2 * bench_joint_attn_seconds(c.T, c.L, N, c.H, c.Dh, dt); /* counted once per block */
     printf("  FLOPs per step (counted): %.1f GFLOP, of which the two blocks' attention 2 x 4 (N+T)(N+L) D = %.1f GFLOP\n",
            flops * 1e-9, attn_f * 1e-9);
     printf("  difflet:  load %.1f s, step %.3f s (best of %d, %d warm-up), %.0f GFLOP/s effective = %.2f x the same-run\n"

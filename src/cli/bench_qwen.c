@@ -28,75 +28,20 @@
 #include "difflet/models.h"
 #include "difflet/qwenimage.h"
 
-#ifndef DIFFLET_SOURCE_DIR
-#define DIFFLET_SOURCE_DIR "."
-#endif
-
 typedef struct {
     int64_t D, H, Dh, Jd, Cin, Cout, gh, gw, T, L; /* Cout: per token (4 x out_channels); T program rows, L valid */
 } qwen_cfg;
 
 /* ---- the random-weight folder ----------------------------------------------------- */
 
-/* A safetensors writer and the bf16 buffers it points into until saved. */
-typedef struct {
-    dl_st_writer *w;
-    void **keep;
-    int n, cap;
-    uint64_t seed;
-    dl_status s;
-} wgen;
-
-/* random bf16 tensor scaled like a trained init: weights [out, in] U(+-1/sqrt(in)),
- * biases U(+-0.1), 1-D `.weight`s (RMSNorm gammas) 1 + U(+-0.1) */
-static void put(wgen *g, const char *name, int64_t rows, int64_t cols) {
-    if (g->s != DL_OK) return;
-    const int64_t n = rows * (cols ? cols : 1);
-    if (g->n == g->cap) {
-        void **k = realloc(g->keep, (size_t)(g->cap = g->cap ? 2 * g->cap : 64) * sizeof *k);
-        if (!k) {
-            g->s = dl_fail(DL_ERR_NOMEM, "out of memory");
-            return;
-        }
-        g->keep = k;
-    }
-    uint16_t *p = malloc((size_t)n * 2);
-    if (!p) {
-        g->s = dl_fail(DL_ERR_NOMEM, "out of memory");
-        return;
-    }
-    g->keep[g->n++] = p;
-    const size_t nl = strlen(name);
-    const int gamma = !cols && nl > 7 && !strcmp(name + nl - 7, ".weight");
-    const float sc = cols ? 1.f / sqrtf((float)cols) : 0.1f;
-    dl_fill_uniform(DL_BF16, p, n, -sc, sc, g->seed++);
-    if (gamma)
-        for (int64_t i = 0; i < n; i++) p[i] = dl_f32_to_bf16(1.f + dl_bf16_to_f32(p[i]));
-    int64_t shape[2] = {rows, cols};
-    g->s = dl_st_writer_add(g->w, name, DL_ST_BF16, cols ? 2 : 1, shape, p);
-}
-
-/* `<base>.weight` [out, in] and `<base>.bias` [out] */
-static void put_lin(wgen *g, const char *base, int64_t out, int64_t in) {
-    char nm[320];
-    snprintf(nm, sizeof nm, "%s.weight", base);
-    put(g, nm, out, in);
-    snprintf(nm, sizeof nm, "%s.bias", base);
-    put(g, nm, out, 0);
-}
-
-static dl_status write_text(const char *path, const char *text) {
-    return dl_file_write_atomic(path, text, strlen(text));
-}
-
 static dl_status make_model(const char *dir, const qwen_cfg *c) {
-    char path[4200], cfg[1024], p[256];
+    char path[4200], cfg[1024];
     snprintf(path, sizeof path, "%s/transformer", dir);
     dl_status s = dl_mkdir_p(path);
     if (s != DL_OK) return s;
     snprintf(path, sizeof path, "%s/model_index.json", dir);
-    if ((s = write_text(path, "{\"_class_name\": \"QwenImagePipeline\", \"transformer\": [\"diffusers\", "
-                              "\"QwenImageTransformer2DModel\"]}")) != DL_OK)
+    if ((s = bench_write_text(path, "{\"_class_name\": \"QwenImagePipeline\", \"transformer\": [\"diffusers\", "
+                                    "\"QwenImageTransformer2DModel\"]}")) != DL_OK)
         return s;
     snprintf(cfg, sizeof cfg,
              "{\"_class_name\": \"QwenImageTransformer2DModel\", \"patch_size\": 2, \"in_channels\": %lld, "
@@ -104,40 +49,32 @@ static dl_status make_model(const char *dir, const qwen_cfg *c) {
              "\"joint_attention_dim\": %lld, \"guidance_embeds\": false, \"axes_dims_rope\": [16, 56, 56]}",
              (long long)c->Cin, (long long)(c->Cout / 4), (long long)c->Dh, (long long)c->H, (long long)c->Jd);
     snprintf(path, sizeof path, "%s/transformer/config.json", dir);
-    if ((s = write_text(path, cfg)) != DL_OK) return s;
-    wgen g = {.w = dl_st_writer_new(), .seed = 100};
+    if ((s = bench_write_text(path, cfg)) != DL_OK) return s;
+    bench_wgen g;
+    bench_wgen_init(&g, 100);
     const int64_t D = c->D, F = 4 * D;
-    put_lin(&g, "time_text_embed.timestep_embedder.linear_1", D, 256);
-    put_lin(&g, "time_text_embed.timestep_embedder.linear_2", D, D);
-    put(&g, "txt_norm.weight", c->Jd, 0);
-    put_lin(&g, "txt_in", D, c->Jd);
-    put_lin(&g, "img_in", D, c->Cin);
-    put_lin(&g, "norm_out.linear", 2 * D, D);
-    put_lin(&g, "proj_out", c->Cout, D);
+    const char *b = "transformer_blocks.0.";
+    bench_put_lin(&g, "time_text_embed.", "timestep_embedder.linear_1", D, 256);
+    bench_put_lin(&g, "time_text_embed.", "timestep_embedder.linear_2", D, D);
+    bench_put_vec(&g, "", "txt_norm.weight", c->Jd);
+    bench_put_lin(&g, "", "txt_in", D, c->Jd);
+    bench_put_lin(&g, "", "img_in", D, c->Cin);
+    bench_put_lin(&g, "", "norm_out.linear", 2 * D, D);
+    bench_put_lin(&g, "", "proj_out", c->Cout, D);
     static const char *sq[] = {"attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj",
                                "attn.add_v_proj", "attn.to_out.0", "attn.to_add_out"};
-    for (size_t i = 0; i < sizeof sq / sizeof sq[0]; i++) {
-        snprintf(p, sizeof p, "transformer_blocks.0.%s", sq[i]);
-        put_lin(&g, p, D, D);
-    }
+    for (size_t i = 0; i < sizeof sq / sizeof sq[0]; i++) bench_put_lin(&g, b, sq[i], D, D);
     static const char *nv[] = {"attn.norm_q.weight", "attn.norm_k.weight", "attn.norm_added_q.weight",
                                "attn.norm_added_k.weight"};
-    for (size_t i = 0; i < sizeof nv / sizeof nv[0]; i++) {
-        snprintf(p, sizeof p, "transformer_blocks.0.%s", nv[i]);
-        put(&g, p, c->Dh, 0);
-    }
-    put_lin(&g, "transformer_blocks.0.img_mod.1", 6 * D, D);
-    put_lin(&g, "transformer_blocks.0.txt_mod.1", 6 * D, D);
-    put_lin(&g, "transformer_blocks.0.img_mlp.net.0.proj", F, D);
-    put_lin(&g, "transformer_blocks.0.img_mlp.net.2", D, F);
-    put_lin(&g, "transformer_blocks.0.txt_mlp.net.0.proj", F, D);
-    put_lin(&g, "transformer_blocks.0.txt_mlp.net.2", D, F);
+    for (size_t i = 0; i < sizeof nv / sizeof nv[0]; i++) bench_put_vec(&g, b, nv[i], c->Dh);
+    bench_put_lin(&g, b, "img_mod.1", 6 * D, D);
+    bench_put_lin(&g, b, "txt_mod.1", 6 * D, D);
+    bench_put_lin(&g, b, "img_mlp.net.0.proj", F, D);
+    bench_put_lin(&g, b, "img_mlp.net.2", D, F);
+    bench_put_lin(&g, b, "txt_mlp.net.0.proj", F, D);
+    bench_put_lin(&g, b, "txt_mlp.net.2", D, F);
     snprintf(path, sizeof path, "%s/transformer/diffusion_pytorch_model.safetensors", dir);
-    if (g.s == DL_OK) g.s = dl_st_writer_save(g.w, path);
-    dl_st_writer_free(g.w);
-    for (int i = 0; i < g.n; i++) free(g.keep[i]);
-    free(g.keep);
-    return g.s;
+    return bench_wgen_save(&g, path);
 }
 
 /* ---- measuring ------------------------------------------------------------------- */
@@ -155,60 +92,6 @@ static double step_flops(const qwen_cfg *c, int64_t R, double *attn) {
     double lin = 2 * rows * D * (3 * D + D + 2 * F);
     *attn = 4 * rows * (N + L) * D;
     return emb + lin + *attn;
-}
-
-typedef struct {
-    const dl_attn_partial *parts;
-    int64_t sq, heads, dh;
-    dl_dtype dt;
-    void *out;
-    int64_t os;
-} merge_ctx;
-
-static void merge_task(void *ctx, int ith, int nth) {
-    const merge_ctx *m = ctx;
-    dl_attn_merge_t(m->parts, 2, m->sq, m->heads, m->dh, m->dt, m->out, m->os, NULL, NULL, NULL, ith, nth);
-}
-
-/* Seconds of the step's joint attention done standalone as dit.c's joint_attn does it
- * on one rank: S = T + N query rows of a fused [S, 3D] QKV buffer (text rows first)
- * over the L valid text keys and the N image keys, two partials then their merge
- * (best of 2; NAN when out of memory). */
-static double attn_seconds(const qwen_cfg *c, dl_dtype dt) {
-    const int64_t D = c->D, N = c->gh * c->gw, S = c->T + N;
-    const size_t es = dl_dtype_size(dt);
-    void *qkv = malloc((size_t)(S * 3 * D) * es), *out = malloc((size_t)(S * D) * es);
-    float *o[2] = {malloc((size_t)(S * D) * 4), malloc((size_t)(S * D) * 4)};
-    float *ml = malloc((size_t)(4 * c->H * S) * 4);
-    double best = NAN;
-    if (qkv && out && o[0] && o[1] && ml) {
-        dl_fill_uniform(dt, qkv, S * 3 * D, -1.f, 1.f, 11);
-        const char *q = qkv, *k = q + (size_t)D * es, *v = q + (size_t)(2 * D) * es;
-        dl_attn_partial parts[2];
-        dl_attn_args a[2];
-        for (int p = 0; p < 2; p++) {
-            float *m = ml + (size_t)(2 * p) * (size_t)(c->H * S), *l = m + c->H * S;
-            const size_t off = p ? (size_t)(c->T * 3 * D) * es : 0;
-            a[p] = (dl_attn_args){.dt = dt, .sq = S, .sk = p ? N : c->T + N, .heads = c->H, .head_dim = c->Dh, .q = q,
-                                  .k = k + off, .v = v + off, .q_stride = 3 * D, .k_stride = 3 * D, .v_stride = 3 * D,
-                                  .kv_begin = 0, .kv_end = p ? N : c->L, .scale = 1.f / sqrtf((float)c->Dh),
-                                  .o_part = o[p], .m = m, .l = l};
-            parts[p] = (dl_attn_partial){o[p], m, l};
-        }
-        merge_ctx mc = {parts, S, c->H, c->Dh, dt, out, D};
-        best = INFINITY;
-        for (int i = 0; i < 2; i++) {
-            double t0 = dl_now();
-            if (dl_attn(&a[0], NULL) != DL_OK || dl_attn(&a[1], NULL) != DL_OK) {
-                best = NAN;
-                break;
-            }
-            dl_parallel(merge_task, &mc);
-            if (dl_now() - t0 < best) best = dl_now() - t0;
-        }
-    }
-    free(qkv), free(out), free(o[0]), free(o[1]), free(ml);
-    return best;
 }
 
 int cli_bench_qwen(int argc, char **argv) {
@@ -300,7 +183,8 @@ int cli_bench_qwen(int argc, char **argv) {
     double attn_f, attn_x, flops = step_flops(&c, c.L, &attn_f), exec = step_flops(&c, c.T, &attn_x);
     const double gf = flops / best * 1e-9;
     const int64_t mm_m = quick ? 512 : 4096;
-    const double peak = bench_matmul_peak(dt, mm_m, 3072, 12288), at = attn_seconds(&c, dt);
+    const double peak = bench_matmul_peak(dt, mm_m, 3072, 12288);
+    const double at = bench_joint_attn_seconds(c.T, c.L, N, c.H, c.Dh, dt); /* L < T: 2 partials + merge */
     printf("  FLOPs per step (counted): %.1f GFLOP useful (%lld text rows), of which attention 4 (N+L)^2 D = %.1f GFLOP;\n"
            "            %.1f GFLOP as difflet's %lld-row program executes it\n",
            flops * 1e-9, (long long)c.L, attn_f * 1e-9, exec * 1e-9, (long long)c.T);

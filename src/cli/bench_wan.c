@@ -35,90 +35,23 @@
 #include "difflet/wan.h"
 #include "difflet/wan_vae.h"
 
-#ifndef DIFFLET_SOURCE_DIR
-#define DIFFLET_SOURCE_DIR "."
-#endif
-
 typedef struct {
     int64_t D, H, Dh, F, Td, freq, Cin, Cout, P[3], lat[3], T;
 } wan_cfg;
 
 /* ---- random-weight folders ------------------------------------------------------- */
 
-/* A safetensors writer and the bf16 buffers it points into until saved. */
-typedef struct {
-    dl_st_writer *w;
-    void **keep;
-    int n, cap;
-    uint64_t seed;
-    dl_status s;
-} wgen;
-
-/* random bf16 tensor scaled like a trained init: weights U(+-1/sqrt(fan_in)), biases
- * U(+-0.1), norm weights and RMS gammas 1 + U(+-0.1) */
-static void put(wgen *g, const char *name, int ndim, const int64_t *shape) {
-    if (g->s != DL_OK) return;
-    int64_t n = 1, fan = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i], fan *= i ? shape[i] : 1;
-    if (g->n == g->cap) {
-        void **k = realloc(g->keep, (size_t)(g->cap = g->cap ? 2 * g->cap : 64) * sizeof *k);
-        if (!k) {
-            g->s = dl_fail(DL_ERR_NOMEM, "out of memory");
-            return;
-        }
-        g->keep = k;
-    }
-    uint16_t *p = malloc((size_t)n * 2);
-    if (!p) {
-        g->s = dl_fail(DL_ERR_NOMEM, "out of memory");
-        return;
-    }
-    g->keep[g->n++] = p;
-    const int one = strstr(name, "gamma") || (ndim == 1 && strstr(name, "norm"));
-    const float sc = one || ndim == 1 ? 0.1f : 1.f / sqrtf((float)fan);
-    dl_fill_uniform(DL_BF16, p, n, -sc, sc, g->seed++);
-    if (one)
-        for (int64_t i = 0; i < n; i++) p[i] = dl_f32_to_bf16(1.f + dl_bf16_to_f32(p[i]));
-    g->s = dl_st_writer_add(g->w, name, DL_ST_BF16, ndim, shape, p);
-}
-
-/* `<base>.weight` [shape] and `<base>.bias` [shape[0]] */
-static void put_wb(wgen *g, const char *base, int ndim, const int64_t *shape) {
-    char nm[320];
-    snprintf(nm, sizeof nm, "%s.weight", base);
-    put(g, nm, ndim, shape);
-    snprintf(nm, sizeof nm, "%s.bias", base);
-    put(g, nm, 1, shape);
-}
-
-static void put_lin(wgen *g, const char *base, int64_t out, int64_t in) {
-    int64_t sh[2] = {out, in};
-    put_wb(g, base, 2, sh);
-}
-
-static dl_status gen_save(wgen *g, const char *path) {
-    if (g->s == DL_OK) g->s = dl_st_writer_save(g->w, path);
-    dl_st_writer_free(g->w);
-    for (int i = 0; i < g->n; i++) free(g->keep[i]);
-    free(g->keep);
-    return g->s;
-}
-
-static dl_status write_text(const char *path, const char *text) {
-    return dl_file_write_atomic(path, text, strlen(text));
-}
-
 /* dir/model_index.json (a WanPipeline with the components written) */
 static dl_status make_index(const char *dir, int vae) {
     char path[4200];
     snprintf(path, sizeof path, "%s/model_index.json", dir);
-    return write_text(path, vae ? "{\"_class_name\": \"WanPipeline\", \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"], "
-                                  "\"vae\": [\"diffusers\", \"AutoencoderKLWan\"]}"
-                                : "{\"_class_name\": \"WanPipeline\", \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"]}");
+    return bench_write_text(path, vae ? "{\"_class_name\": \"WanPipeline\", \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"], "
+                                        "\"vae\": [\"diffusers\", \"AutoencoderKLWan\"]}"
+                                      : "{\"_class_name\": \"WanPipeline\", \"transformer\": [\"diffusers\", \"WanTransformer3DModel\"]}");
 }
 
 static dl_status make_transformer(const char *dir, const wan_cfg *c) {
-    char path[4200], cfg[1024], p[256];
+    char path[4200], cfg[1024];
     snprintf(path, sizeof path, "%s/transformer", dir);
     dl_status s = dl_mkdir_p(path);
     if (s != DL_OK) return s;
@@ -131,35 +64,33 @@ static dl_status make_transformer(const char *dir, const wan_cfg *c) {
              (long long)c->P[0], (long long)c->P[1], (long long)c->P[2], (long long)c->H, (long long)c->Dh,
              (long long)c->Cin, (long long)c->Cout, (long long)c->Td, (long long)c->freq, (long long)c->F);
     snprintf(path, sizeof path, "%s/transformer/config.json", dir);
-    if ((s = write_text(path, cfg)) != DL_OK) return s;
-    wgen g = {.w = dl_st_writer_new(), .seed = 100};
+    if ((s = bench_write_text(path, cfg)) != DL_OK) return s;
+    bench_wgen g;
+    bench_wgen_init(&g, 100);
     const int64_t D = c->D, PP = c->P[0] * c->P[1] * c->P[2];
-    int64_t sst[3] = {1, 2, D}, bsst[3] = {1, 6, D}, pe[5] = {D, c->Cin, c->P[0], c->P[1], c->P[2]}, vd[1] = {D};
-    put(&g, "scale_shift_table", 3, sst);
-    put_wb(&g, "patch_embedding", 5, pe);
-    put_lin(&g, "condition_embedder.time_embedder.linear_1", D, c->freq);
-    put_lin(&g, "condition_embedder.time_embedder.linear_2", D, D);
-    put_lin(&g, "condition_embedder.time_proj", 6 * D, D);
-    put_lin(&g, "condition_embedder.text_embedder.linear_1", D, c->Td);
-    put_lin(&g, "condition_embedder.text_embedder.linear_2", D, D);
-    put(&g, "blocks.0.scale_shift_table", 3, bsst);
+    const int64_t sst[3] = {1, 2, D}, bsst[3] = {1, 6, D}, pe[5] = {D, c->Cin, c->P[0], c->P[1], c->P[2]};
+    const char *b = "blocks.0.";
+    bench_put(&g, "scale_shift_table", 3, sst);
+    bench_put_wb(&g, "", "patch_embedding", 5, pe);
+    bench_put_lin(&g, "condition_embedder.", "time_embedder.linear_1", D, c->freq);
+    bench_put_lin(&g, "condition_embedder.", "time_embedder.linear_2", D, D);
+    bench_put_lin(&g, "condition_embedder.", "time_proj", 6 * D, D);
+    bench_put_lin(&g, "condition_embedder.", "text_embedder.linear_1", D, c->Td);
+    bench_put_lin(&g, "condition_embedder.", "text_embedder.linear_2", D, D);
+    bench_put(&g, "blocks.0.scale_shift_table", 3, bsst);
     static const char *sq[] = {"attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0",
                                "attn2.to_q", "attn2.to_k", "attn2.to_v", "attn2.to_out.0"};
-    for (size_t i = 0; i < sizeof sq / sizeof sq[0]; i++) {
-        snprintf(p, sizeof p, "blocks.0.%s", sq[i]);
-        put_lin(&g, p, D, D);
-    }
+    for (size_t i = 0; i < sizeof sq / sizeof sq[0]; i++) bench_put_lin(&g, b, sq[i], D, D);
     static const char *nv[] = {"attn1.norm_q.weight", "attn1.norm_k.weight", "attn2.norm_q.weight",
-                               "attn2.norm_k.weight", "norm2.weight", "norm2.bias"};
-    for (size_t i = 0; i < sizeof nv / sizeof nv[0]; i++) {
-        snprintf(p, sizeof p, "blocks.0.%s", nv[i]);
-        put(&g, p, 1, vd);
-    }
-    put_lin(&g, "blocks.0.ffn.net.0.proj", c->F, D);
-    put_lin(&g, "blocks.0.ffn.net.2", D, c->F);
-    put_lin(&g, "proj_out", c->Cout * PP, D);
+                               "attn2.norm_k.weight", "norm2.weight"};
+    for (size_t i = 0; i < sizeof nv / sizeof nv[0]; i++) bench_put_vec(&g, b, nv[i], D);
+    const int64_t vd[1] = {D};
+    bench_put_gamma(&g, "blocks.0.norm2.bias", 1, vd); /* 1 + U(+-0.1): the values this bench has always had */
+    bench_put_lin(&g, b, "ffn.net.0.proj", c->F, D);
+    bench_put_lin(&g, b, "ffn.net.2", D, c->F);
+    bench_put_lin(&g, "", "proj_out", c->Cout * PP, D);
     snprintf(path, sizeof path, "%s/transformer/diffusion_pytorch_model.safetensors", dir);
-    return gen_save(&g, path);
+    return bench_wgen_save(&g, path);
 }
 
 /* ---- the Wan 2.1 VAE decoder: its real config and its planning, mirrored ------------ */
@@ -175,22 +106,23 @@ static dl_status make_vae(const char *dir) {
     dl_status s = dl_mkdir_p(path);
     if (s != DL_OK) return s;
     snprintf(path, sizeof path, "%s/vae/config.json", dir);
-    if ((s = write_text(path, "{\"_class_name\": \"AutoencoderKLWan\", \"base_dim\": 96, \"z_dim\": 16, \"dim_mult\": [1, 2, 4, 4], "
-                              "\"num_res_blocks\": 2, \"attn_scales\": [], \"temperal_downsample\": [false, true, true], "
-                              "\"dropout\": 0.0}")) != DL_OK) /* latents_mean / std: the defaults */
+    if ((s = bench_write_text(path, "{\"_class_name\": \"AutoencoderKLWan\", \"base_dim\": 96, \"z_dim\": 16, \"dim_mult\": [1, 2, 4, 4], "
+                                    "\"num_res_blocks\": 2, \"attn_scales\": [], \"temperal_downsample\": [false, true, true], "
+                                    "\"dropout\": 0.0}")) != DL_OK) /* latents_mean / std: the defaults */
         return s;
-    wgen g = {.w = dl_st_writer_new(), .seed = 5000};
+    bench_wgen g;
+    bench_wgen_init(&g, 5000);
     const int64_t zd = vae_zd, d0 = vae_dims[0];
 #define CONV3(base, co, ci, kt, ks)                          \
     do {                                                     \
         int64_t sh_[5] = {co, ci, kt, ks, ks};               \
-        put_wb(&g, base, 5, sh_);                            \
+        bench_put_wb(&g, "", base, 5, sh_);                  \
     } while (0)
 #define GAMMA(base, ch, nd)                                  \
     do {                                                     \
         int64_t sh_[4] = {ch, 1, 1, 1};                      \
         snprintf(q, sizeof q, "%s.gamma", base);             \
-        put(&g, q, nd, sh_);                                 \
+        bench_put_gamma(&g, q, nd, sh_);                     \
     } while (0)
     CONV3("post_quant_conv", zd, zd, 1, 1);
     CONV3("decoder.conv_in", d0, zd, 3, 3);
@@ -217,12 +149,12 @@ static dl_status make_vae(const char *dir) {
         if (b < 0) {
             int64_t qkv[4] = {3 * d0, d0, 1, 1}, pr[4] = {d0, d0, 1, 1};
             GAMMA("decoder.mid_block.attentions.0.norm", d0, 3);
-            put_wb(&g, "decoder.mid_block.attentions.0.to_qkv", 4, qkv);
-            put_wb(&g, "decoder.mid_block.attentions.0.proj", 4, pr);
+            bench_put_wb(&g, "decoder.mid_block.attentions.0.", "to_qkv", 4, qkv);
+            bench_put_wb(&g, "decoder.mid_block.attentions.0.", "proj", 4, pr);
         } else if (b < VAE_LEV - 1) {
             int64_t rs[4] = {oc / 2, oc, 3, 3};
             snprintf(p, sizeof p, "decoder.up_blocks.%d.upsamplers.0.resample.1", b);
-            put_wb(&g, p, 4, rs);
+            bench_put_wb(&g, "", p, 4, rs);
             if (vae_tup[b]) {
                 snprintf(p, sizeof p, "decoder.up_blocks.%d.upsamplers.0.time_conv", b);
                 CONV3(p, 2 * oc, oc, 3, 1);
@@ -234,7 +166,7 @@ static dl_status make_vae(const char *dir) {
 #undef CONV3
 #undef GAMMA
     snprintf(path, sizeof path, "%s/vae/diffusion_pytorch_model.safetensors", dir);
-    return gen_save(&g, path);
+    return bench_wgen_save(&g, path);
 }
 
 /* The decoder's activation plan as wan_vae.c makes it, for tc[l] frames per pass at

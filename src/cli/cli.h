@@ -67,4 +67,45 @@ struct cJSON *bench_run_peer(const char *script, const char *dir, int reps, int 
 /* max |a - b| / max |b| over n, b the `out` tensor of path; NAN when unreadable */
 double bench_rel_diff(const char *path, const float *a, int64_t n);
 
+/* A random-weight safetensors folder's file: the writer, the bf16 buffers it points
+ * into until saved, the next tensor's seed (one per tensor, in call order, so a file
+ * is the same bytes for the same seed start and calls), and the first failure (the
+ * calls after one do nothing). */
+typedef struct {
+    dl_st_writer *w;
+    void **keep;
+    int n, cap;
+    uint64_t seed;
+    dl_status s;
+} bench_wgen;
+/* an empty generator whose first tensor gets `seed` (g->s: DL_ERR_NOMEM when the
+ * writer cannot be made) */
+void bench_wgen_init(bench_wgen *g, uint64_t seed);
+/* save the tensors to path (when every call succeeded) and free the generator;
+ * the first failure's status */
+dl_status bench_wgen_save(bench_wgen *g, const char *path);
+/* tensor `name` [shape] of nd dims, random bf16 scaled like a trained init: weights
+ * (nd >= 2) U(+-1/sqrt(fan_in)), fan_in the product of every dim but the first;
+ * biases U(+-0.1); 1-D `.weight`s (norm gammas) 1 + U(+-0.1) */
+void bench_put(bench_wgen *g, const char *name, int nd, const int64_t *shape);
+/* tensor `name` [shape] as a gain around 1, whatever its name and shape: 1 + U(+-0.1)
+ * (Wan's [C, 1, 1, 1] `.gamma`s, a LayerNorm's bias Wan's bench keeps near 1) */
+void bench_put_gamma(bench_wgen *g, const char *name, int nd, const int64_t *shape);
+/* `<prefix><base>.weight` [shape] and `<prefix><base>.bias` [shape[0]] (a conv) */
+void bench_put_wb(bench_wgen *g, const char *prefix, const char *base, int nd, const int64_t *shape);
+/* `<prefix><base>.weight` [out, in] and `<prefix><base>.bias` [out] (a linear) */
+void bench_put_lin(bench_wgen *g, const char *prefix, const char *base, int64_t out, int64_t in);
+/* `<prefix><base>` [n] (a norm's weight or bias) */
+void bench_put_vec(bench_wgen *g, const char *prefix, const char *base, int64_t n);
+/* text to path, written atomically (a config.json, a model_index.json) */
+dl_status bench_write_text(const char *path, const char *text);
+
+/* Seconds of one block's joint attention done standalone as dit.c's joint_attn does
+ * it on one rank: S = T + N query rows of a fused [S, 3 heads head_dim] QKV buffer
+ * (the T text rows first, L of them valid, then N image or video rows) in dt; with
+ * every text row valid (L == T) one call over the S keys, else two partials (the L
+ * valid text keys, the N image keys) then their merge. Best of 2; NAN when out of
+ * memory or the kernel fails. */
+double bench_joint_attn_seconds(int64_t T, int64_t L, int64_t N, int64_t heads, int64_t head_dim, dl_dtype dt);
+
 #endif
