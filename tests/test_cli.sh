@@ -123,6 +123,17 @@ expect 0 "" calibrate --prompts "$tmpd/hprompts.txt" --model "$data/hunyuan/a" -
 expect 0 "cached steps" "${hgen[@]}" --steps 8 --cache "calibrated:$tmpd/hcal.json:0.3" --cache-keep 1,1 -o "$tmpd/hc3.mp4"
 out=$(DIFFLET_CACHE="$tmpd/hcache" "$bin" compile --model "$data/hunyuan/a" --size 48x32 --frames 9 --max-sequence-length 48 --probe 2>/dev/null)
 if [[ "$out" == *"probe "* && "$out" == *"transformer "* && "$out" == *"5 compiled"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: compile --probe of HunyuanVideo: $out"; fi
+# a FLUX folder whose transformer is a GGUF file (Q8_0, Black Forest Labs' names) instead of safetensors
+gg="$tmpd/flux-gguf"; mkdir -p "$gg/transformer"
+for c in model_index.json scheduler text_encoder text_encoder_2 tokenizer tokenizer_2 vae; do ln -s "$(readlink -f "$flux/$c")" "$gg/$c"; done
+ln -s "$flux/transformer/config.json" "$gg/transformer/config.json"
+ln -s "$data/flux/gguf/flux-tiny-Q8_0.gguf" "$gg/transformer/flux1-tiny-Q8_0.gguf"
+expect 0 "2 transformer calls" generate --model "$gg" --prompt "a red cube" --width 48 --height 32 --steps 2 \
+  --max-sequence-length 32 -o "$tmpd/gguf.png"
+out=$("$bin" inspect "$gg" 2>&1)
+if [[ "$out" == *"flux1-tiny-Q8_0.gguf: 112 tensors"* && "$out" == *"Q8_0"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: inspect of a GGUF folder: $out"; fi
+ln -s "$data/flux/gguf/flux-tiny-Q4_0.gguf" "$gg/transformer/second.gguf"
+expect 1 "2 .gguf files" generate --model "$gg" --prompt x --width 48 --height 32 --steps 1 --max-sequence-length 32 -o "$tmpd/x.png"
 # a Hub repository id, resolved offline in a Hugging Face cache laid out as the hub
 # library lays it out (refs/main -> commit, snapshots/<commit>/ linking to blobs/)
 hub="$tmpd/hf/hub"; repo="$hub/models--test-org--flux-dev"; commit=0123456789abcdef0123456789abcdef01234567

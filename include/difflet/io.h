@@ -21,6 +21,7 @@ extern "C" {
 typedef enum {
     DL_ST_F32, DL_ST_F16, DL_ST_BF16, DL_ST_F64, DL_ST_I64, DL_ST_I32, DL_ST_I16, DL_ST_I8,
     DL_ST_U64, DL_ST_U32, DL_ST_U16, DL_ST_U8, DL_ST_BOOL, DL_ST_F8_E4M3, DL_ST_F8_E5M2,
+    DL_ST_GGUF, /* not a safetensors dtype: a GGUF block-quantized tensor (qtype says which), read dequantized */
     DL_ST_COUNT
 } dl_st_dtype;
 
@@ -40,6 +41,7 @@ typedef struct {
     const uint8_t *data; /* inside the read-only mapping; NOT aligned in general */
     size_t nbytes;
     const char *file; /* the file it came from, for messages */
+    uint32_t qtype;   /* DL_ST_GGUF: the GGUF (ggml) block type of data */
 } dl_st_tensor;
 
 /* A checkpoint: one .safetensors file, or the shards named by a
@@ -69,6 +71,20 @@ dl_status dl_ckpt_read(const dl_st_tensor *t, dl_dtype dt, void *dst);
 /* XXH3 of every tensor's name, dtype, shape and bytes, in name order: the
  * checkpoint's content identity (program keys). */
 uint64_t dl_ckpt_content_hash(const dl_checkpoint *ck);
+
+/* A checkpoint assembled from described tensors (GGUF import: renamed and split views
+ * of another file's data): new, add each (name copied; data must outlive the
+ * checkpoint: give what it points into to dl_ckpt_keep, released with the
+ * checkpoint, last kept first), then seal (sorts; a duplicate name is an error). */
+dl_status dl_ckpt_new_virtual(dl_checkpoint **out, const char *label);
+dl_status dl_ckpt_add(dl_checkpoint *ck, const dl_st_tensor *t);
+dl_status dl_ckpt_keep(dl_checkpoint *ck, void *p, void (*release)(void *)); /* on failure p is released */
+dl_status dl_ckpt_seal(dl_checkpoint *ck);
+/* A GGUF file (src/io/gguf_ckpt.c) as a checkpoint of diffusers names: FLUX files
+ * in Black Forest Labs' names are renamed and split as diffusers' converter does,
+ * files already in diffusers names are taken as they are; block-quantized tensors
+ * are read dequantized (dl_ckpt_read). */
+dl_status dl_ckpt_open_gguf(dl_checkpoint **out, const char *path, const char *label);
 
 /* Writer: collect tensors (the data is referenced, not copied, until save), then
  * write the file atomically (temporary file, fsync, rename). */

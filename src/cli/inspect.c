@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "difflet/gguf.h"
 #include "difflet/io.h"
 
 static void summarise(const dl_checkpoint *ck, const char *indent) {
@@ -41,7 +42,7 @@ int cli_inspect(int argc, char **argv) {
         summarise(ck, "");
         for (int i = 0; i < dl_ckpt_count(ck); i++) {
             const dl_st_tensor *t = dl_ckpt_at(ck, i);
-            printf("  %-60s %-5s [", t->name, dl_st_dtype_name(t->dtype));
+            printf("  %-60s %-5s [", t->name, t->dtype == DL_ST_GGUF ? dl_gguf_type_name(t->qtype) : dl_st_dtype_name(t->dtype));
             for (int d = 0; d < t->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
             printf("]\n");
         }

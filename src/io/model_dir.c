@@ -2,6 +2,7 @@
  * class and its components ("transformer": ["diffusers", "FluxTransformer2DModel"]);
  * each component has DIR/<component>/config.json and safetensors weights. Configs
  * are parsed once and cached; typed accessors name the file and key on error. */
+#include <dirent.h>
 #include <cjson/cJSON.h>
 #include <sys/stat.h>
 #include <ctype.h>
@@ -255,11 +256,30 @@ dl_status dl_model_dir_checkpoint(const dl_model_dir *m, const char *name, dl_ch
         snprintf(shown, sizeof shown, "%s/%s", name, cands[i]);
         return dl_ckpt_open(ck, path, shown);
     }
+    /* a GGUF file instead (one): quantized weights as stable-diffusion.cpp / ComfyUI-GGUF users have them */
+    snprintf(path, sizeof path, "%s/%s", m->dir, name);
+    DIR *d = opendir(path);
+    char gguf[512] = "";
+    int ngguf = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l > 5 && !strcmp(e->d_name + l - 5, ".gguf") && e->d_name[0] != '.') {
+            if (!ngguf++) snprintf(gguf, sizeof gguf, "%s", e->d_name);
+        }
+    }
+    if (d) closedir(d);
+    if (ngguf > 1)
+        return dl_fail(DL_ERR_FORMAT, "`%s/`: %d .gguf files and no safetensors: keep the one to load", name, ngguf);
+    if (ngguf == 1) {
+        snprintf(path, sizeof path, "%s/%s/%s", m->dir, name, gguf);
+        snprintf(shown, sizeof shown, "%s/%s", name, gguf);
+        return dl_ckpt_open_gguf(ck, path, shown);
+    }
     snprintf(path, sizeof path, "%s/%s/pytorch_model.bin", m->dir, name);
     int has_bin = dl_file_exists(path);
     snprintf(path, sizeof path, "%s/%s/diffusion_pytorch_model.bin", m->dir, name);
     has_bin |= dl_file_exists(path);
-    return dl_fail(DL_ERR_IO, "`%s/`: no safetensors weights (looked for %s, %s and their .index.json)%s", name,
+    return dl_fail(DL_ERR_IO, "`%s/`: no weights (looked for %s, %s, their .index.json and a .gguf file)%s", name,
                    cands[0], cands[1], has_bin ? "; only PyTorch .bin weights are there: convert them to safetensors" : "");
 }
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "difflet/gguf.h"
 #include "difflet/io.h"
 
 static const struct {
@@ -24,6 +25,7 @@ static const struct {
     [DL_ST_I16] = {"I16", 2},     [DL_ST_I8] = {"I8", 1},       [DL_ST_U64] = {"U64", 8},
     [DL_ST_U32] = {"U32", 4},     [DL_ST_U16] = {"U16", 2},     [DL_ST_U8] = {"U8", 1},
     [DL_ST_BOOL] = {"BOOL", 1},   [DL_ST_F8_E4M3] = {"F8_E4M3", 1}, [DL_ST_F8_E5M2] = {"F8_E5M2", 1},
+    [DL_ST_GGUF] = {"GGUF", 0},
 };
 
 const char *dl_st_dtype_name(dl_st_dtype dt) { return (unsigned)dt < DL_ST_COUNT ? k_dtypes[dt].name : "?"; }
@@ -36,6 +38,9 @@ struct dl_checkpoint {
     int nmaps;
     dl_st_tensor *t; /* sorted by name */
     int n, cap;
+    void **keep;                 /* what a virtual checkpoint's tensors point into (freed with it) */
+    void (**keep_free)(void *);
+    int nkeep;
 };
 
 static int by_name(const void *a, const void *b) {
@@ -49,6 +54,8 @@ void dl_ckpt_free(dl_checkpoint *ck) {
         dl_mmap_close(&ck->maps[i]);
         free(ck->files[i]);
     }
+    for (int i = ck->nkeep - 1; i >= 0; i--) ck->keep_free[i](ck->keep[i]);
+    free(ck->keep), free(ck->keep_free);
     free(ck->maps), free(ck->files), free(ck->t), free(ck->label);
     free(ck);
 }
@@ -128,7 +135,7 @@ static dl_status parse_file(dl_checkpoint *ck, const dl_mmap *m, const char *sho
         }
         dl_st_tensor t = {0};
         t.dtype = DL_ST_COUNT;
-        for (int d = 0; d < DL_ST_COUNT; d++)
+        for (int d = 0; d < DL_ST_GGUF; d++) /* the safetensors dtypes */
             if (!strcmp(jd->valuestring, k_dtypes[d].name)) t.dtype = (dl_st_dtype)d;
         if (t.dtype == DL_ST_COUNT) {
             s = dl_fail(DL_ERR_FORMAT, "`%s`: tensor `%s` has unknown dtype \"%.32s\"", shown, name, jd->valuestring);
@@ -315,7 +322,10 @@ dl_status dl_ckpt_expect(const dl_checkpoint *ck, const char *name, int ndim, co
     const dl_st_tensor *t = dl_ckpt_find(ck, name);
     if (out) *out = NULL;
     if (!t) return dl_fail(DL_ERR_FORMAT, "`%s`: tensor `%s` is missing (config expects shape %s)", ck->label, name, want);
-    if (t->dtype != DL_ST_F32 && t->dtype != DL_ST_F16 && t->dtype != DL_ST_BF16)
+    if (t->dtype == DL_ST_GGUF && !dl_gguf_type_supported(t->qtype))
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: tensor `%s` is of GGUF type %s, which difflet cannot read (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
+                       t->file, name, dl_gguf_type_name(t->qtype));
+    if (t->dtype != DL_ST_F32 && t->dtype != DL_ST_F16 && t->dtype != DL_ST_BF16 && t->dtype != DL_ST_GGUF)
         return dl_fail(DL_ERR_FORMAT, "`%s`: tensor `%s` has dtype %s, expected F32, F16 or BF16", t->file, name,
                        dl_st_dtype_name(t->dtype));
     int same = t->ndim == ndim;
@@ -328,7 +338,76 @@ dl_status dl_ckpt_expect(const dl_checkpoint *ck, const char *name, int ndim, co
     return DL_OK;
 }
 
+/* a GGUF block-quantized tensor dequantized (f32), then converted to dt in slices */
+static dl_status gguf_read(const dl_st_tensor *t, dl_dtype dt, void *dst) {
+    if (!dl_gguf_type_supported(t->qtype))
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: tensor `%s` is of GGUF type %s, which difflet cannot read", t->file, t->name,
+                       dl_gguf_type_name(t->qtype));
+    if (dt == DL_F32) return dl_gguf_dequant(t->qtype, t->data, t->numel, dst);
+    const int64_t be = dl_gguf_block_elems(t->qtype), chunk = be * 1024;
+    const size_t bb = dl_gguf_block_bytes(t->qtype);
+    float *tmp = malloc((size_t)chunk * sizeof *tmp);
+    if (!tmp) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    dl_status s = DL_OK;
+    for (int64_t i = 0; i < t->numel && s == DL_OK; i += chunk) {
+        int64_t n = t->numel - i < chunk ? t->numel - i : chunk;
+        s = dl_gguf_dequant(t->qtype, t->data + (size_t)(i / be) * bb, n, tmp);
+        for (int64_t k = 0; s == DL_OK && k < n; k++)
+            ((uint16_t *)dst)[i + k] = dt == DL_BF16 ? dl_f32_to_bf16(tmp[k]) : dl_f32_to_f16(tmp[k]);
+    }
+    free(tmp);
+    return s;
+}
+
+/* ---- checkpoints made of described tensors (GGUF import) ----------------------------- */
+
+dl_status dl_ckpt_new_virtual(dl_checkpoint **out, const char *label) {
+    dl_checkpoint *ck = calloc(1, sizeof *ck);
+    if (!ck || !(ck->label = strdup(label))) {
+        free(ck);
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    }
+    *out = ck;
+    return DL_OK;
+}
+
+dl_status dl_ckpt_add(dl_checkpoint *ck, const dl_st_tensor *t) {
+    if (ck->n == ck->cap) {
+        int cap = ck->cap ? 2 * ck->cap : 64;
+        dl_st_tensor *nt = realloc(ck->t, (size_t)cap * sizeof *nt);
+        if (!nt) return dl_fail(DL_ERR_NOMEM, "out of memory");
+        ck->t = nt, ck->cap = cap;
+    }
+    ck->t[ck->n] = *t;
+    if (!(ck->t[ck->n].name = strdup(t->name))) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    ck->n++;
+    return DL_OK;
+}
+
+dl_status dl_ckpt_keep(dl_checkpoint *ck, void *p, void (*release)(void *)) {
+    void **k = realloc(ck->keep, (size_t)(ck->nkeep + 1) * sizeof *k);
+    void (**r)(void *) = k ? realloc(ck->keep_free, (size_t)(ck->nkeep + 1) * sizeof *r) : NULL;
+    if (k) ck->keep = k;
+    if (!k || !r) {
+        release(p);
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    }
+    ck->keep_free = r;
+    ck->keep[ck->nkeep] = p, ck->keep_free[ck->nkeep] = release;
+    ck->nkeep++;
+    return DL_OK;
+}
+
+dl_status dl_ckpt_seal(dl_checkpoint *ck) {
+    qsort(ck->t, (size_t)ck->n, sizeof *ck->t, by_name);
+    for (int i = 1; i < ck->n; i++)
+        if (!strcmp(ck->t[i - 1].name, ck->t[i].name))
+            return dl_fail(DL_ERR_FORMAT, "`%s`: tensor `%s` twice", ck->label, ck->t[i].name);
+    return DL_OK;
+}
+
 dl_status dl_ckpt_read(const dl_st_tensor *t, dl_dtype dt, void *dst) {
+    if (t->dtype == DL_ST_GGUF) return gguf_read(t, dt, dst);
     if (t->dtype != DL_ST_F32 && t->dtype != DL_ST_F16 && t->dtype != DL_ST_BF16)
         return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: tensor `%s` has dtype %s, which difflet does not compute with", t->file,
                        t->name, dl_st_dtype_name(t->dtype));
@@ -363,6 +442,10 @@ uint64_t dl_ckpt_content_hash(const dl_checkpoint *ck) {
         for (int d = 0; d < t->ndim; d++)
             for (int b = 0; b < 8; b++) meta[2 + 8 * d + b] = (uint8_t)((uint64_t)t->shape[d] >> (8 * b));
         dl_hasher_update(h, meta, sizeof meta);
+        if (t->dtype == DL_ST_GGUF) { /* the block type too (safetensors keys stay as they were) */
+            uint8_t q[4] = {(uint8_t)t->qtype, (uint8_t)(t->qtype >> 8), (uint8_t)(t->qtype >> 16), (uint8_t)(t->qtype >> 24)};
+            dl_hasher_update(h, q, sizeof q);
+        }
         dl_hasher_update(h, t->data, t->nbytes);
     }
     uint64_t v = dl_hasher_digest(h);
@@ -399,7 +482,7 @@ void dl_st_writer_free(dl_st_writer *w) {
 
 dl_status dl_st_writer_add(dl_st_writer *w, const char *name, dl_st_dtype dt, int ndim, const int64_t *shape,
                            const void *data) {
-    if ((unsigned)dt >= DL_ST_COUNT || ndim < 0 || ndim > DL_ST_MAX_DIMS || !strcmp(name, "__metadata__"))
+    if ((unsigned)dt >= DL_ST_GGUF || ndim < 0 || ndim > DL_ST_MAX_DIMS || !strcmp(name, "__metadata__"))
         return dl_fail(DL_ERR_INVALID, "safetensors writer: bad tensor `%s`", name);
     for (int i = 0; i < w->n; i++)
         if (!strcmp(w->e[i].name, name)) return dl_fail(DL_ERR_INVALID, "safetensors writer: `%s` added twice", name);

@@ -39,7 +39,8 @@ dl_status dl_component_hash(dl_model_dir *dir, const char *component, uint64_t *
     struct dirent *de;
     while ((de = readdir(d)) && n < 1024) {
         size_t l = strlen(de->d_name);
-        if ((l > 12 && !strcmp(de->d_name + l - 12, ".safetensors")) || (l > 5 && !strcmp(de->d_name + l - 5, ".json")))
+        if ((l > 12 && !strcmp(de->d_name + l - 12, ".safetensors")) || (l > 5 && !strcmp(de->d_name + l - 5, ".json")) ||
+            (l > 5 && !strcmp(de->d_name + l - 5, ".gguf"))) /* every file a checkpoint may be read from */
             names[n++] = strdup(de->d_name);
     }
     closedir(d);
