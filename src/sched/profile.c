@@ -174,13 +174,25 @@ double dl_md1_time(double lambda, double d) {
 
 static double stirling(double n) { return n < 1 ? 1 : sqrt(2 * M_PI * n) * pow(n / M_E, n); }
 
+/* M/M/c mean wait in the queue (Erlang C) with factorials by `fact` */
+static double mmc_wait(double lambda, double d, int c, double (*fact)(double)) {
+    double mu = 1 / d, rho = lambda / (c * mu), r = lambda / mu;
+    double sum = 0;
+    for (int s = 0; s < c; s++) sum += pow(r, s) / fact(s);
+    double p0 = 1 / (pow(r, c) / (fact(c) * (1 - rho)) + sum);
+    return pow(r, c) / (fact(c) * c * mu * (1 - rho) * (1 - rho)) * p0;
+}
+
+static double exact_fact(double n) { return tgamma(n + 1); }
+
+double dl_mdc_time_printed(double lambda, double d, int c) {
+    if (c <= 1) return dl_md1_time(lambda, d);
+    if (lambda * d / c >= 1) return INFINITY;
+    return (d + mmc_wait(lambda, d, c, stirling)) / 2; /* half the whole M/M/c time: below d at light load */
+}
+
 double dl_mdc_time(double lambda, double d, int c) {
     if (c <= 1) return dl_md1_time(lambda, d);
-    double mu = 1 / d, rho = lambda / (c * mu), r = lambda / mu;
-    if (rho >= 1) return INFINITY;
-    double sum = 0;
-    for (int s = 0; s < c; s++) sum += pow(r, s) / stirling(s);
-    double p0 = 1 / (pow(r, c) / (stirling(c) * (1 - rho)) + sum);
-    double wq = pow(r, c) / (stirling(c) * c * mu * (1 - rho) * (1 - rho)) * p0;
-    return (1 / mu + wq) / 2; /* Eq. 7 as printed: half the M/M/c time */
+    if (lambda * d / c >= 1) return INFINITY;
+    return d + mmc_wait(lambda, d, c, exact_fact) / 2; /* the service, then half the M/M/c queueing delay */
 }
