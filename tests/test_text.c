@@ -6,7 +6,9 @@
  * Unigram trained here through tokenizer.json, through spiece.model alone, and
  * with the older tokenizer.json pipeline published T5 checkpoints ship; Qwen2
  * byte-level BPE (Qwen-Image's) from tokenizer.json and from vocab.json +
- * merges.txt, on the corpus plus strings aimed at its pattern (qwen.json). */
+ * merges.txt, on the corpus plus strings aimed at its pattern (qwen.json); Gemma's
+ * BPE with byte fallback (LTX-2's text encoder) on the corpus plus strings aimed at
+ * its pipeline, and left-padded, truncated as LTX2Pipeline encodes (gemma.json). */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -422,6 +424,178 @@ static void test_qwen(void) {
     cJSON_Delete(q);
 }
 
+/* ---- GemmaTokenizer (tests/data/tok/gemma.json, make_gemma_tokenizer_vectors.py) --- */
+
+/* Every row of gemma.json through `dir`: the number of ids, their FNV-1a and, when
+ * short, the ids must be transformers'; where a row has `alt` ([n, fnv]), those.
+ * Returns the number of exact matches. */
+static int gemma_rows(const cJSON *rows, const char *dir, const char *alt, int32_t pad, int *total) {
+    dl_tokenizer *t;
+    *total = 0;
+    if (dl_tokenizer_load(&t, dir) != DL_OK) {
+        CHECK(0, "load %s: %s", dir, dl_last_error());
+        return 0;
+    }
+    CHECK(dl_tokenizer_kind(t) == DL_TOK_BPE && dl_tokenizer_bos_id(t) == 2 && dl_tokenizer_eos_id(t) == -1 &&
+              dl_tokenizer_pad_id(t) == pad,
+          "%s: BPE, BOS <bos> 2 added, no EOS, pad %d (bos %d eos %d pad %d)", dir, pad, dl_tokenizer_bos_id(t),
+          dl_tokenizer_eos_id(t), dl_tokenizer_pad_id(t));
+    int good = 0, bad = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, rows) {
+        const cJSON *ci = cJSON_GetObjectItemCaseSensitive(row, "corpus");
+        const char *text = cJSON_IsNumber(ci) ? cJSON_GetObjectItem(cJSON_GetArrayItem(g_corpus, ci->valueint), "text")->valuestring
+                                              : cJSON_GetObjectItemCaseSensitive(row, "text")->valuestring;
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(row, "ids");
+        int want_n = cJSON_GetObjectItemCaseSensitive(row, "n")->valueint;
+        const char *want_h = cJSON_GetObjectItemCaseSensitive(row, "fnv")->valuestring;
+        const cJSON *a = alt ? cJSON_GetObjectItemCaseSensitive(row, alt) : NULL;
+        if (a) {
+            want = NULL;
+            want_n = cJSON_GetArrayItem(a, 0)->valueint;
+            want_h = cJSON_GetArrayItem(a, 1)->valuestring;
+        }
+        size_t len = strlen(text);
+        int max_len = (int)(len * 4 + 16), n = 0; /* byte fallback: up to one id per byte, + BOS */
+        int32_t *ids = malloc((size_t)max_len * sizeof *ids);
+        (*total)++;
+        dl_status st = ids ? dl_tokenizer_encode_opts(t, text, len, max_len, 0, ids, &n) : DL_ERR_NOMEM;
+        char h[17];
+        snprintf(h, sizeof h, "%016llx", (unsigned long long)fnv_ids(ids, st == DL_OK ? n : 0));
+        int same = st == DL_OK && n == want_n && !strcmp(h, want_h);
+        for (int i = 0; same && want && i < n; i++) same = ids[i] == (int32_t)cJSON_GetArrayItem(want, i)->valuedouble;
+        good += same;
+        if (!same && bad++ < 5) {
+            fprintf(stderr, "gemma (%s): \"%s\"\n  got %d ids:", dir, text, n);
+            for (int i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", ids[i]);
+            fprintf(stderr, "\n want %d ids:", want_n);
+            for (int i = 0; want && i < cJSON_GetArraySize(want) && i < 40; i++)
+                fprintf(stderr, " %d", (int)cJSON_GetArrayItem(want, i)->valuedouble);
+            fprintf(stderr, "%s%s\n", st == DL_OK ? "" : " ", st == DL_OK ? "" : dl_last_error());
+        }
+        free(ids);
+    }
+    dl_tokenizer_free(t);
+    CHECK(bad == 0, "gemma (%s): %d of %d strings differ from transformers", dir, bad, *total);
+    return good;
+}
+
+/* LTX2Pipeline's call: tokenizer(prompt.strip(), padding="max_length", max_length=N,
+ * truncation=True) with padding_side "left"; every id of every case must be equal. */
+static void gemma_padded(const cJSON *cases, const char *dir) {
+    dl_tokenizer *t;
+    if (dl_tokenizer_load(&t, dir) != DL_OK) {
+        CHECK(0, "load %s: %s", dir, dl_last_error());
+        return;
+    }
+    int bad = 0, total = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        const char *text = cJSON_GetObjectItemCaseSensitive(c, "text")->valuestring;
+        int m = cJSON_GetObjectItemCaseSensitive(c, "max_length")->valueint, n = -1, npad = 0;
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(c, "ids");
+        int32_t ids[128];
+        total++;
+        dl_status st = m <= 128 ? dl_tokenizer_encode_opts(t, text, strlen(text), m, DL_TOK_PAD_LEFT, ids, &n) : DL_ERR_INVALID;
+        int same = st == DL_OK && cJSON_GetArraySize(want) == m;
+        for (int i = 0; same && i < m; i++) same = ids[i] == (int32_t)cJSON_GetArrayItem(want, i)->valuedouble;
+        while (npad < m && (int32_t)cJSON_GetArrayItem(want, npad)->valuedouble == 0) npad++;
+        same = same && n == m - npad; /* *n_valid: the ids after the padding (none of them is <pad> here) */
+        if (!same && bad++ < 5) {
+            fprintf(stderr, "gemma left padding (%s), max_length %d: \"%s\"\n  got n=%d:", dir, m, text, n);
+            for (int i = 0; st == DL_OK && i < m; i++) fprintf(stderr, " %d", ids[i]);
+            fprintf(stderr, "%s%s\n", st == DL_OK ? "" : " ", st == DL_OK ? "" : dl_last_error());
+        }
+    }
+    CHECK(bad == 0 && total >= 40, "gemma (%s): %d of %d left-padded cases differ from transformers", dir, bad, total);
+    /* the same text padded right, and unpadded: the same ids, moved */
+    int32_t l[16], r[16], u[16];
+    int nl, nr, nu;
+    for (int i = 0; i < 16; i++) u[i] = -7;
+    CHECK(dl_tokenizer_encode_opts(t, "a red fox", 9, 16, DL_TOK_PAD_LEFT, l, &nl) == DL_OK &&
+              dl_tokenizer_encode_opts(t, "a red fox", 9, 16, DL_TOK_PAD, r, &nr) == DL_OK &&
+              dl_tokenizer_encode_opts(t, "a red fox", 9, 16, 0, u, &nu) == DL_OK && nl == nr && nl == nu && nl < 16 &&
+              !memcmp(l + 16 - nl, r, (size_t)nl * sizeof *l) && !memcmp(u, r, (size_t)nl * sizeof *l) && r[15] == 0 &&
+              l[0] == 0 && u[nu] == -7,
+          "left, right and no padding agree (n %d %d %d)", nl, nr, nu);
+    CHECK(dl_tokenizer_encode_opts(t, "x", 1, 16, DL_TOK_PAD | DL_TOK_PAD_LEFT, l, &nl) == DL_ERR_INVALID, "both pads refused");
+    CHECK(dl_tokenizer_encode_opts(t, "x", 1, 0, 0, l, &nl) == DL_ERR_INVALID, "max_len 0 refused");
+    CHECK(dl_tokenizer_encode(t, "x", 1, 1, 1, l, &nl) == DL_ERR_INVALID, "dl_tokenizer_encode still refuses max_len 1");
+    CHECK(dl_tokenizer_encode_opts(t, "\xff", 1, 16, DL_TOK_PAD_LEFT, l, &nl) == DL_ERR_INVALID, "invalid UTF-8 refused");
+    dl_tokenizer_free(t);
+}
+
+static void test_gemma(void) {
+    cJSON *g;
+    if (dl_json_read_object(DATA_DIR "/tok/gemma.json", NULL, &g) != DL_OK) {
+        CHECK(0, "gemma.json: %s", dl_last_error());
+        return;
+    }
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(g, "rows"), *e;
+    int total = 0, good;
+    /* Gemma 3's layout (config with added_tokens_decoder and add_bos_token) */
+    good = gemma_rows(rows, DATA_DIR "/tok/gemma_tiny", NULL, 0, &total);
+    fprintf(stderr, "gemma: %d of %d strings give transformers' ids (GemmaTokenizer, tokenizer_config with "
+                    "added_tokens_decoder)\n", good, total);
+    CHECK(total >= 1300, "gemma.json has %d strings", total);
+    /* as transformers 5 saves it, class GemmaTokenizerFast: tokenizer.json's post-processor */
+    good = gemma_rows(rows, DATA_DIR "/tok/gemma_tiny_fast", NULL, 0, &total);
+    fprintf(stderr, "gemma: %d of %d (GemmaTokenizerFast, tokenizer.json's post-processor and added tokens)\n", good, total);
+    /* tokenizer.json alone: its own pipeline (Replace, Split(" "), BPE byte_fallback); no
+       config, so no pad token (the file sets no padding) */
+    char dir[64];
+    if (qwen_folder(dir, DATA_DIR "/tok/gemma_tiny/tokenizer.json", NULL, 0)) {
+        good = gemma_rows(rows, dir, NULL, -1, &total);
+        fprintf(stderr, "gemma: %d of %d (tokenizer.json alone)\n", good, total);
+        rm_folder(dir);
+    } else {
+        CHECK(0, "tmp folder");
+    }
+    /* a byte token missing: <unk> for characters with that byte, fused, and a pending
+       one after later byte tokens (ids of the tokenizers library) */
+    int nb = 0;
+    cJSON_ArrayForEach(e, rows) nb += cJSON_GetObjectItemCaseSensitive(e, "nb") != NULL;
+    good = gemma_rows(rows, DATA_DIR "/tok/gemma_tiny_nobytes", "nb", -1, &total);
+    fprintf(stderr, "gemma: %d of %d (<0x9F> missing; %d strings change)\n", good, total, nb);
+    CHECK(nb >= 100, "only %d strings reach the missing byte token", nb);
+    gemma_padded(cJSON_GetObjectItemCaseSensitive(g, "padded"), DATA_DIR "/tok/gemma_tiny");
+    /* Gemma has no pre-tokenizer: a whole prompt is one BPE word, so merging must not be
+       quadratic in its length (a 1 MB prompt, DL_TOK_MAX_TEXT, half of it byte fallback) */
+    dl_tokenizer *t = NULL;
+    size_t big = DL_TOK_MAX_TEXT, k = 0;
+    char *p = malloc(big + 1);
+    int32_t *ids = malloc((big + 2) * sizeof *ids);
+    if (p && ids && dl_tokenizer_load(&t, DATA_DIR "/tok/gemma_tiny") == DL_OK) {
+        static const char *const parts[] = {"a red fox ", "\xf0\x9f\x90\xb1 ", "runs  through ", "\xe6\x9d\xb1 snow, "};
+        for (int i = 0; k + 16 < big; i++) {
+            size_t l = strlen(parts[i % 4]);
+            memcpy(p + k, parts[i % 4], l);
+            k += l;
+        }
+        int n = 0;
+        double t0 = dl_now();
+        dl_status st = dl_tokenizer_encode_opts(t, p, k, (int)big + 2, 0, ids, &n);
+        double dt = dl_now() - t0;
+        fprintf(stderr, "gemma: a %zu-byte prompt encodes to %d ids in %.2f s\n", k, n, dt);
+        CHECK(st == DL_OK && n > (int)(k / 8) && dt < 10.0, "1 MB Gemma prompt: %s, %d ids, %.2f s", st == DL_OK ? "ok" : dl_last_error(), n, dt);
+        dl_tokenizer_free(t);
+        t = NULL;
+    } else {
+        CHECK(0, "1 MB prompt setup: %s", dl_last_error());
+    }
+    free(p);
+    free(ids);
+    /* what is not read is refused by name */
+    static const char *const no_json[] = {"tokenizer_config.json", "{\"tokenizer_class\": \"GemmaTokenizer\"}",
+                                          "tokenizer.model", "x"};
+    if (qwen_folder(dir, NULL, no_json, 2)) {
+        CHECK(dl_tokenizer_load(&t, dir) == DL_ERR_UNSUPPORTED && strstr(dl_last_error(), "tokenizer.json"), "%s",
+              dl_last_error());
+        rm_folder(dir);
+    }
+    cJSON_Delete(g);
+}
+
 int main(void) {
     test_clean();
     char *txt;
@@ -482,6 +656,7 @@ int main(void) {
     }
     test_padding_and_limits();
     test_qwen();
+    test_gemma();
     cJSON_Delete(g_corpus);
     return test_done("test_text");
 }

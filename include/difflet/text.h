@@ -6,7 +6,10 @@
  *   - SentencePiece Unigram with T5's pipeline (precompiled normalisation map,
  *     Metaspace `▁`, Viterbi segmentation, EOS), from tokenizer.json or spiece.model;
  *   - byte-level BPE with Qwen2's pipeline (Qwen-Image: NFC, Qwen2's pre-tokenisation
- *     pattern, no BOS/EOS), from tokenizer.json or vocab.json + merges.txt. */
+ *     pattern, no BOS/EOS), from tokenizer.json or vocab.json + merges.txt;
+ *   - BPE with byte fallback and Gemma's pipeline (LTX-2's Gemma 3: spaces to `▁`, no
+ *     pre-tokenisation, `<0xXX>` byte tokens for characters outside the vocabulary,
+ *     BOS), from tokenizer.json. */
 #ifndef DIFFLET_TEXT_H
 #define DIFFLET_TEXT_H
 
@@ -25,8 +28,10 @@ typedef struct dl_tokenizer dl_tokenizer;
  * (Unigram). tokenizer_config.json's `tokenizer_class` picks what transformers 5
  * rebuilds: Qwen2Tokenizer / Qwen2TokenizerFast get Qwen2's pipeline and its added
  * tokens (ids as transformers numbers them) from either tokenizer.json or vocab.json
- * + merges.txt; T5Tokenizer gets T5's; vocab.json + merges.txt of any other class
- * are read as CLIP's. Errors name the file. */
+ * + merges.txt; GemmaTokenizer / GemmaTokenizerFast get Gemma's from tokenizer.json
+ * (its vocabulary, merges and, unless the config says add_bos_token / add_eos_token,
+ * post-processor), the added tokens as for Qwen2; T5Tokenizer gets T5's; vocab.json +
+ * merges.txt of any other class are read as CLIP's. Errors name the file. */
 dl_status dl_tokenizer_load(dl_tokenizer **out, const char *dir);
 void dl_tokenizer_free(dl_tokenizer *t);
 
@@ -46,6 +51,24 @@ int32_t dl_tokenizer_bos_id(const dl_tokenizer *t); /* -1 when none */
  * UTF-8 is an error. */
 dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t len, int max_len,
                               int pad, int32_t *ids, int *n_valid);
+
+/* dl_tokenizer_encode_opts flags */
+enum {
+    DL_TOK_PAD = 1,     /* pad on the right: ids[*n_valid..max_len) are the pad id */
+    DL_TOK_PAD_LEFT = 2 /* pad on the left: ids[0..max_len - *n_valid) are the pad id and the
+                           encoded ids end at max_len (transformers' padding_side "left", as
+                           LTX2Pipeline pads Gemma's prompts) */
+};
+/* dl_tokenizer_encode with flags: without padding flags ids[0..*n_valid) are set and
+ * the rest of ids[0..max_len) is left alone. Truncation is transformers' with
+ * truncation=True: the first max_len - (number of special tokens) ids of the text are
+ * kept, then BOS / EOS added, so max_len may be as small as that number (the text then
+ * contributes no id; at least 1). Padding is refused when the tokenizer has no pad
+ * token, and DL_TOK_PAD with DL_TOK_PAD_LEFT. dl_tokenizer_encode(..., pad, ...) is this
+ * with flags pad ? DL_TOK_PAD : 0, except that it refuses max_len below special tokens
+ * + 1 and pads with dl_tokenizer_pad_id even when that is -1. */
+dl_status dl_tokenizer_encode_opts(const dl_tokenizer *t, const char *text, size_t len, int max_len,
+                                   unsigned flags, int32_t *ids, int *n_valid);
 
 /* The token string of every id (vocabulary and added tokens; NULL where an id has
  * none), as transformers' convert_ids_to_tokens shows them: *pieces[0..*n) malloc'd,

@@ -1,5 +1,6 @@
 /* Normalisers as the tokenizers library applies them: NFC / NFKC, per-character
- * lower case (full mapping), whitespace collapsing, strip, and SentencePiece's
+ * lower case (full mapping), whitespace collapsing, strip, Gemma's space -> U+2581
+ * replacement, and SentencePiece's
  * precompiled map, which tokenizers applies per extended grapheme cluster: a
  * cluster shorter than 6 bytes is replaced whole by the first (shortest) prefix
  * match of the map, otherwise each character is looked up alone. */
@@ -170,6 +171,10 @@ dl_status dl_normalize(norm_kind k, const charsmap *cm, const char *in, size_t n
         }
         return dl_sbuf_put(out, in + b, e - b) ? DL_OK : OOM();
     }
+    case NORM_SPACE_META: /* Replace(" ", "▁"): only U+0020, byte by byte (UTF-8 safe) */
+        for (size_t i = 0; i < n; i++)
+            if (!(in[i] == ' ' ? dl_sbuf_put(out, "\xe2\x96\x81", 3) : dl_sbuf_put(out, in + i, 1))) return OOM();
+        return DL_OK;
     case NORM_PRECOMPILED: return precompiled(cm, in, n, out);
     }
     return dl_fail(DL_ERR_INVALID, "unknown normaliser");

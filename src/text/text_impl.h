@@ -27,7 +27,8 @@ int dl_uni_is_space(int32_t cp); /* Unicode White_Space (Rust's char::is_whitesp
 /* ---- normalisers: each maps text (in) to a new buffer (out) ---- */
 typedef enum {
     NORM_NFC, NORM_NFKC, NORM_LOWER, NORM_WS_COLLAPSE /* \s+ -> " " */,
-    NORM_SPACES_COLLAPSE /* " {2,}" -> " " */, NORM_PRECOMPILED, NORM_STRIP
+    NORM_SPACES_COLLAPSE /* " {2,}" -> " " */, NORM_PRECOMPILED, NORM_STRIP,
+    NORM_SPACE_META /* " " -> "▁" (Gemma) */
 } norm_kind;
 
 /* SentencePiece's precompiled normalisation map: a darts-clone double array over
@@ -48,6 +49,11 @@ typedef struct bpe bpe;
 /* vocab: token -> id; merges: "a b" lines in rank order. */
 dl_status dl_bpe_new(bpe **out, dl_strmap *vocab, char **merges, size_t nmerges, int32_t unk_id, const char *suffix);
 void dl_bpe_free(bpe *b);
+/* The tokenizers library's BPE options, all off after dl_bpe_new: characters not in
+ * the vocabulary as <0xXX> byte tokens, consecutive unknown characters as one unknown
+ * token, a word found whole in the vocabulary taken as is. */
+void dl_bpe_set_opts(bpe *b, int byte_fallback, int fuse_unk, int ignore_merges);
+void dl_bpe_set_unk(bpe *b, int32_t unk_id); /* -1: unknown characters are dropped */
 /* Encode one pre-tokenized word (already byte-level mapped); appends ids. */
 dl_status dl_bpe_encode_word(const bpe *b, const char *w, size_t n, int32_t **ids, size_t *nids, size_t *cap);
 
@@ -63,7 +69,7 @@ int32_t dl_unigram_id(const unigram *u, const char *piece); /* -1 when absent */
 const dl_strmap *dl_unigram_map(const unigram *u);
 
 /* ---- the tokenizer (tokenizer.c runs it, tokenizer_load.c fills it) ---- */
-enum { TOK_MAX_NORMS = 8, TOK_MAX_ADDED = 1024 };
+enum { TOK_MAX_NORMS = 8, TOK_MAX_ADDED = 1 << 20 };
 
 typedef struct {
     char *s;
@@ -82,11 +88,14 @@ struct dl_tokenizer {
     int clip_split, byte_level, ws_split, metaspace, meta_prepend /* 0 never 1 first 2 always */, meta_split;
     int qwen_split;      /* Qwen2's pattern (Split, Isolated) before byte-level */
     int split_digits;    /* its number runs: 1 digit (Qwen2) or up to 3 (Llama 3) */
+    int space_split;     /* Split(" ", MergedWithPrevious): a piece ends after each space (Gemma) */
     int byte_level_regex; /* ByteLevel's own GPT-2 pattern (use_regex) is on */
     bpe *bpe;
     unigram *uni;
-    added_tok added[TOK_MAX_ADDED];
-    int nadded;
+    added_tok *added; /* [nadded], malloc'd */
+    int nadded, added_cap;
+    int32_t *added_ord;    /* [nadded] indices into added, by first byte (dl_tok_index_added) */
+    int added_first[257];  /* added_ord[added_first[c] .. added_first[c + 1]) start with byte c */
     int32_t bos, eos, pad, vocab_size;
     char bytemap[256][3]; /* byte-level: byte -> UTF-8 of its printable stand-in */
     uint8_t bytemap_len[256];
@@ -98,6 +107,10 @@ dl_status dl_tok_add_special(dl_tokenizer *t, const char *s, int32_t id);
 /* The same with tokenizer.json's flags. */
 dl_status dl_tok_add_token(dl_tokenizer *t, const char *s, int32_t id, int normalized, int lstrip, int rstrip,
                            int single_word);
+
+/* Index the added tokens by first byte; after the last dl_tok_add_token, before encode
+ * (without it encode scans them all). */
+dl_status dl_tok_index_added(dl_tokenizer *t);
 
 /* ids vector append */
 int dl_ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t v);

@@ -2,9 +2,10 @@
  *   split out added (special) tokens, matched in the raw text, leftmost-longest;
  *   normalise each other segment (the normaliser sequence of the file);
  *   pre-tokenise it into words (CLIP's pattern or Qwen2's, each piece mapped
- *   byte-level, or whitespace split + Metaspace `▁`); encode each word with the
- *   model (BPE or Unigram); add BOS/EOS as the post-processor says, truncate, pad.
- * Only the pipeline components that CLIP, T5 and Qwen2 tokenizers use are accepted;
+ *   byte-level, whitespace split + Metaspace `▁`, or Gemma's cut after spaces);
+ *   encode each word with the model (BPE or Unigram); add BOS/EOS as the
+ *   post-processor says, truncate, pad (right or left).
+ * Only the pipeline components that CLIP, T5, Qwen2 and Gemma tokenizers use are accepted;
  * any other is refused with its name, never silently skipped. */
 #include <cjson/cJSON.h>
 #include <string.h>
@@ -21,6 +22,8 @@ void dl_tokenizer_free(dl_tokenizer *t) {
     dl_unigram_free(t->uni);
     dl_charsmap_free(&t->cm);
     for (int i = 0; i < t->nadded; i++) free(t->added[i].s);
+    free(t->added);
+    free(t->added_ord);
     free(t);
 }
 
@@ -64,6 +67,14 @@ dl_status dl_tok_add_token(dl_tokenizer *t, const char *s, int32_t id, int norma
     for (int i = 0; i < t->nadded; i++)
         if (!strcmp(t->added[i].s, s)) return DL_OK;
     if (t->nadded == TOK_MAX_ADDED) return dl_fail(DL_ERR_FORMAT, "tokenizer: more than %d added tokens", TOK_MAX_ADDED);
+    if (t->nadded == t->added_cap) {
+        int cap = t->added_cap ? 2 * t->added_cap : 64;
+        added_tok *a = realloc(t->added, (size_t)cap * sizeof *a);
+        if (!a) return oom();
+        t->added = a, t->added_cap = cap;
+    }
+    free(t->added_ord); /* stale: rebuilt by dl_tok_index_added */
+    t->added_ord = NULL;
     t->added[t->nadded].s = strdup(s);
     if (!t->added[t->nadded].s) return oom();
     t->added[t->nadded].n = strlen(s);
@@ -73,6 +84,20 @@ dl_status dl_tok_add_token(dl_tokenizer *t, const char *s, int32_t id, int norma
     t->added[t->nadded].rstrip = rstrip;
     t->added[t->nadded].single_word = single_word;
     t->nadded++;
+    return DL_OK;
+}
+
+dl_status dl_tok_index_added(dl_tokenizer *t) {
+    free(t->added_ord);
+    t->added_ord = malloc(((size_t)t->nadded + 1) * sizeof *t->added_ord);
+    if (!t->added_ord) return oom();
+    int count[256] = {0};
+    for (int a = 0; a < t->nadded; a++) count[(uint8_t)t->added[a].s[0]]++;
+    t->added_first[0] = 0;
+    for (int c = 0; c < 256; c++) t->added_first[c + 1] = t->added_first[c] + count[c];
+    int fill[256];
+    memcpy(fill, t->added_first, sizeof fill);
+    for (int a = 0; a < t->nadded; a++) t->added_ord[fill[(uint8_t)t->added[a].s[0]]++] = a;
     return DL_OK;
 }
 
@@ -271,6 +296,15 @@ static dl_status metaspace_chunk(const dl_tokenizer *t, const char *s, size_t n,
 }
 
 static dl_status pretok_and_encode(const dl_tokenizer *t, const char *s, size_t n, int first, idvec *v) {
+    if (t->space_split) { /* a piece ends after each space (none are left after Gemma's normalizer) */
+        dl_status st = DL_OK;
+        for (size_t b = 0, i = 0; i < n && st == DL_OK; i++)
+            if (s[i] == ' ' || i + 1 == n) {
+                st = encode_word(t, s + b, i + 1 - b, v);
+                b = i + 1;
+            }
+        return st;
+    }
     if (t->qwen_split) return qwen_words(t, s, n, v);
     if (t->clip_split || t->byte_level) return clip_words(t, s, n, v);
     if (!t->metaspace) return encode_word(t, s, n, v);
@@ -333,7 +367,10 @@ static dl_status split_added(const dl_tokenizer *t, const char *s, size_t n, int
         size_t at = n;
         for (size_t p = i; p < n && best < 0; p++) {
             if (p > i && ((uint8_t)s[p] & 0xc0) == 0x80) continue; /* code point starts only */
-            for (int a = 0; a < t->nadded; a++) {
+            int lo = t->added_ord ? t->added_first[(uint8_t)s[p]] : 0;
+            int hi = t->added_ord ? t->added_first[(uint8_t)s[p] + 1] : t->nadded;
+            for (int q = lo; q < hi; q++) {
+                int a = t->added_ord ? t->added_ord[q] : q;
                 const added_tok *k = &t->added[a];
                 if (k->normalized != norm || k->n > n - p || memcmp(s + p, k->s, k->n)) continue;
                 if (k->single_word) {
@@ -385,6 +422,22 @@ dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t le
     *n_valid = 0;
     int specials = (t->bos >= 0) + (t->eos >= 0);
     if (max_len < specials + 1) return dl_fail(DL_ERR_INVALID, "tokenizer: max_len %d is too small", max_len);
+    dl_status st = dl_tokenizer_encode_opts(t, text, len, max_len, 0, ids, n_valid);
+    if (st == DL_OK && pad)
+        for (int o = *n_valid; o < max_len; o++) ids[o] = t->pad;
+    return st;
+}
+
+dl_status dl_tokenizer_encode_opts(const dl_tokenizer *t, const char *text, size_t len, int max_len, unsigned flags,
+                                   int32_t *ids, int *n_valid) {
+    *n_valid = 0;
+    int specials = (t->bos >= 0) + (t->eos >= 0);
+    if (max_len < specials || max_len < 1)
+        return dl_fail(DL_ERR_INVALID, "tokenizer: max_len %d is less than the %d special tokens it adds", max_len, specials);
+    if ((flags & DL_TOK_PAD) && (flags & DL_TOK_PAD_LEFT))
+        return dl_fail(DL_ERR_INVALID, "tokenizer: DL_TOK_PAD and DL_TOK_PAD_LEFT together");
+    if ((flags & (DL_TOK_PAD | DL_TOK_PAD_LEFT)) && t->pad < 0)
+        return dl_fail(DL_ERR_INVALID, "tokenizer: padding asked for, but the tokenizer has no pad token");
     if (len > DL_TOK_MAX_TEXT)
         return dl_fail(DL_ERR_INVALID, "prompt is %zu bytes, more than the %u allowed", len, DL_TOK_MAX_TEXT);
     if (!dl_utf8_valid(text, len)) return dl_fail(DL_ERR_INVALID, "prompt is not valid UTF-8");
@@ -394,15 +447,19 @@ dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t le
         free(v.ids);
         return st;
     }
+    /* truncation keeps the first ids of the text and the special tokens (transformers'
+       truncation=True, truncation_side "right") */
     size_t body = v.n, room = (size_t)(max_len - specials);
     if (body > room) body = room;
-    int o = 0;
+    int n = specials + (int)body;
+    int o = flags & DL_TOK_PAD_LEFT ? max_len - n : 0; /* left padding: the ids end at max_len */
+    for (int k = 0; k < o; k++) ids[k] = t->pad;
     if (t->bos >= 0) ids[o++] = t->bos;
     for (size_t k = 0; k < body; k++) ids[o++] = v.ids[k];
     if (t->eos >= 0) ids[o++] = t->eos;
-    *n_valid = o;
-    if (pad)
+    if (flags & DL_TOK_PAD)
         while (o < max_len) ids[o++] = t->pad;
+    *n_valid = n;
     free(v.ids);
     return DL_OK;
 }

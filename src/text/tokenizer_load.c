@@ -20,6 +20,7 @@
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|" \
     "\\s+(?!\\S)|\\s+"
 #define QWEN_DEFAULT "<|endoftext|>" /* Qwen2Tokenizer's unk, eos and pad when the config names none */
+#define META "\xe2\x96\x81"             /* U+2581 ▁ */
 enum { MAX_FILE = 64u << 20 };
 
 static dl_status oom(void) { return dl_fail(DL_ERR_NOMEM, "tokenizer: out of memory"); }
@@ -85,7 +86,11 @@ static dl_status parse_normalizer(dl_tokenizer *t, const cJSON *n, const char *f
     if (!strcmp(type, "Replace")) {
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
         const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
+        const cJSON *str = cJSON_GetObjectItemCaseSensitive(pat, "String");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(n, "content");
+        if (cJSON_IsString(str) && !strcmp(str->valuestring, " ") && cJSON_IsString(content) &&
+            !strcmp(content->valuestring, META))
+            return add_norm(t, NORM_SPACE_META, file); /* Gemma's */
         if (cJSON_IsString(re) && cJSON_IsString(content) && !strcmp(content->valuestring, " ")) {
             if (!strcmp(re->valuestring, "\\s+")) return add_norm(t, NORM_WS_COLLAPSE, file);
             if (!strcmp(re->valuestring, " {2,}")) return add_norm(t, NORM_SPACES_COLLAPSE, file);
@@ -153,8 +158,14 @@ static dl_status parse_pretok(dl_tokenizer *t, const cJSON *p, const char *file)
     }
     if (!strcmp(type, "Split")) {
         const cJSON *re = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(p, "pattern"), "Regex");
+        const cJSON *str = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(p, "pattern"), "String");
         const cJSON *inv = cJSON_GetObjectItemCaseSensitive(p, "invert");
         const cJSON *beh = cJSON_GetObjectItemCaseSensitive(p, "behavior");
+        if (cJSON_IsString(str) && !strcmp(str->valuestring, " ") && !cJSON_IsTrue(inv) && cJSON_IsString(beh) &&
+            !strcmp(beh->valuestring, "MergedWithPrevious")) { /* Gemma's */
+            t->space_split = 1;
+            return DL_OK;
+        }
         if (cJSON_IsString(re) && !strcmp(re->valuestring, CLIP_PATTERN) && cJSON_IsTrue(inv) &&
             cJSON_IsString(beh) && !strcmp(beh->valuestring, "Removed")) {
             t->clip_split = 1;
@@ -168,7 +179,8 @@ static dl_status parse_pretok(dl_tokenizer *t, const cJSON *p, const char *file)
             return DL_OK;
         }
         return dl_fail(DL_ERR_UNSUPPORTED,
-                       "`%s`: Split pre-tokenizer with a pattern other than CLIP's, Qwen2's or Llama 3's is not supported", file);
+                       "`%s`: Split pre-tokenizer with a pattern other than CLIP's, Qwen2's, Llama 3's or Gemma's is not supported",
+                       file);
     }
     return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: pre-tokenizer type \"%s\" is not supported", file, type);
 }
@@ -290,6 +302,10 @@ static dl_status model_from_json(dl_tokenizer *t, const cJSON *m, const char *fi
         if (s == DL_OK) {
             s = make_bpe(t, vocab, merges, i, cJSON_IsString(unk) ? unk->valuestring : NULL,
                          cJSON_IsString(suf) ? suf->valuestring : "");
+            if (s == DL_OK && !rebuilt)
+                dl_bpe_set_opts(t->bpe, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "byte_fallback")),
+                                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "fuse_unk")),
+                                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "ignore_merges")));
         } else {
             dl_strmap_free(vocab);
         }
@@ -356,6 +372,8 @@ static dl_status load_tokenizer_json(dl_tokenizer *t, const char *dir, const cJS
     if (s == DL_OK) s = parse_post(t, cJSON_GetObjectItemCaseSensitive(tj, "post_processor"), file);
     if (s == DL_OK && t->qwen_split && t->byte_level_regex)
         s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Qwen2's Split followed by ByteLevel with use_regex is not supported", file);
+    if (s == DL_OK && t->space_split && (t->qwen_split || t->clip_split || t->byte_level || t->metaspace || t->ws_split))
+        s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Split(\" \") with another pre-tokenizer is not supported", file);
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
         if (s != DL_OK) break;
@@ -446,7 +464,11 @@ static dl_status load_clip_files(dl_tokenizer *t, const char *dir, const cJSON *
     return DL_OK;
 }
 
-/* ---- Qwen2Tokenizer ------------------------------------------------------------------
+/* ---- Qwen2Tokenizer, GemmaTokenizer -----------------------------------------------------
+ * GemmaTokenizer is built the same way, with its own pipeline (Replace(" ", "▁"), BPE
+ * with byte fallback), tokenizer.json only, and no plain re-adding of special tokens;
+ * add_bos_token / add_eos_token in its config replace tokenizer.json's post-processor.
+ * Qwen2Tokenizer:
  * transformers 5 builds the pipeline from the class whatever the files say: NFC, Qwen2's
  * Split, ByteLevel without its own pattern, BPE without an unknown token or suffix; of
  * a tokenizer.json it keeps only the vocabulary, merges and post-processor. The added
@@ -525,15 +547,26 @@ static dl_status qwen_add(dl_tokenizer *t, const qtok *q, int32_t nvocab, int32_
 static const char *const NAMED[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"};
 enum { NNAMED = 7 };
 
+/* A class whose pipeline transformers 5 rebuilds: its name and defaults for NAMED. */
+typedef struct {
+    const char *name;
+    const char *defaults[NNAMED];
+    int gemma; /* GemmaTokenizer, else Qwen2Tokenizer */
+} rebuilt_class;
+
+static const rebuilt_class QWEN2 = {"Qwen2Tokenizer", {NULL, QWEN_DEFAULT, QWEN_DEFAULT, NULL, QWEN_DEFAULT, NULL, NULL}, 0};
+static const rebuilt_class GEMMA = {"GemmaTokenizer", {"<bos>", "<eos>", "<unk>", NULL, "<pad>", NULL, "<mask>"}, 1};
+
 /* Named special token k: the config's, special_tokens_map.json's over it when the
- * config has no added_tokens_decoder, the class default for unk, eos and pad where
- * neither names one; q->s NULL when there is none. */
-static dl_status qwen_named(const char *dir, const cJSON *cfg, const cJSON *smap, int have_atd, int k, qtok *q) {
+ * config has no added_tokens_decoder, the class default where neither names one;
+ * q->s NULL when there is none. */
+static dl_status qwen_named(const char *dir, const cJSON *cfg, const cJSON *smap, int have_atd, int k, const rebuilt_class *rc,
+                            qtok *q) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, NAMED[k]);
     const cJSON *sv = have_atd ? NULL : cJSON_GetObjectItemCaseSensitive(smap, NAMED[k]);
     memset(q, 0, sizeof *q);
     if (sv) v = sv;
-    if (!v && (k == 1 || k == 2 || k == 4)) q->s = QWEN_DEFAULT;
+    if (!v && rc->defaults[k]) q->s = rc->defaults[k];
     else if (v && !cJSON_IsNull(v) && !qtok_of(v, 1, q))
         return dl_fail(DL_ERR_FORMAT, "`%s/tokenizer_config.json`: %s is neither a string nor a token", dir, NAMED[k]);
     return DL_OK;
@@ -544,14 +577,18 @@ static int32_t token_id(const dl_tokenizer *t, const char *s) {
     return id >= 0 ? id : vocab_id(t, s);
 }
 
-static dl_status load_qwen2(dl_tokenizer *t, const char *dir, const cJSON *cfg, const cJSON *smap, int from_json) {
+static dl_status load_rebuilt(dl_tokenizer *t, const char *dir, const cJSON *cfg, const cJSON *smap, int from_json,
+                              const rebuilt_class *rc) {
     char file[4200];
     cJSON *tj = NULL, *atj = NULL;
     qtoks dec = {0}, named = {0}, extra = {0};
     dl_status s = DL_OK;
     snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "add_prefix_space")))
+    if (!rc->gemma && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "add_prefix_space")))
         return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: Qwen2Tokenizer with add_prefix_space is not supported", file);
+    if (rc->gemma && !from_json)
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: GemmaTokenizer needs tokenizer.json (tokenizer.model alone is not supported)",
+                       file);
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "split_special_tokens")))
         return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: split_special_tokens is not supported", file);
     if (from_json) {
@@ -560,7 +597,7 @@ static dl_status load_qwen2(dl_tokenizer *t, const char *dir, const cJSON *cfg, 
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(tj, "model");
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "type"));
         if (!type || strcmp(type, "BPE"))
-            s = dl_fail(DL_ERR_FORMAT, "`%s`: Qwen2Tokenizer needs a BPE model, not \"%s\"", file, type ? type : "?");
+            s = dl_fail(DL_ERR_FORMAT, "`%s`: %s needs a BPE model, not \"%s\"", file, rc->name, type ? type : "?");
         if (s == DL_OK) s = model_from_json(t, m, file, 1);
         if (s == DL_OK) s = parse_post(t, cJSON_GetObjectItemCaseSensitive(tj, "post_processor"), file);
     } else {
@@ -574,11 +611,24 @@ static dl_status load_qwen2(dl_tokenizer *t, const char *dir, const cJSON *cfg, 
     }
     if (s == DL_OK) s = read_json_file(dir, "added_tokens.json", &atj, 0);
     if (s != DL_OK) goto done;
-    t->norms[0] = NORM_NFC;
-    t->nnorm = 1;
-    t->qwen_split = t->byte_level = 1;
-    t->split_digits = 1;
     t->clip_split = t->ws_split = t->metaspace = 0;
+    if (rc->gemma) {
+        /* GemmaTokenizer: Replace(" ", "▁"), Split(" ", merged_with_previous), BPE with
+           byte_fallback and fuse_unk and the config's unknown token */
+        t->norms[0] = NORM_SPACE_META;
+        t->nnorm = 1;
+        t->space_split = 1;
+        qtok unk;
+        int atd = cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder") != NULL;
+        if ((s = qwen_named(dir, cfg, smap, atd, 2, rc, &unk)) != DL_OK) goto done;
+        dl_bpe_set_opts(t->bpe, 1, 1, 0);
+        dl_bpe_set_unk(t->bpe, vocab_id(t, unk.s));
+    } else {
+        t->norms[0] = NORM_NFC;
+        t->nnorm = 1;
+        t->qwen_split = t->byte_level = 1;
+        t->split_digits = 1;
+    }
 
     /* named special tokens: the config's (special_tokens_map.json's over them when the
        config has no added_tokens_decoder), the class's defaults where neither names one */
@@ -586,7 +636,7 @@ static dl_status load_qwen2(dl_tokenizer *t, const char *dir, const cJSON *cfg, 
     int have_atd = atd != NULL;
     for (int k = 0; k < NNAMED && s == DL_OK; k++) {
         qtok q;
-        s = qwen_named(dir, cfg, smap, have_atd, k, &q);
+        s = qwen_named(dir, cfg, smap, have_atd, k, rc, &q);
         if (s == DL_OK && q.s && !qtoks_push(&named, q)) s = oom();
     }
     cJSON_ArrayForEach(e, cfg) { /* model-specific named tokens: other "*_token" strings */
@@ -663,7 +713,7 @@ static dl_status load_qwen2(dl_tokenizer *t, const char *dir, const cJSON *cfg, 
     if (s != DL_OK) goto done;
     /* Qwen2Tokenizer's own last step adds every named and extra special token again as
        a plain special token, which keeps its id but replaces its flags */
-    for (int a = 0; a < t->nadded; a++) {
+    for (int a = 0; a < t->nadded && !rc->gemma; a++) {
         int plain = 0;
         for (size_t i = 0; i < named.n; i++) plain |= !strcmp(named.v[i].s, t->added[a].s);
         for (size_t i = 0; i < extra.n; i++) plain |= !strcmp(extra.v[i].s, t->added[a].s);
@@ -672,11 +722,14 @@ static dl_status load_qwen2(dl_tokenizer *t, const char *dir, const cJSON *cfg, 
     if (max_id + 1 > t->vocab_size) t->vocab_size = max_id + 1;
     /* pad; BOS / EOS only when the config asks (the post-processor transformers builds) */
     qtok bos, eos, pad;
-    qwen_named(dir, cfg, smap, have_atd, 0, &bos);
-    qwen_named(dir, cfg, smap, have_atd, 1, &eos);
-    qwen_named(dir, cfg, smap, have_atd, 4, &pad);
+    qwen_named(dir, cfg, smap, have_atd, 0, rc, &bos);
+    qwen_named(dir, cfg, smap, have_atd, 1, rc, &eos);
+    qwen_named(dir, cfg, smap, have_atd, 4, rc, &pad);
     t->pad = token_id(t, pad.s);
-    if (!from_json) {
+    /* GemmaTokenizer: add_bos_token / add_eos_token in the config make the post-processor
+       (either missing is false); without both, tokenizer.json's stays */
+    int explicit = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token") || cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token");
+    if (!from_json || (rc->gemma && explicit)) {
         t->bos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token")) ? token_id(t, bos.s) : -1;
         t->eos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token")) ? token_id(t, eos.s) : -1;
     }
@@ -859,8 +912,11 @@ dl_status dl_tokenizer_load(dl_tokenizer **out, const char *dir) {
         snprintf(p3, sizeof p3, "%s/spiece.model", dir);
         const char *cls = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_class"));
         int qwen2 = cls && (!strcmp(cls, "Qwen2Tokenizer") || !strcmp(cls, "Qwen2TokenizerFast"));
+        int gemma = cls && (!strcmp(cls, "GemmaTokenizer") || !strcmp(cls, "GemmaTokenizerFast"));
         if (qwen2 && (dl_file_exists(path) || dl_file_exists(p2))) {
-            s = load_qwen2(t, dir, cfg, smap, dl_file_exists(path));
+            s = load_rebuilt(t, dir, cfg, smap, dl_file_exists(path), &QWEN2);
+        } else if (gemma) {
+            s = load_rebuilt(t, dir, cfg, smap, dl_file_exists(path), &GEMMA);
         } else if (dl_file_exists(path)) {
             s = load_tokenizer_json(t, dir, cfg, smap);
             /* transformers 5 rebuilds a T5 tokenizer's pipeline from the model instead of
@@ -879,6 +935,7 @@ dl_status dl_tokenizer_load(dl_tokenizer **out, const char *dir) {
     }
     cJSON_Delete(cfg);
     cJSON_Delete(smap);
+    if (s == DL_OK) s = dl_tok_index_added(t);
     if (s != DL_OK) {
         dl_tokenizer_free(t);
         return s;
