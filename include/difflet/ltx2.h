@@ -29,6 +29,16 @@ int64_t dl_ltx2_connectors_audio_width(const dl_ltx2_connectors *m);
 dl_status dl_ltx2_connectors_run(dl_ltx2_connectors *m, const float *hidden, int64_t valid, float *video, float *audio);
 void dl_ltx2_connectors_free(dl_ltx2_connectors *m);
 
+/* The text path (src/pipeline/ltx2_text.c): LTX2Pipeline._get_gemma_prompt_embeds (the
+ * prompt stripped, left-padded or truncated to T tokens, every Gemma 3 hidden state
+ * stacked into embeds [T, C (L + 1)]) then the connectors into video [T, Dv] and audio
+ * [T, Da]; *valid: the prompt's real tokens. The text encoder must be built for >= T
+ * tokens and match the connectors' C and L + 1. */
+struct dl_tokenizer;
+typedef struct dl_gemma3_text dl_gemma3_text;
+dl_status dl_ltx2_text_embeds(const struct dl_tokenizer *tok, dl_gemma3_text *te, dl_ltx2_connectors *cn,
+                              const char *prompt, int T, float *embeds, float *video, float *audio, int64_t *valid);
+
 #ifdef __cplusplus
 }
 #endif

@@ -52,6 +52,10 @@ int32_t dl_tokenizer_bos_id(const dl_tokenizer *t); /* -1 when none */
 dl_status dl_tokenizer_encode(const dl_tokenizer *t, const char *text, size_t len, int max_len,
                               int pad, int32_t *ids, int *n_valid);
 
+/* Python's str.strip() on UTF-8 s[0, n): [*a, *b) without the str.isspace characters
+ * (Unicode White_Space and U+001C..U+001F) at either end. */
+void dl_text_strip(const char *s, size_t n, size_t *a, size_t *b);
+
 /* dl_tokenizer_encode_opts flags */
 enum {
     DL_TOK_PAD = 1,     /* pad on the right: ids[*n_valid..max_len) are the pad id */

@@ -156,6 +156,8 @@ static void strip(const char *s, size_t n, size_t *a, size_t *b) {
     *b = seen ? end : 0;
 }
 
+void dl_text_strip(const char *s, size_t n, size_t *a, size_t *b) { strip(s, n, a, b); }
+
 /* ---- ftfy.fix_text without fix_encoding ---- */
 
 static int in_ranges(const struct uni_range *r, size_t n, int32_t cp) {
