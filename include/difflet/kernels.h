@@ -214,6 +214,12 @@ dl_status dl_conv_new_packed(dl_conv **out, const dl_conv_desc *d, const dl_pack
 void dl_conv_packed(const dl_conv *c, dl_packed *out);
 dl_status dl_conv_run(dl_conv *c, const void *x, void *y);
 void dl_conv_free(dl_conv *c);
+/* Transposed convolution (PyTorch ConvTranspose2d / 3d, output_padding 0, no
+ * dilation or groups) with the same desc: weights [cin, cout, (kd,) kh, kw] as
+ * PyTorch stores them; output size along axis i (in - 1) stride - 2 pad + kernel.
+ * Runs and frees as a dl_conv (dl_conv_run, dl_conv_free); not packable. */
+dl_status dl_deconv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const float *bias);
+int64_t dl_deconv_out_dim(const dl_conv_desc *d, int i);
 
 /* oneDNN version string ("2.6.3"), part of program keys. */
 const char *dl_onednn_version(void);

@@ -710,3 +710,84 @@ void dl_conv_free(dl_conv *c) {
     prim_state_free(&c->p);
     free(c);
 }
+
+/* ---- transposed convolution ------------------------------------------------------ */
+
+int64_t dl_deconv_out_dim(const dl_conv_desc *d, int i) {
+    return (d->in[i] - 1) * d->stride[i] - 2 * d->pad[i] + d->kernel[i];
+}
+
+static void dc_dims(const dl_conv_desc *d, dnnl_dims_t sdims, dnnl_dims_t wdims, dnnl_dims_t ddims) {
+    cv_dims(d, sdims, wdims, ddims); /* weights: oneDNN's logical [cout, cin, k...] */
+    for (int i = 0; i < d->ndim; i++) ddims[2 + i] = dl_deconv_out_dim(d, i);
+}
+
+/* the user weights: PyTorch's [cin, cout, k...], oneDNN's iohw / iodhw */
+static void dc_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) {
+    const dl_conv_desc *d = &op->u.cv;
+    dnnl_dims_t sdims, wdims, ddims;
+    dc_dims(d, sdims, wdims, ddims);
+    dnnl_memory_desc_init_by_tag(md, d->ndim + 2, wdims, dnnl_dt(cdt), d->ndim == 2 ? dnnl_bacd : dnnl_bacde);
+}
+
+static dnnl_status_t dc_make_pd(const op_spec *op, dl_dtype cdt, int emu, const dnnl_memory_desc_t *wei,
+                                dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd) {
+    (void)emu;
+    const dl_conv_desc *d = &op->u.cv;
+    int nd = d->ndim + 2;
+    dnnl_dims_t sdims, wdims, ddims, bdims = {d->cout}, strides, pad;
+    dc_dims(d, sdims, wdims, ddims);
+    for (int i = 0; i < d->ndim; i++) strides[i] = d->stride[i], pad[i] = d->pad[i];
+    dnnl_format_tag_t plain = d->ndim == 2 ? dnnl_abcd : dnnl_abcde;
+    dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;
+    dnnl_status_t st;
+    if ((st = dnnl_memory_desc_init_by_tag(&src_md, nd, sdims, dnnl_dt(cdt), plain)) != dnnl_success) return st;
+    if (wei)
+        wei_md = *wei;
+    else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, nd, wdims, dnnl_dt(cdt), dnnl_format_tag_any)) !=
+             dnnl_success)
+        return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&bias_md, 1, bdims, dnnl_f32, dnnl_a)) != dnnl_success) return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&dst_md, nd, ddims, dnnl_dt(cdt), plain)) != dnnl_success) return st;
+    dnnl_deconvolution_desc_t dd;
+    if ((st = dnnl_deconvolution_forward_desc_init(&dd, dnnl_forward_inference, dnnl_deconvolution_direct, &src_md,
+                                                   &wei_md, op->has_bias ? &bias_md : NULL, &dst_md, strides, pad,
+                                                   pad)) != dnnl_success)
+        return st;
+    return dnnl_primitive_desc_create(pd, &dd, attr, g_eng, NULL);
+}
+
+dl_status dl_deconv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const float *bias) {
+    *out = NULL;
+    dl_status s = engine();
+    if (s != DL_OK) return s;
+    if (d->ndim != 2 && d->ndim != 3)
+        return dl_fail(DL_ERR_INVALID, "deconv: ndim must be 2 or 3, got %d", d->ndim);
+    if (d->dt != DL_F32 && d->dt != DL_BF16)
+        return dl_fail(DL_ERR_UNSUPPORTED, "deconv: dtype %s is not supported (f32, bf16)", dl_dtype_name(d->dt));
+    for (int i = 0; i < d->ndim; i++)
+        if (d->in[i] <= 0 || d->kernel[i] <= 0 || d->stride[i] <= 0 || d->pad[i] < 0 || dl_deconv_out_dim(d, i) <= 0)
+            return dl_fail(DL_ERR_INVALID, "deconv: bad geometry on axis %d (in %lld, kernel %lld, stride %lld, pad %lld)",
+                           i, (long long)d->in[i], (long long)d->kernel[i], (long long)d->stride[i],
+                           (long long)d->pad[i]);
+    if (d->cin <= 0 || d->cout <= 0) return dl_fail(DL_ERR_INVALID, "deconv: bad channel counts");
+    dl_conv *c = calloc(1, sizeof *c);
+    if (!c) return dl_fail(DL_ERR_NOMEM, "deconv: out of memory");
+    c->d = *d;
+    op_spec op = {.make_pd = dc_make_pd, .plain_w = dc_plain_w, .wn = d->cout * d->cin, .has_bias = bias != NULL};
+    op.u.cv = *d;
+    c->in_n = d->cin;
+    c->out_n = d->cout;
+    for (int i = 0; i < d->ndim; i++) {
+        op.wn *= d->kernel[i];
+        c->in_n *= d->in[i];
+        c->out_n *= dl_deconv_out_dim(d, i);
+    }
+    DL_DEBUG("deconv%dd %lld->%lld", d->ndim, (long long)d->cin, (long long)d->cout);
+    if ((s = prim_make(&c->p, &op, d->dt, w, w_dt, NULL, bias)) != DL_OK) {
+        dl_conv_free(c);
+        return s;
+    }
+    *out = c;
+    return DL_OK;
+}
