@@ -438,27 +438,6 @@ fail:
 
 /* ---- running ---------------------------------------------------------------------- */
 
-static inline float ld_at(dl_dtype dt, const void *p, int64_t i) {
-    if (dt == DL_F32) return ((const float *)p)[i];
-    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline void st_at(dl_dtype dt, void *p, int64_t i, float v) {
-    if (dt == DL_F32) {
-        ((float *)p)[i] = v;
-        return;
-    }
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */
-        u = (u >> 16) | 0x40u;
-    else
-        u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    ((uint16_t *)p)[i] = (uint16_t)u;
-}
 
 /* Where element (c, t, i, j) of a [C, T, h, w] tensor goes: off + c sc + t st + i si + j sj. */
 typedef struct {
@@ -489,7 +468,7 @@ static void copy_to(dl_dtype ddt, void *dst, layout o, dl_dtype sdt, const void 
         for (int64_t r = r0; r < r1; r++) {
             const int64_t c = r / T, t = r % T, so = c * lds + t * hw;
             for (int64_t i = 0; i < h; i++)
-                for (int64_t j = 0; j < w; j++) st_at(ddt, dst, at(&o, c, t, i, j), ld_at(sdt, src, so + i * w + j));
+                for (int64_t j = 0; j < w; j++) dl_st(ddt, dst, at(&o, c, t, i, j), dl_ld(sdt, src, so + i * w + j));
         }
     });
 }
@@ -508,11 +487,11 @@ static void group_norm(dl_hunyuan_vae *m, void *dst, layout o, dl_dtype xdt, con
         for (int64_t g = g0; g < g1; g++) {
             double sum = 0, sq = 0;
             for (int64_t c = g * cg; c < (g + 1) * cg; c++)
-                for (int64_t i = 0; i < n; i++) sum += ld_at(xdt, x, c * ldx + i);
+                for (int64_t i = 0; i < n; i++) sum += dl_ld(xdt, x, c * ldx + i);
             const double mean = sum / (double)(cg * n);
             for (int64_t c = g * cg; c < (g + 1) * cg; c++)
                 for (int64_t i = 0; i < n; i++) {
-                    const double d = ld_at(xdt, x, c * ldx + i) - mean;
+                    const double d = dl_ld(xdt, x, c * ldx + i) - mean;
                     sq += d * d;
                 }
             st[2 * g] = mean, st[2 * g + 1] = 1.0 / sqrt(sq / (double)(cg * n) + 1e-6);
@@ -526,8 +505,8 @@ static void group_norm(dl_hunyuan_vae *m, void *dst, layout o, dl_dtype xdt, con
             const float a = (float)(st[2 * g + 1] * w[c]), sh = (float)(b[c] - st[2 * g] * st[2 * g + 1] * w[c]);
             for (int64_t i = 0; i < h; i++)
                 for (int64_t j = 0; j < wd; j++) {
-                    float v = ld_at(xdt, x, so + i * wd + j) * a + sh;
-                    st_at(dt, dst, at(&o, c, t, i, j), silu ? v / (1.f + expf(-v)) : v);
+                    float v = dl_ld(xdt, x, so + i * wd + j) * a + sh;
+                    dl_st(dt, dst, at(&o, c, t, i, j), silu ? v / (1.f + expf(-v)) : v);
                 }
         }
     });
@@ -573,7 +552,7 @@ static void residual(float *x, dl_dtype dt, const void *a, const void *b, int64_
         dl_split(C, ith, nth, &c0, &c1);
         for (int64_t c = c0; c < c1; c++)
             for (int64_t i = 0; i < n; i++)
-                x[c * ld + i] = ld_at(dt, a, c * ld + i) + (b ? ld_at(dt, b, c * ld + i) : x[c * ld + i]);
+                x[c * ld + i] = dl_ld(dt, a, c * ld + i) + (b ? dl_ld(dt, b, c * ld + i) : x[c * ld + i]);
     });
 }
 
@@ -614,7 +593,7 @@ static dl_status attn_run(dl_hunyuan_vae *m, int64_t T) {
         int64_t c0, c1;
         dl_split(C, ith, nth, &c0, &c1);
         for (int64_t c = c0; c < c1; c++)
-            for (int64_t k = 0; k < S; k++) x[c * ld + k] += ld_at(dt, y, k * C + c);
+            for (int64_t k = 0; k < S; k++) x[c * ld + k] += dl_ld(dt, y, k * C + c);
     });
     return DL_OK;
 }
@@ -634,7 +613,7 @@ static dl_status up_run(dl_hunyuan_vae *m, hup *u, int lv, int64_t *T) {
         for (int64_t r = r0; r < r1; r++) {
             const int64_t c = r / T2, t2 = r % T2, ts = t2 == 0 ? 0 : 1 + (t2 - 1) / tf, so = c * ld + ts * hw;
             for (int64_t i = 0; i < L2->h; i++)
-                for (int64_t j = 0; j < L2->w; j++) st_at(dt, p, at(&o, c, t2, i, j), x[so + i / sf * w + j / sf]);
+                for (int64_t j = 0; j < L2->w; j++) dl_st(dt, p, at(&o, c, t2, i, j), x[so + i / sf * w + j / sf]);
         }
     });
     dl_status s = cconv_run(m, &u->conv, T2); /* y: [C, tm', hw'] */

@@ -552,27 +552,6 @@ fail:
 
 /* ---- running ---------------------------------------------------------------------- */
 
-static inline float ld_at(dl_dtype dt, const void *p, int64_t i) {
-    if (dt == DL_F32) return ((const float *)p)[i];
-    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline void st_at(dl_dtype dt, void *p, int64_t i, float v) {
-    if (dt == DL_F32) {
-        ((float *)p)[i] = v;
-        return;
-    }
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */
-        u = (u >> 16) | 0x40u;
-    else
-        u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    ((uint16_t *)p)[i] = (uint16_t)u;
-}
 
 static inline float silu(float v) { return v / (1.f + expf(-v)); }
 
@@ -601,7 +580,7 @@ static void copy_to(dl_dtype dt, void *dst, layout o, dl_dtype xdt, const void *
         for (int64_t r = r0; r < r1; r++) {
             const int64_t c = r / T, t = r % T, so = r * hw;
             for (int64_t i = 0; i < h; i++)
-                for (int64_t j = 0; j < w; j++) st_at(dt, dst, at(&o, c, t, i, j), ld_at(xdt, x, so + i * w + j));
+                for (int64_t j = 0; j < w; j++) dl_st(dt, dst, at(&o, c, t, i, j), dl_ld(xdt, x, so + i * w + j));
         }
     });
 }
@@ -625,7 +604,7 @@ static void rms_silu(const dl_ltx2_vae *m, void *dst, layout o, dl_dtype xdt, co
             for (int64_t j = 0; j < nq; j++) ss[j] = 0;
             for (int64_t c = 0; c < C; c++)
                 for (int64_t j = 0; j < nq; j++) {
-                    const double v = ld_at(xdt, x, c * n + q0 + j);
+                    const double v = dl_ld(xdt, x, c * n + q0 + j);
                     ss[j] += v * v;
                 }
             for (int64_t j = 0; j < nq; j++) r[j] = (float)(1.0 / sqrt(ss[j] / (double)C + 1e-8));
@@ -633,7 +612,7 @@ static void rms_silu(const dl_ltx2_vae *m, void *dst, layout o, dl_dtype xdt, co
                 const float a = scale ? 1.f + scale[c] : 1.f, sh = shift ? shift[c] : 0.f;
                 for (int64_t j = 0; j < nq; j++) {
                     const int64_t q = q0 + j, t = q / hw, ij = q % hw;
-                    st_at(dt, dst, at(&o, c, t, ij / w, ij % w), silu(ld_at(xdt, x, c * n + q) * r[j] * a + sh));
+                    dl_st(dt, dst, at(&o, c, t, ij / w, ij % w), silu(dl_ld(xdt, x, c * n + q) * r[j] * a + sh));
                 }
             }
         }
@@ -664,7 +643,7 @@ static void layer_norm(const dl_ltx2_vae *m, void *y, const float *x, int64_t C,
             for (int64_t j = 0; j < nq; j++) var[j] = 1.0 / sqrt(var[j] / (double)C + eps);
             for (int64_t c = 0; c < C; c++)
                 for (int64_t j = 0; j < nq; j++)
-                    st_at(dt, y, c * n + q0 + j, (float)((x[c * n + q0 + j] - mu[j]) * var[j]) * w[c] + b[c]);
+                    dl_st(dt, y, c * n + q0 + j, (float)((x[c * n + q0 + j] - mu[j]) * var[j]) * w[c] + b[c]);
         }
     });
 }
@@ -739,7 +718,7 @@ static dl_status res_run(dl_ltx2_vae *m, lres *r) {
     DL_PAR({
         int64_t i0, i1;
         dl_split(C * n, ith, nth, &i0, &i1);
-        for (int64_t i = i0; i < i1; i++) x[i] = ld_at(dt, y, i) + (sc ? ld_at(dt, sc, i) : x[i]);
+        for (int64_t i = i0; i < i1; i++) x[i] = dl_ld(dt, y, i) + (sc ? dl_ld(dt, sc, i) : x[i]);
     });
     return DL_OK;
 }
@@ -768,7 +747,7 @@ static dl_status up_run(dl_ltx2_vae *m, lup *u) {
                 const int64_t i = i2 / s1, b = i2 % s1;
                 for (int64_t j2 = 0; j2 < W2; j2++) {
                     const int64_t j = j2 / s2, d = j2 % s2, sub = (a * s1 + b) * s2 + d, pos = t * L->hw + i * w + j;
-                    float v = ld_at(dt, y, (co * P + sub) * n + pos);
+                    float v = dl_ld(dt, y, (co * P + sub) * n + pos);
                     if (res) v += x[((co % cr) * P + sub) * n + pos];
                     dst[i2 * W2 + j2] = v;
                 }
@@ -810,7 +789,7 @@ static void unpatchify(const dl_ltx2_vae *m, float *video) {
             for (int64_t vi = 0; vi < VH; vi++)
                 for (int64_t vj = 0; vj < VW; vj++) {
                     const int64_t ch = ((c * pt + u) * p + vj % p) * p + vi % p;
-                    dst[vi * VW + vj] = ld_at(dt, y, ch * n + t * L->hw + (vi / p) * w + vj / p);
+                    dst[vi * VW + vj] = dl_ld(dt, y, ch * n + t * L->hw + (vi / p) * w + vj / p);
                 }
         }
     });

@@ -5,6 +5,7 @@
 #define DIFFLET_MODELS_IMPL_H
 
 #include <omp.h>
+#include <string.h>
 
 #include "difflet/models.h"
 #include "difflet/artifact.h"
@@ -100,6 +101,30 @@ dl_status dl_param_f32_nr(dl_wsrc *ws, const char *name, int ndim, const int64_t
             __VA_ARGS__;                                                 \
         }                                                                \
     } while (0)
+
+/* element i of a dt (f32 or bf16) buffer as f32, and v stored there rounded to
+ * nearest even (a NaN stays a NaN): the VAEs' per-element loops */
+static inline float dl_ld(dl_dtype dt, const void *p, int64_t i) {
+    if (dt == DL_F32) return ((const float *)p)[i];
+    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline void dl_st(dl_dtype dt, void *p, int64_t i, float v) {
+    if (dt == DL_F32) {
+        ((float *)p)[i] = v;
+        return;
+    }
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */
+        u = (u >> 16) | 0x40u;
+    else
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    ((uint16_t *)p)[i] = (uint16_t)u;
+}
 
 /* f32 -> dt conversion of n elements on the pool */
 #define to_dt(dt, dst, src, n) DL_PAR(dl_convert_t((dt), (dst), DL_F32, (src), (n), ith, nth))

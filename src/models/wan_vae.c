@@ -404,27 +404,6 @@ fail:
 
 /* ---- running ---------------------------------------------------------------------- */
 
-static inline float ld_at(dl_dtype dt, const void *p, int64_t i) {
-    if (dt == DL_F32) return ((const float *)p)[i];
-    uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline void st_at(dl_dtype dt, void *p, int64_t i, float v) {
-    if (dt == DL_F32) {
-        ((float *)p)[i] = v;
-        return;
-    }
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */
-        u = (u >> 16) | 0x40u;
-    else
-        u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    ((uint16_t *)p)[i] = (uint16_t)u;
-}
 
 /* dst[c, 0:n) = src[c, 0:n) converted, C channels; channel strides ldd, lds (elements) */
 static void copy_ch(dl_dtype ddt, void *dst, int64_t ldd, dl_dtype sdt, const void *src, int64_t lds, int64_t C,
@@ -447,7 +426,7 @@ static void accum(float *x, int64_t ldx, dl_dtype dt, const void *a, const void 
         for (int64_t c = c0; c < c1; c++) {
             float *xr = x + c * ldx;
             for (int64_t i = 0; i < n; i++) {
-                float v = ld_at(dt, a, c * lda + i) + (b ? ld_at(dt, b, c * lda + i) : 0.f);
+                float v = dl_ld(dt, a, c * lda + i) + (b ? dl_ld(dt, b, c * lda + i) : 0.f);
                 xr[i] = add ? xr[i] + v : v;
             }
         }
@@ -467,15 +446,15 @@ static void rms_norm(dl_wan_vae *m, void *y, int64_t ldy, dl_dtype xdt, const vo
         for (int64_t i = s0; i < s1; i++) inv[i] = 0.f;
         for (int64_t c = 0; c < C; c++)
             for (int64_t i = s0; i < s1; i++) {
-                float v = ld_at(xdt, x, c * ldx + i);
+                float v = dl_ld(xdt, x, c * ldx + i);
                 inv[i] += v * v;
             }
         for (int64_t i = s0; i < s1; i++) inv[i] = 1.f / fmaxf(sqrtf(inv[i]), 1e-12f);
         for (int64_t c = 0; c < C; c++) {
             const float gc = sc * g[c];
             for (int64_t i = s0; i < s1; i++) {
-                float v = ld_at(xdt, x, c * ldx + i) * inv[i] * gc;
-                st_at(dt, y, c * ldy + i, silu ? v / (1.f + expf(-v)) : v);
+                float v = dl_ld(xdt, x, c * ldx + i) * inv[i] * gc;
+                dl_st(dt, y, c * ldy + i, silu ? v / (1.f + expf(-v)) : v);
             }
         }
     });
@@ -565,9 +544,9 @@ static void up2x(dl_dtype dt, void *dst, dl_dtype sdt, const void *src, int64_t 
         for (int64_t r = r0; r < r1; r++) {
             const int64_t c = r / h, i = r % h, so = c * lds + i * w, d0 = (c * 2 * h + 2 * i) * 2 * w;
             for (int64_t j = 0; j < w; j++) {
-                float v = ld_at(sdt, src, so + j);
-                st_at(dt, dst, d0 + 2 * j, v), st_at(dt, dst, d0 + 2 * j + 1, v);
-                st_at(dt, dst, d0 + 2 * w + 2 * j, v), st_at(dt, dst, d0 + 2 * w + 2 * j + 1, v);
+                float v = dl_ld(sdt, src, so + j);
+                dl_st(dt, dst, d0 + 2 * j, v), dl_st(dt, dst, d0 + 2 * j + 1, v);
+                dl_st(dt, dst, d0 + 2 * w + 2 * j, v), dl_st(dt, dst, d0 + 2 * w + 2 * j + 1, v);
             }
         }
     });
@@ -634,7 +613,7 @@ static dl_status chunk_run(dl_wan_vae *m, const float *z, int64_t i, float *vide
             const int64_t c = r / T, t = r % T;
             float *o = video + (c * nf + f0 + t) * L->hw;
             for (int64_t k = 0; k < L->hw; k++) {
-                float v = ld_at(dt, y, c * ld + t * L->hw + k);
+                float v = dl_ld(dt, y, c * ld + t * L->hw + k);
                 o[k] = clip ? fminf(fmaxf(v, -1.f), 1.f) : v;
             }
         }
