@@ -646,41 +646,7 @@ static void cv_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) 
 }
 
 static dl_status conv_make(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const dl_packed *pk,
-                           const float *bias) {
-    *out = NULL;
-    dl_status s = engine();
-    if (s != DL_OK) return s;
-    if (d->ndim != 2 && d->ndim != 3)
-        return dl_fail(DL_ERR_INVALID, "conv: ndim must be 2 or 3, got %d", d->ndim);
-    if (d->dt != DL_F32 && d->dt != DL_BF16)
-        return dl_fail(DL_ERR_UNSUPPORTED, "conv: dtype %s is not supported (f32, bf16)", dl_dtype_name(d->dt));
-    for (int i = 0; i < d->ndim; i++)
-        if (d->in[i] <= 0 || d->kernel[i] <= 0 || d->stride[i] <= 0 || d->pad[i] < 0 ||
-            dl_conv_out_dim(d, i) <= 0)
-            return dl_fail(DL_ERR_INVALID, "conv: bad geometry on axis %d (in %lld, kernel %lld, stride %lld, pad %lld)",
-                           i, (long long)d->in[i], (long long)d->kernel[i], (long long)d->stride[i],
-                           (long long)d->pad[i]);
-    if (d->cin <= 0 || d->cout <= 0) return dl_fail(DL_ERR_INVALID, "conv: bad channel counts");
-    dl_conv *c = calloc(1, sizeof *c);
-    if (!c) return dl_fail(DL_ERR_NOMEM, "conv: out of memory");
-    c->d = *d;
-    op_spec op = {.make_pd = cv_make_pd, .plain_w = cv_plain_w, .wn = d->cout * d->cin, .has_bias = bias != NULL};
-    op.u.cv = *d;
-    c->in_n = d->cin;
-    c->out_n = d->cout;
-    for (int i = 0; i < d->ndim; i++) {
-        op.wn *= d->kernel[i];
-        c->in_n *= d->in[i];
-        c->out_n *= dl_conv_out_dim(d, i);
-    }
-    DL_DEBUG("conv%dd %lld->%lld", d->ndim, (long long)d->cin, (long long)d->cout);
-    if ((s = prim_make(&c->p, &op, d->dt, w, w_dt, pk, bias)) != DL_OK) {
-        dl_conv_free(c);
-        return s;
-    }
-    *out = c;
-    return DL_OK;
-}
+                           const float *bias);
 
 dl_status dl_conv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const float *bias) {
     return conv_make(out, d, w, w_dt, NULL, bias);
@@ -757,37 +723,50 @@ static dnnl_status_t dc_make_pd(const op_spec *op, dl_dtype cdt, int emu, const 
     return dnnl_primitive_desc_create(pd, &dd, attr, g_eng, NULL);
 }
 
-dl_status dl_deconv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const float *bias) {
+/* a convolution (deconv 0) or a transposed convolution (deconv 1, PyTorch's
+ * ConvTranspose weight layout) of geometry d */
+static dl_status conv_build(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const dl_packed *pk,
+                            const float *bias, int deconv) {
+    const char *what = deconv ? "deconv" : "conv";
+    int64_t (*odim)(const dl_conv_desc *, int) = deconv ? dl_deconv_out_dim : dl_conv_out_dim;
     *out = NULL;
     dl_status s = engine();
     if (s != DL_OK) return s;
-    if (d->ndim != 2 && d->ndim != 3)
-        return dl_fail(DL_ERR_INVALID, "deconv: ndim must be 2 or 3, got %d", d->ndim);
+    if (d->ndim != 2 && d->ndim != 3) return dl_fail(DL_ERR_INVALID, "%s: ndim must be 2 or 3, got %d", what, d->ndim);
     if (d->dt != DL_F32 && d->dt != DL_BF16)
-        return dl_fail(DL_ERR_UNSUPPORTED, "deconv: dtype %s is not supported (f32, bf16)", dl_dtype_name(d->dt));
+        return dl_fail(DL_ERR_UNSUPPORTED, "%s: dtype %s is not supported (f32, bf16)", what, dl_dtype_name(d->dt));
     for (int i = 0; i < d->ndim; i++)
-        if (d->in[i] <= 0 || d->kernel[i] <= 0 || d->stride[i] <= 0 || d->pad[i] < 0 || dl_deconv_out_dim(d, i) <= 0)
-            return dl_fail(DL_ERR_INVALID, "deconv: bad geometry on axis %d (in %lld, kernel %lld, stride %lld, pad %lld)",
-                           i, (long long)d->in[i], (long long)d->kernel[i], (long long)d->stride[i],
-                           (long long)d->pad[i]);
-    if (d->cin <= 0 || d->cout <= 0) return dl_fail(DL_ERR_INVALID, "deconv: bad channel counts");
+        if (d->in[i] <= 0 || d->kernel[i] <= 0 || d->stride[i] <= 0 || d->pad[i] < 0 || odim(d, i) <= 0)
+            return dl_fail(DL_ERR_INVALID, "%s: bad geometry on axis %d (in %lld, kernel %lld, stride %lld, pad %lld)", what,
+                           i, (long long)d->in[i], (long long)d->kernel[i], (long long)d->stride[i], (long long)d->pad[i]);
+    if (d->cin <= 0 || d->cout <= 0) return dl_fail(DL_ERR_INVALID, "%s: bad channel counts", what);
     dl_conv *c = calloc(1, sizeof *c);
-    if (!c) return dl_fail(DL_ERR_NOMEM, "deconv: out of memory");
+    if (!c) return dl_fail(DL_ERR_NOMEM, "%s: out of memory", what);
     c->d = *d;
-    op_spec op = {.make_pd = dc_make_pd, .plain_w = dc_plain_w, .wn = d->cout * d->cin, .has_bias = bias != NULL};
+    op_spec op = {.make_pd = deconv ? dc_make_pd : cv_make_pd, .plain_w = deconv ? dc_plain_w : cv_plain_w,
+                  .wn = d->cout * d->cin, .has_bias = bias != NULL};
     op.u.cv = *d;
     c->in_n = d->cin;
     c->out_n = d->cout;
     for (int i = 0; i < d->ndim; i++) {
         op.wn *= d->kernel[i];
         c->in_n *= d->in[i];
-        c->out_n *= dl_deconv_out_dim(d, i);
+        c->out_n *= odim(d, i);
     }
-    DL_DEBUG("deconv%dd %lld->%lld", d->ndim, (long long)d->cin, (long long)d->cout);
-    if ((s = prim_make(&c->p, &op, d->dt, w, w_dt, NULL, bias)) != DL_OK) {
+    DL_DEBUG("%s%dd %lld->%lld", what, d->ndim, (long long)d->cin, (long long)d->cout);
+    if ((s = prim_make(&c->p, &op, d->dt, w, w_dt, pk, bias)) != DL_OK) {
         dl_conv_free(c);
         return s;
     }
     *out = c;
     return DL_OK;
+}
+
+static dl_status conv_make(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const dl_packed *pk,
+                           const float *bias) {
+    return conv_build(out, d, w, w_dt, pk, bias, 0);
+}
+
+dl_status dl_deconv_new(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const float *bias) {
+    return conv_build(out, d, w, w_dt, NULL, bias, 1);
 }
