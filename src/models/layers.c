@@ -337,3 +337,26 @@ dl_status dl_param_vec(dl_wsrc *ck, const char *name, int64_t n, float **out) {
     int64_t shape[1] = {n};
     return dl_param_f32(ck, name, 1, shape, out);
 }
+
+dl_status dl_lin_chunks(lin *l, const void *x, size_t xes, void *y, size_t yes, int64_t C, int64_t nch) {
+    for (int64_t c = 0; c < nch; c++) {
+        dl_status s = lin_run(l, (const char *)x + (size_t)(c * C * l->k) * xes, (char *)y + (size_t)(c * C * l->n) * yes);
+        if (s != DL_OK) return s;
+    }
+    return DL_OK;
+}
+
+void dl_expand_kv(dl_dtype dt, const void *qkv, void *kv, int64_t H, int64_t KV, int64_t Dh, int64_t n, int ith, int nth) {
+    const int64_t QD = H * Dh, KD = KV * Dh, W = QD + 2 * KD, grp = H / KV;
+    const size_t es = dl_dtype_size(dt), hb = (size_t)Dh * es;
+    int64_t b, e;
+    dl_split(n, ith, nth, &b, &e);
+    for (int64_t t = b; t < e; t++) {
+        const char *k = (const char *)qkv + (size_t)(t * W + QD) * es, *v = k + (size_t)KD * es;
+        char *dk = (char *)kv + (size_t)(t * 2 * QD) * es, *dv = dk + (size_t)QD * es;
+        for (int64_t h = 0; h < H; h++) {
+            memcpy(dk + (size_t)h * hb, k + (size_t)(h / grp) * hb, hb);
+            memcpy(dv + (size_t)h * hb, v + (size_t)(h / grp) * hb, hb);
+        }
+    }
+}

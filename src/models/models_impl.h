@@ -126,6 +126,14 @@ static inline void dl_st(dl_dtype dt, void *p, int64_t i, float v) {
     ((uint16_t *)p)[i] = (uint16_t)u;
 }
 
+/* y = x W^T for the first nch chunks of C rows (row strides l->k and l->n): a text
+ * encoder's matmuls over just the chunks that hold tokens */
+dl_status dl_lin_chunks(lin *l, const void *x, size_t xes, void *y, size_t yes, int64_t C, int64_t nch);
+/* repeat_kv (GQA): K and V of rows [0, n) of fused [q (H Dh) | k (KV Dh) | v (KV Dh)]
+ * rows into kv [n, 2 H Dh], query head h getting KV head h / (H / KV). Thread split
+ * over rows. */
+void dl_expand_kv(dl_dtype dt, const void *qkv, void *kv, int64_t H, int64_t KV, int64_t Dh, int64_t n, int ith, int nth);
+
 /* f32 -> dt conversion of n elements on the pool */
 #define to_dt(dt, dst, src, n) DL_PAR(dl_convert_t((dt), (dst), DL_F32, (src), (n), ith, nth))
 

@@ -292,31 +292,7 @@ fail:
     return s;
 }
 
-/* y = x W^T for the first nch chunks of C rows (row strides l->k and l->n). */
-static dl_status lin_chunks(lin *l, const void *x, size_t xes, void *y, size_t yes, int64_t C, int64_t nch) {
-    for (int64_t c = 0; c < nch; c++) {
-        dl_status s = lin_run(l, (const char *)x + (size_t)(c * C * l->k) * xes, (char *)y + (size_t)(c * C * l->n) * yes);
-        if (s != DL_OK) return s;
-    }
-    return DL_OK;
-}
 
-/* repeat_kv: K and V of rows [0, n) from the fused qkv rows into kv, query head h
- * getting KV head h / (H / KV). Thread split over rows. */
-static void expand_kv(const dl_qwen2_text *m, int64_t n, int ith, int nth) {
-    const int64_t Dh = m->Dh, QD = m->H * Dh, KD = m->KV * Dh, W = QD + 2 * KD, grp = m->H / m->KV;
-    const size_t es = dl_dtype_size(m->dt), hb = (size_t)Dh * es;
-    int64_t b, e;
-    dl_split(n, ith, nth, &b, &e);
-    for (int64_t t = b; t < e; t++) {
-        const char *k = (const char *)m->qkv + (size_t)(t * W + QD) * es, *v = k + (size_t)KD * es;
-        char *dk = (char *)m->kv + (size_t)(t * 2 * QD) * es, *dv = dk + (size_t)QD * es;
-        for (int64_t h = 0; h < m->H; h++) {
-            memcpy(dk + (size_t)h * hb, k + (size_t)(h / grp) * hb, hb);
-            memcpy(dv + (size_t)h * hb, v + (size_t)(h / grp) * hb, hb);
-        }
-    }
-}
 
 dl_status dl_qwen2_text_run(dl_qwen2_text *m, const int32_t *ids, int64_t n, float *hidden) {
     return dl_qwen2_text_run_hidden(m, ids, n, n, m->L, hidden);
@@ -351,19 +327,19 @@ dl_status dl_qwen2_text_run_hidden(dl_qwen2_text *m, const int32_t *ids, int64_t
     for (int i = 0; i < upto && s == DL_OK; i++) {
         qwen_layer *l = &m->layers[i];
         DL_PAR(dl_rmsnorm_x_t(m->dt, m->h, DL_F32, m->x, R, D, l->ln_in, m->eps, ith, nth));
-        if ((s = lin_chunks(&l->qkv, m->h, es, m->qkv, es, C, nch))) break;
+        if ((s = dl_lin_chunks(&l->qkv, m->h, es, m->qkv, es, C, nch))) break;
         DL_PAR(dl_rope_t(DL_ROPE_HALVES, m->dt, q, n, m->H, Dh, W, m->rope_cos, m->rope_sin, ith, nth);
                dl_rope_t(DL_ROPE_HALVES, m->dt, k, n, m->KV, Dh, W, m->rope_cos, m->rope_sin, ith, nth));
-        if (gqa) DL_PAR(expand_kv(m, n, ith, nth));
+        if (gqa) DL_PAR(dl_expand_kv(m->dt, m->qkv, m->kv, m->H, m->KV, m->Dh, n, ith, nth));
         DL_PAR(dl_attn_t(&a, m->scratch, ith, nth));
         memset((char *)m->att + (size_t)(n * QD) * es, 0, (size_t)((R - n) * QD) * es);
-        if ((s = lin_chunks(&l->o, m->att, es, m->o, 4, C, nch))) break;
+        if ((s = dl_lin_chunks(&l->o, m->att, es, m->o, 4, C, nch))) break;
         DL_PAR(dl_gated_residual_t(DL_F32, m->x, m->o, R, D, NULL, ith, nth));
         DL_PAR(dl_rmsnorm_x_t(m->dt, m->h, DL_F32, m->x, R, D, l->ln_post, m->eps, ith, nth));
-        if ((s = lin_chunks(&l->gate, m->h, es, m->g, es, C, nch)) || (s = lin_chunks(&l->up, m->h, es, m->u, es, C, nch)))
+        if ((s = dl_lin_chunks(&l->gate, m->h, es, m->g, es, C, nch)) || (s = dl_lin_chunks(&l->up, m->h, es, m->u, es, C, nch)))
             break;
         DL_PAR(dl_mul_t(m->dt, m->g, m->g, m->u, R * F, ith, nth));
-        if ((s = lin_chunks(&l->down, m->g, es, m->o, 4, C, nch))) break;
+        if ((s = dl_lin_chunks(&l->down, m->g, es, m->o, 4, C, nch))) break;
         DL_PAR(dl_gated_residual_t(DL_F32, m->x, m->o, R, D, NULL, ith, nth));
     }
     if (s != DL_OK) return s;
