@@ -39,6 +39,49 @@ typedef struct dl_gemma3_text dl_gemma3_text;
 dl_status dl_ltx2_text_embeds(const struct dl_tokenizer *tok, dl_gemma3_text *te, dl_ltx2_connectors *cn,
                               const char *prompt, int T, float *embeds, float *video, float *audio, int64_t *valid);
 
+/* ---- the audio-video transformer (LTX2VideoTransformer3DModel; src/models/ltx2_transformer.c)
+ * One denoising forward of the video and audio streams together, batch 1, the default
+ * (non-perturbed) path LTX2Pipeline calls: no spatio-temporal guidance blocks, one
+ * timestep per stream (not per token), every text row attended (the connectors' mask is
+ * all ones). Built for one shape: the latent grid the pipeline packs (frames, height,
+ * width before patching), the audio latent frames, the text rows and the frame rate
+ * (RoPE positions are computed at load as prepare_video_coords / prepare_audio_coords
+ * compute them); f32 or bf16 matmul inputs, f32 residual streams. Refused by name:
+ * norm_elementwise_affine, audio patch sizes other than 1, cross-attention widths other
+ * than the streams' widths, activation_fn / qk_norm other than diffusers' only ones. */
+typedef struct dl_ltx2_transformer dl_ltx2_transformer;
+typedef struct {
+    int64_t frames, height, width; /* latent grid (num_frames, height, width the pipeline passes) */
+    int64_t audio_frames;          /* audio latent frames (audio_num_frames) */
+    int64_t text_rows;             /* text rows T of both streams' embeddings */
+    double fps;                    /* frame_rate (RoPE's temporal positions) */
+} dl_ltx2_transformer_shape;
+typedef struct {
+    int64_t video_tokens, video_in, video_out; /* packed latents [Nv, in] -> [Nv, out] */
+    int64_t audio_tokens, audio_in, audio_out; /* [Na, audio_in] -> [Na, audio_out] */
+    int64_t text_rows, text_width, audio_text_width; /* caption_channels with caption projections, else the widths */
+} dl_ltx2_transformer_info;
+typedef struct {
+    const float *video;      /* [video_tokens, video_in] */
+    const float *audio;      /* [audio_tokens, audio_in] */
+    const float *text;       /* [text_rows, text_width] */
+    const float *audio_text; /* [text_rows, audio_text_width] */
+    int64_t video_tokens, audio_tokens, text_rows; /* must be the built ones */
+    /* as the forward takes them; LTX2Pipeline passes timestep = audio_timestep =
+     * sigma = audio_sigma = t (the scheduler's timestep, 0..1000) */
+    float timestep, audio_timestep, sigma, audio_sigma;
+    int use_cross_timestep;  /* cross-modal modulation from the other stream's sigma (pipeline default 1) */
+    int isolate_modalities;  /* skip a2v / v2a (LTX-2.3 modality guidance) */
+} dl_ltx2_transformer_input;
+dl_status dl_ltx2_transformer_load(dl_ltx2_transformer **out, dl_model_dir *dir, const char *component,
+                                   const dl_ltx2_transformer_shape *shape, dl_dtype dt, dl_wsrc *src);
+const dl_ltx2_transformer_info *dl_ltx2_transformer_get_info(const dl_ltx2_transformer *m);
+/* out_video [video_tokens, video_out], out_audio [audio_tokens, audio_out] (f32, the
+ * velocity predictions). Refuses non-finite inputs or timesteps and other sizes. */
+dl_status dl_ltx2_transformer_run(dl_ltx2_transformer *m, const dl_ltx2_transformer_input *in, float *out_video,
+                                  float *out_audio);
+void dl_ltx2_transformer_free(dl_ltx2_transformer *m);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,829 @@
+/* LTX2VideoTransformer3DModel (diffusers, models/transformers/transformer_ltx2.py): the
+ * audio-video DiT of LTX-2, one forward for batch 1 on one rank, default path (no STG /
+ * perturbed attention, no per-token timesteps, all text rows attended).
+ *
+ *   video x_v [Nv, D] = proj_in(latents [Nv, Cin]), audio x_a [Na, Da] = audio_proj_in(.)
+ *   text e_v [T, D], e_a [T, Da]: caption_projection (Linear, GELU-tanh, Linear) when
+ *     use_prompt_embeddings (LTX-2.0), else the connectors' outputs as they are (LTX-2.3)
+ *   adaLN-single embeddings E(t) (f32, batch 1): emb = l2(silu(l1(proj256(t)))),
+ *     out = linear(silu(emb)): time_embed(t_v) [6|9 D] (+ emb_v for the output),
+ *     audio_time_embed(t_a), av scale/shift [4 D] / [4 Da] of tc_v = use_cross ? sigma_a
+ *     : t_v and tc_a = use_cross ? sigma_v : t_a, the a2v / v2a gates [D] / [Da] of
+ *     tc x (cross_attn_timestep_scale_multiplier / timestep_scale_multiplier), and with
+ *     cross_attn_mod the prompt adaLN [2 D] / [2 Da] of sigma_v / sigma_a
+ *   per block (per-block tables + those embeddings; RMS = RMSNorm without weight, eps):
+ *     x_v += g_msa * attn1(RMS(x_v)(1 + s_msa) + sh_msa)                 video RoPE (3-D)
+ *     x_a += same with the audio table, audio_attn1                      audio RoPE (1-D)
+ *     x_v += [g_q *] attn2(RMS(x_v)[(1 + s_q) + sh_q], e_v[(1 + s_kv) + sh_kv])   no RoPE
+ *     x_a += the same for audio (audio_attn2, e_a)
+ *     n_v = RMS(x_v), n_a = RMS(x_a) (both before either of:)
+ *     x_v += g_a2v * a2v(q: n_v mod, kv: n_a mod)       q: video, k: audio cross RoPE (1-D)
+ *     x_a += g_v2a * v2a(q: n_a mod, kv: n_v mod)       q: audio, k: video cross RoPE
+ *     x_v += g_mlp * ff(RMS(x_v)(1 + s_mlp) + sh_mlp), likewise audio (GELU-tanh, 4x)
+ *   out_v = proj_out(LN(x_v)(1 + scale) + shift), (shift, scale) = table + emb_v; audio alike
+ *   attention (LTX2Attention): q, k, v = to_q|k|v; q, k RMSNorm across all heads (eps
+ *     1e-6, weights); RoPE; softmax(q k^T / sqrt(Dh)) v; [x 2 sigmoid(to_gate_logits(hq))
+ *     per head]; to_out.0
+ *   RoPE (LTX2AudioVideoRotaryPosEmbed), over the attention's whole inner width dim:
+ *     position = midpoint of the patch's [start, end) in pixel / seconds space over the
+ *     base size, g -> 2 g - 1; F = dim / (2 n_axes) frequencies theta^linspace(0, 1, F) pi / 2
+ *     (f64 or f32, then f32); angle index f n_axes + axis; cos 1 / sin 0 padding in front;
+ *     "interleaved" rotates pairs (2i, 2i+1); "split" cuts the dim / 2 angles into
+ *     groups (the rope's heads) and rotates halves of each group's slice of the width.
+ * The model is built for one shape (grid, audio frames, text rows, fps): RoPE tables
+ * and every activation are made at load, nothing is allocated in run. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difflet/ltx2.h"
+#include "models/models_impl.h"
+
+typedef struct {
+    float *cos, *sin; /* interleaved: [N, dim/2]; split: [G, N, r], r = dim / (2 G) */
+    int64_t N, dim, G;
+    int split;
+} rope;
+
+typedef struct {
+    int self;           /* q, k, v from one input (fused qkv) */
+    int gated;
+    int64_t H, Dh, W;   /* heads, head dim, inner width H Dh */
+    lin qkv;            /* self: [Nq, Dq] -> [Nq, 3W] dt */
+    lin q, kv;          /* cross: [Nq, Dq] -> [Nq, W] dt; [Nk, Dk] -> [Nk, 2W] dt (k | v) */
+    lin o;              /* to_out.0: [Nq, W] -> [Nq, Dout] f32 */
+    lin gate;           /* to_gate_logits: [Nq, Dq] -> [Nq, H] f32 */
+    float *nq, *nk;     /* [W] */
+} xattn;
+
+typedef struct {
+    xattn a1, aa1, a2, aa2, a2v, v2a;
+    lin ff1, ff2, aff1, aff2; /* net.0.proj (GELU-tanh): D -> 4D dt; net.2 -> D f32 */
+    float *sst, *asst;        /* [6|9, D], [6|9, Da] */
+    float *pst, *apst;        /* [2, D], [2, Da] (cross_attn_adaln) */
+    float *vca, *aca;         /* [5, D], [5, Da]: a2v scale, shift, v2a scale, shift, gate */
+} tblock;
+
+typedef struct { /* LTX2AdaLayerNormSingle, f32 */
+    float *w1, *b1, *w2, *b2, *wl, *bl; /* [d, 256], [d], [d, d], [d], [n d, d], [n d] */
+    int64_t d, n;
+} adaln;
+
+struct dl_ltx2_transformer {
+    dl_ltx2_transformer_info in;
+    int64_t D, H, Dh, Da, Ha, Dha, L, T;
+    int nv9, na9, prompt_mod, prompt_single, prompt_emb;
+    double eps, gate_factor;
+    dl_dtype dt;
+    lin proj_in, aproj_in, proj_out, aproj_out, cap1, cap2, acap1, acap2;
+    adaln te, ate, cav, caa, gv, ga, pv, pa;
+    float *out_sst, *out_asst; /* [2, D], [2, Da] */
+    tblock *b;
+    rope rv, ra, rcv, rca;     /* self video, self audio, cross video, cross audio */
+    /* small per-call vectors (malloc'd at load) */
+    float *vecs;
+    float *tv, *ev, *ta, *ea, *tcv, *tca, *tgv, *tga, *tpv, *tpa; /* embeddings */
+    float *mv, *ma, *kvv, *kva;                                   /* a block's modulation */
+    /* activations (arena) */
+    float *xv, *xa;            /* [Nv, D], [Na, Da] f32 residuals */
+    void *hv, *hv2, *ha, *ha2; /* dt: normalised + modulated rows */
+    void *xin;                 /* [max(Nv, Na), max(Cin, Ca)] dt */
+    void *qb, *kvb, *att, *f;  /* dt: [R, 3W], [K, 2W], [R, W], [R, 4 Dmax] */
+    float *gl, *o;             /* [R, Hmax], [R, Dmax] f32 */
+    float *ctxv, *ctxa;        /* [T, D], [T, Da] f32: the text as the blocks see it */
+    void *ctxin, *ctxmid, *ectx; /* dt: [T, Cmax], [T, Dmax], [T, Dmax] */
+    void *scratch, *arena;
+};
+
+static void rope_free(rope *r) { free(r->cos), free(r->sin); }
+static void adaln_free(adaln *a) { free(a->w1), free(a->b1), free(a->w2), free(a->b2), free(a->wl), free(a->bl); }
+static void xattn_free(xattn *a) {
+    dl_lin_free(&a->qkv), dl_lin_free(&a->q), dl_lin_free(&a->kv), dl_lin_free(&a->o), dl_lin_free(&a->gate);
+    free(a->nq), free(a->nk);
+}
+
+void dl_ltx2_transformer_free(dl_ltx2_transformer *m) {
+    if (!m) return;
+    for (int64_t i = 0; m->b && i < m->L; i++) {
+        tblock *b = &m->b[i];
+        xattn_free(&b->a1), xattn_free(&b->aa1), xattn_free(&b->a2), xattn_free(&b->aa2);
+        xattn_free(&b->a2v), xattn_free(&b->v2a);
+        dl_lin_free(&b->ff1), dl_lin_free(&b->ff2), dl_lin_free(&b->aff1), dl_lin_free(&b->aff2);
+        free(b->sst), free(b->asst), free(b->pst), free(b->apst), free(b->vca), free(b->aca);
+    }
+    free(m->b);
+    dl_lin_free(&m->proj_in), dl_lin_free(&m->aproj_in), dl_lin_free(&m->proj_out), dl_lin_free(&m->aproj_out);
+    dl_lin_free(&m->cap1), dl_lin_free(&m->cap2), dl_lin_free(&m->acap1), dl_lin_free(&m->acap2);
+    adaln *e[8] = {&m->te, &m->ate, &m->cav, &m->caa, &m->gv, &m->ga, &m->pv, &m->pa};
+    for (int i = 0; i < 8; i++) adaln_free(e[i]);
+    free(m->out_sst), free(m->out_asst);
+    rope_free(&m->rv), rope_free(&m->ra), rope_free(&m->rcv), rope_free(&m->rca);
+    free(m->vecs);
+    dl_aligned_free(m->arena);
+    free(m);
+}
+
+const dl_ltx2_transformer_info *dl_ltx2_transformer_get_info(const dl_ltx2_transformer *m) { return &m->in; }
+
+/* ---- configuration ---------------------------------------------------------------- */
+
+typedef struct {
+    int64_t Cin, Cout, p, pt, H, Dh, cad, sf[3], pos_max, base_h, base_w;
+    int64_t Ca, Caout, ap, apt, Ha, Dha, acad, asf, apos_max, sr, hop;
+    int64_t L, C, causal, ts_mult, cts_mult;
+    int gated, cmod, agated, acmod, affine, abias, aobias, f64, prompt_emb, ff_bias, aff_bias, prompt_single, split;
+    double eps, theta;
+} tcfg;
+
+static dl_status cfg_str_is(const cJSON *cfg, const char *file, const char *key, const char *def, const char *const *ok,
+                            int nok, int *which) {
+    const char *v;
+    dl_status s = dl_cfg_str(cfg, file, key, def, &v);
+    if (s) return s;
+    for (int i = 0; i < nok; i++)
+        if (!strcmp(v, ok[i])) {
+            if (which) *which = i;
+            return DL_OK;
+        }
+    return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: %s \"%s\" is not supported (only \"%s\"%s%s%s)", file, key, v, ok[0],
+                   nok > 1 ? " or \"" : "", nok > 1 ? ok[1] : "", nok > 1 ? "\"" : "");
+}
+
+static dl_status read_config(tcfg *k, const cJSON *cfg, const char *file) {
+    dl_status s;
+    int64_t co, aco;
+    static const char *const ropes[2] = {"interleaved", "split"}, *const qk[1] = {"rms_norm_across_heads"},
+                              *const act[1] = {"gelu-approximate"};
+    int pert, kf;
+    if ((s = dl_cfg_int(cfg, file, "in_channels", 128, &k->Cin)) || (s = dl_cfg_int(cfg, file, "out_channels", 128, &co)) ||
+        (s = dl_cfg_int(cfg, file, "patch_size", 1, &k->p)) || (s = dl_cfg_int(cfg, file, "patch_size_t", 1, &k->pt)) ||
+        (s = dl_cfg_int(cfg, file, "num_attention_heads", 32, &k->H)) ||
+        (s = dl_cfg_int(cfg, file, "attention_head_dim", 128, &k->Dh)) ||
+        (s = dl_cfg_int(cfg, file, "cross_attention_dim", 4096, &k->cad)) ||
+        (s = dl_cfg_int(cfg, file, "pos_embed_max_pos", 20, &k->pos_max)) ||
+        (s = dl_cfg_int(cfg, file, "base_height", 2048, &k->base_h)) || (s = dl_cfg_int(cfg, file, "base_width", 2048, &k->base_w)) ||
+        (s = dl_cfg_bool(cfg, file, "gated_attn", 0, &k->gated)) || (s = dl_cfg_bool(cfg, file, "cross_attn_mod", 0, &k->cmod)) ||
+        (s = dl_cfg_int(cfg, file, "audio_in_channels", 128, &k->Ca)) ||
+        (s = dl_cfg_int(cfg, file, "audio_out_channels", 128, &aco)) ||
+        (s = dl_cfg_int(cfg, file, "audio_patch_size", 1, &k->ap)) ||
+        (s = dl_cfg_int(cfg, file, "audio_patch_size_t", 1, &k->apt)) ||
+        (s = dl_cfg_int(cfg, file, "audio_num_attention_heads", 32, &k->Ha)) ||
+        (s = dl_cfg_int(cfg, file, "audio_attention_head_dim", 64, &k->Dha)) ||
+        (s = dl_cfg_int(cfg, file, "audio_cross_attention_dim", 2048, &k->acad)) ||
+        (s = dl_cfg_int(cfg, file, "audio_scale_factor", 4, &k->asf)) ||
+        (s = dl_cfg_int(cfg, file, "audio_pos_embed_max_pos", 20, &k->apos_max)) ||
+        (s = dl_cfg_int(cfg, file, "audio_sampling_rate", 16000, &k->sr)) ||
+        (s = dl_cfg_int(cfg, file, "audio_hop_length", 160, &k->hop)) ||
+        (s = dl_cfg_bool(cfg, file, "audio_gated_attn", 0, &k->agated)) ||
+        (s = dl_cfg_bool(cfg, file, "audio_cross_attn_mod", 0, &k->acmod)) ||
+        (s = dl_cfg_int(cfg, file, "num_layers", 48, &k->L)) ||
+        (s = cfg_str_is(cfg, file, "activation_fn", "gelu-approximate", act, 1, NULL)) ||
+        (s = cfg_str_is(cfg, file, "qk_norm", "rms_norm_across_heads", qk, 1, NULL)) ||
+        (s = dl_cfg_bool(cfg, file, "norm_elementwise_affine", 0, &k->affine)) ||
+        (s = dl_cfg_float(cfg, file, "norm_eps", 1e-6, &k->eps)) ||
+        (s = dl_cfg_int(cfg, file, "caption_channels", 3840, &k->C)) ||
+        (s = dl_cfg_bool(cfg, file, "attention_bias", 1, &k->abias)) ||
+        (s = dl_cfg_bool(cfg, file, "attention_out_bias", 1, &k->aobias)) ||
+        (s = dl_cfg_float(cfg, file, "rope_theta", 10000.0, &k->theta)) ||
+        (s = dl_cfg_bool(cfg, file, "rope_double_precision", 1, &k->f64)) ||
+        (s = dl_cfg_int(cfg, file, "causal_offset", 1, &k->causal)) ||
+        (s = dl_cfg_int(cfg, file, "timestep_scale_multiplier", 1000, &k->ts_mult)) ||
+        (s = dl_cfg_int(cfg, file, "cross_attn_timestep_scale_multiplier", 1000, &k->cts_mult)) ||
+        (s = cfg_str_is(cfg, file, "rope_type", "interleaved", ropes, 2, &k->split)) ||
+        (s = dl_cfg_bool(cfg, file, "use_prompt_embeddings", 1, &k->prompt_emb)) ||
+        (s = dl_cfg_bool(cfg, file, "perturbed_attn", 0, &pert)) || (s = dl_cfg_bool(cfg, file, "ff_bias", 1, &k->ff_bias)) ||
+        (s = dl_cfg_bool(cfg, file, "audio_ff_bias", 1, &k->aff_bias)) ||
+        (s = dl_cfg_bool(cfg, file, "use_prompt_adaln_single", 1, &k->prompt_single)) ||
+        (s = dl_cfg_bool(cfg, file, "use_keyframes_abs_pos_embedding", 0, &kf)))
+        return s;
+    /* perturbed_attn only swaps in LTX2PerturbedAttnProcessor, which without a
+     * perturbation mask computes exactly the default; the keyframe embedding is only
+     * added with a keyframes mask, which the default path has not */
+    (void)pert, (void)kf;
+    k->Cout = co ? co : k->Cin, k->Caout = aco ? aco : k->Ca;
+    k->sf[0] = 8, k->sf[1] = k->sf[2] = 32;
+    const cJSON *sf = cJSON_GetObjectItemCaseSensitive(cfg, "vae_scale_factors");
+    if (sf && !cJSON_IsNull(sf)) {
+        if (!cJSON_IsArray(sf) || cJSON_GetArraySize(sf) != 3)
+            return dl_fail(DL_ERR_FORMAT, "`%s`: vae_scale_factors must be 3 integers", file);
+        for (int i = 0; i < 3; i++) {
+            const cJSON *a = cJSON_GetArrayItem(sf, i);
+            if (!cJSON_IsNumber(a) || a->valuedouble < 1 || a->valuedouble > 1024 || a->valuedouble != (int)a->valuedouble)
+                return dl_fail(DL_ERR_FORMAT, "`%s`: vae_scale_factors must be 3 integers in 1..1024", file);
+            k->sf[i] = (int64_t)a->valuedouble;
+        }
+    }
+    if (k->affine)
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: norm_elementwise_affine true (weighted block norms) is not supported", file);
+    if (k->ap != 1 || k->apt != 1)
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: audio_patch_size / audio_patch_size_t other than 1 are not supported", file);
+    if (k->Cin < 1 || k->Cout < 1 || k->Ca < 1 || k->Caout < 1 || k->H < 1 || k->Dh < 2 || k->Ha < 1 || k->Dha < 2 ||
+        k->L < 1 || k->L > 1024 || k->C < 1 || k->p < 1 || k->pt < 1 || k->pos_max < 1 || k->apos_max < 1 || k->base_h < 1 ||
+        k->base_w < 1 || k->asf < 1 || k->sr < 1 || k->hop < 1 || k->ts_mult < 1 || k->cts_mult < 1 || !(k->theta > 0) ||
+        !(k->eps > 0) || (k->H * k->Dh) % 2 || (k->Ha * k->Dha) % 2)
+        return dl_fail(DL_ERR_FORMAT, "`%s`: inconsistent sizes", file);
+    const int64_t D = k->H * k->Dh, Da = k->Ha * k->Dha;
+    if (k->cad != D || k->acad != Da)
+        return dl_fail(DL_ERR_UNSUPPORTED,
+                       "`%s`: cross_attention_dim %lld / audio_cross_attention_dim %lld differ from the streams' widths %lld / %lld "
+                       "(the text modulation and the a2v RoPE need them equal)",
+                       file, (long long)k->cad, (long long)k->acad, (long long)D, (long long)Da);
+    if (k->split && ((D / 2) % k->H || (Da / 2) % k->Ha || (Da / 2) % k->H))
+        return dl_fail(DL_ERR_FORMAT, "`%s`: split RoPE needs half the inner widths divisible by the heads", file);
+    return DL_OK;
+}
+
+/* ---- RoPE tables -------------------------------------------------------------------- */
+
+/* LTX2AudioVideoRotaryPosEmbed.forward for positions g [N, nd] (already position /
+ * base, f32) over width dim with G groups (split) */
+static dl_status rope_make(rope *r, const float *g, int64_t N, int nd, int64_t dim, int64_t G, int split, double theta, int f64) {
+    const int64_t half = dim / 2, F = dim / (2 * nd), pad = half - F * nd;
+    r->N = N, r->dim = dim, r->G = G, r->split = split;
+    r->cos = malloc((size_t)(N * half) * sizeof(float));
+    r->sin = malloc((size_t)(N * half) * sizeof(float));
+    float *fr = malloc((size_t)(F ? F : 1) * sizeof(float)), *ang = malloc((size_t)half * sizeof(float));
+    if (!r->cos || !r->sin || !fr || !ang) {
+        free(fr), free(ang);
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < F; i++) { /* torch.linspace(0, 1, F) in its dtype, then pow * pi / 2 */
+        if (f64) {
+            double step = F > 1 ? 1.0 / (double)(F - 1) : 0.0;
+            double ls = i < F / 2 ? (double)i * step : 1.0 - step * (double)(F - 1 - i);
+            fr[i] = (float)(pow(theta, ls) * M_PI / 2.0);
+        } else {
+            float step = F > 1 ? 1.0f / (float)(F - 1) : 0.0f;
+            float ls = i < F / 2 ? step * (float)i : 1.0f - step * (float)(F - 1 - i);
+            float pw = powf((float)theta, ls);
+            fr[i] = pw * (float)M_PI / 2.0f;
+        }
+    }
+    const int64_t rr = split ? half / G : half;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t j = 0; j < pad; j++) ang[j] = NAN; /* padding: cos 1, sin 0 */
+        for (int64_t f = 0; f < F; f++)
+            for (int a = 0; a < nd; a++) {
+                volatile float t = g[n * nd + a] * 2.f; /* (g * 2 - 1) * f in f32, unfused */
+                volatile float u = t - 1.f;
+                ang[pad + f * nd + a] = u * fr[f];
+            }
+        for (int64_t j = 0; j < half; j++) {
+            const int64_t at = split ? ((j / rr) * N + n) * rr + j % rr : n * half + j;
+            r->cos[at] = isnan(ang[j]) ? 1.f : cosf(ang[j]);
+            r->sin[at] = isnan(ang[j]) ? 0.f : sinf(ang[j]);
+        }
+    }
+    free(fr), free(ang);
+    return DL_OK;
+}
+
+/* the four tables for the built shape (prepare_video_coords / prepare_audio_coords,
+ * then the midpoints over the bases, in f32 as torch computes them) */
+static dl_status ropes_make(dl_ltx2_transformer *m, const tcfg *k, const dl_ltx2_transformer_shape *sh) {
+    const int64_t Nv = m->in.video_tokens, Na = m->in.audio_tokens;
+    const int64_t nf = (sh->frames + k->pt - 1) / k->pt, nh = (sh->height + k->p - 1) / k->p, nw = (sh->width + k->p - 1) / k->p;
+    float *gv = malloc((size_t)(Nv * 3) * sizeof(float)), *gc = malloc((size_t)Nv * sizeof(float));
+    float *ga = malloc((size_t)Na * sizeof(float)), *gac = malloc((size_t)Na * sizeof(float));
+    dl_status s = DL_OK;
+    if (!gv || !gc || !ga || !gac) {
+        s = dl_fail(DL_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    const int64_t cmax = k->pos_max > k->apos_max ? k->pos_max : k->apos_max;
+    const float fps = (float)sh->fps;
+    for (int64_t f = 0, n = 0; f < nf; f++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t w = 0; w < nw; w++, n++) {
+                const float st[3] = {(float)(f * k->pt), (float)(h * k->p), (float)(w * k->p)};
+                const float sz[3] = {(float)k->pt, (float)k->p, (float)k->p};
+                const float base[3] = {(float)k->pos_max, (float)k->base_h, (float)k->base_w};
+                for (int a = 0; a < 3; a++) {
+                    volatile float s0 = st[a] * (float)k->sf[a], e0 = (st[a] + sz[a]) * (float)k->sf[a];
+                    if (a == 0) { /* causal shift and clamp, then seconds */
+                        volatile float s1 = s0 + (float)k->causal, e1 = e0 + (float)k->causal;
+                        s1 = s1 - (float)k->sf[0], e1 = e1 - (float)k->sf[0];
+                        s0 = (s1 < 0 ? 0.f : s1) / fps, e0 = (e1 < 0 ? 0.f : e1) / fps;
+                    }
+                    volatile float mid = (s0 + e0) / 2.f;
+                    gv[n * 3 + a] = mid / base[a];
+                    if (a == 0) gc[n] = mid / (float)cmax;
+                }
+            }
+    for (int64_t n = 0; n < Na; n++) {
+        const float sf = (float)k->asf;
+        volatile float s0 = (float)n * sf, e0 = ((float)n + 1.f) * sf;
+        s0 = s0 + (float)k->causal, e0 = e0 + (float)k->causal;
+        s0 = s0 - sf, e0 = e0 - sf;
+        s0 = s0 < 0 ? 0.f : s0, e0 = e0 < 0 ? 0.f : e0;
+        s0 = s0 * (float)k->hop, e0 = e0 * (float)k->hop;
+        s0 = s0 / (float)k->sr, e0 = e0 / (float)k->sr;
+        volatile float mid = (s0 + e0) / 2.f;
+        ga[n] = mid / (float)k->apos_max;
+        gac[n] = mid / (float)cmax;
+    }
+    if ((s = rope_make(&m->rv, gv, Nv, 3, m->D, k->H, k->split, k->theta, k->f64)) ||
+        (s = rope_make(&m->ra, ga, Na, 1, m->Da, k->Ha, k->split, k->theta, k->f64)) ||
+        (s = rope_make(&m->rcv, gc, Nv, 1, m->Da, k->H, k->split, k->theta, k->f64)) ||
+        (s = rope_make(&m->rca, gac, Na, 1, m->Da, k->Ha, k->split, k->theta, k->f64)))
+        goto done;
+done:
+    free(gv), free(gc), free(ga), free(gac);
+    return s;
+}
+
+/* ---- loading ------------------------------------------------------------------------ */
+
+/* `<base>.weight` [n, k] (and `<base>.bias` when bias) */
+static dl_status lin1(lin *l, dl_wsrc *ck, const char *base, int bias, int64_t m, int64_t k, int64_t n, dl_dtype dt,
+                      dl_dtype dst, dl_act act) {
+    char w[200], b[200];
+    snprintf(w, sizeof w, "%.180s.weight", base);
+    snprintf(b, sizeof b, "%.180s.bias", base);
+    const char *wn[1] = {w}, *bn[1] = {b};
+    return dl_lin_load(l, ck, wn, bias ? bn : NULL, 1, &n, m, k, dt, dst, act);
+}
+
+static dl_status adaln_load(adaln *a, dl_wsrc *ck, const char *p, int64_t d, int64_t n) {
+    char nm[200];
+    int64_t s1[2] = {d, 256}, s2[2] = {d, d}, sl[2] = {n * d, d}, b1[1] = {d}, bl[1] = {n * d};
+    dl_status s;
+    a->d = d, a->n = n;
+#define NM(x) (snprintf(nm, sizeof nm, "%s.%s", p, x), nm)
+    if ((s = dl_param_f32(ck, NM("emb.timestep_embedder.linear_1.weight"), 2, s1, &a->w1)) ||
+        (s = dl_param_f32(ck, NM("emb.timestep_embedder.linear_1.bias"), 1, b1, &a->b1)) ||
+        (s = dl_param_f32(ck, NM("emb.timestep_embedder.linear_2.weight"), 2, s2, &a->w2)) ||
+        (s = dl_param_f32(ck, NM("emb.timestep_embedder.linear_2.bias"), 1, b1, &a->b2)) ||
+        (s = dl_param_f32(ck, NM("linear.weight"), 2, sl, &a->wl)) || (s = dl_param_f32(ck, NM("linear.bias"), 1, bl, &a->bl)))
+        return s;
+#undef NM
+    return DL_OK;
+}
+
+/* an LTX2Attention `<p>` for nq query rows of width dq and nk key rows of width dk */
+static dl_status xattn_load(xattn *a, dl_wsrc *ck, const char *p, int self, int gated, int64_t H, int64_t Dh, int64_t nq,
+                            int64_t dq, int64_t nk, int64_t dk, int64_t dout, const tcfg *k, dl_dtype dt) {
+    char nm[200], w[3][200], b[3][200];
+    dl_status s;
+    a->self = self, a->gated = gated, a->H = H, a->Dh = Dh, a->W = H * Dh;
+    const int64_t W = a->W, np[3] = {W, W, W};
+    const char *x[3] = {"to_q", "to_k", "to_v"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(w[i], sizeof w[i], "%s.%s.weight", p, x[i]);
+        snprintf(b[i], sizeof b[i], "%s.%s.bias", p, x[i]);
+    }
+    const char *wn[3] = {w[0], w[1], w[2]}, *bn[3] = {b[0], b[1], b[2]};
+#define NM(x) (snprintf(nm, sizeof nm, "%s.%s", p, x), nm)
+    if (self) {
+        if ((s = dl_lin_load(&a->qkv, ck, wn, k->abias ? bn : NULL, 3, np, nq, dq, dt, dt, DL_ACT_NONE))) return s;
+    } else if ((s = dl_lin_load(&a->q, ck, wn, k->abias ? bn : NULL, 1, np, nq, dq, dt, dt, DL_ACT_NONE)) ||
+               (s = dl_lin_load(&a->kv, ck, wn + 1, k->abias ? bn + 1 : NULL, 2, np, nk, dk, dt, dt, DL_ACT_NONE))) {
+        return s;
+    }
+    if ((s = lin1(&a->o, ck, NM("to_out.0"), k->aobias, nq, W, dout, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = dl_param_vec(ck, NM("norm_q.weight"), W, &a->nq)) || (s = dl_param_vec(ck, NM("norm_k.weight"), W, &a->nk)) ||
+        (gated && (s = lin1(&a->gate, ck, NM("to_gate_logits"), 1, nq, dq, H, dt, DL_F32, DL_ACT_NONE))))
+        return s;
+    if (!gated && dl_ws_find(ck, NM("to_gate_logits.weight")))
+        return dl_fail(DL_ERR_FORMAT, "LTX-2 transformer: `%s` is in the checkpoint but the config has no gated attention", nm);
+#undef NM
+    return DL_OK;
+}
+
+static dl_status block_load(dl_ltx2_transformer *m, tblock *b, dl_wsrc *ck, int64_t i, const tcfg *k) {
+    char p[96], nm[200];
+    const int64_t Nv = m->in.video_tokens, Na = m->in.audio_tokens, T = m->T, D = m->D, Da = m->Da;
+    const dl_dtype dt = m->dt;
+    dl_status s;
+    const int64_t sv[2] = {m->nv9 ? 9 : 6, D}, sa[2] = {m->na9 ? 9 : 6, Da}, pv[2] = {2, D}, pa[2] = {2, Da}, cv[2] = {5, D},
+                  ca[2] = {5, Da};
+    snprintf(p, sizeof p, "transformer_blocks.%lld", (long long)i);
+#define NM(x) (snprintf(nm, sizeof nm, "%s.%s", p, x), nm)
+    char a1[128], aa1[128], a2[128], aa2[128], a2v[128], v2a[128];
+    snprintf(a1, sizeof a1, "%s.attn1", p), snprintf(aa1, sizeof aa1, "%s.audio_attn1", p);
+    snprintf(a2, sizeof a2, "%s.attn2", p), snprintf(aa2, sizeof aa2, "%s.audio_attn2", p);
+    snprintf(a2v, sizeof a2v, "%s.audio_to_video_attn", p), snprintf(v2a, sizeof v2a, "%s.video_to_audio_attn", p);
+    if ((s = xattn_load(&b->a1, ck, a1, 1, k->gated, m->H, m->Dh, Nv, D, Nv, D, D, k, dt)) ||
+        (s = xattn_load(&b->aa1, ck, aa1, 1, k->agated, m->Ha, m->Dha, Na, Da, Na, Da, Da, k, dt)) ||
+        (s = xattn_load(&b->a2, ck, a2, 0, k->gated, m->H, m->Dh, Nv, D, T, D, D, k, dt)) ||
+        (s = xattn_load(&b->aa2, ck, aa2, 0, k->agated, m->Ha, m->Dha, Na, Da, T, Da, Da, k, dt)) ||
+        (s = xattn_load(&b->a2v, ck, a2v, 0, k->gated, m->Ha, m->Dha, Nv, D, Na, Da, D, k, dt)) ||
+        (s = xattn_load(&b->v2a, ck, v2a, 0, k->agated, m->Ha, m->Dha, Na, Da, Nv, D, Da, k, dt)) ||
+        (s = lin1(&b->ff1, ck, NM("ff.net.0.proj"), k->ff_bias, Nv, D, 4 * D, dt, dt, DL_ACT_GELU_TANH)) ||
+        (s = lin1(&b->ff2, ck, NM("ff.net.2"), k->ff_bias, Nv, 4 * D, D, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = lin1(&b->aff1, ck, NM("audio_ff.net.0.proj"), k->aff_bias, Na, Da, 4 * Da, dt, dt, DL_ACT_GELU_TANH)) ||
+        (s = lin1(&b->aff2, ck, NM("audio_ff.net.2"), k->aff_bias, Na, 4 * Da, Da, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = dl_param_f32(ck, NM("scale_shift_table"), 2, sv, &b->sst)) ||
+        (s = dl_param_f32(ck, NM("audio_scale_shift_table"), 2, sa, &b->asst)) ||
+        (s = dl_param_f32(ck, NM("video_a2v_cross_attn_scale_shift_table"), 2, cv, &b->vca)) ||
+        (s = dl_param_f32(ck, NM("audio_a2v_cross_attn_scale_shift_table"), 2, ca, &b->aca)) ||
+        (m->prompt_mod && ((s = dl_param_f32(ck, NM("prompt_scale_shift_table"), 2, pv, &b->pst)) ||
+                           (s = dl_param_f32(ck, NM("audio_prompt_scale_shift_table"), 2, pa, &b->apst)))))
+        return s;
+#undef NM
+    return DL_OK;
+}
+
+/* the attention scratch of one attention shape (the kernel path depends on head_dim) */
+static size_t attn_bytes(dl_dtype dt, int64_t sq, int64_t sk, int64_t H, int64_t Dh, int64_t qs, int64_t kvs) {
+    dl_attn_args a = {.dt = dt, .sq = sq, .sk = sk, .heads = H, .head_dim = Dh, .q_stride = qs, .k_stride = kvs,
+                      .v_stride = kvs, .kv_end = sk};
+    return dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64;
+}
+
+static int64_t max2(int64_t a, int64_t b) { return a > b ? a : b; }
+
+dl_status dl_ltx2_transformer_load(dl_ltx2_transformer **out, dl_model_dir *dir, const char *component,
+                                   const dl_ltx2_transformer_shape *sh, dl_dtype dt, dl_wsrc *src) {
+    *out = NULL;
+    char file[512];
+    snprintf(file, sizeof file, "%s/config.json", component);
+    const cJSON *cfg;
+    dl_status s = dl_model_dir_config(dir, component, &cfg);
+    if (s != DL_OK) return s;
+    tcfg k;
+    if ((s = read_config(&k, cfg, file))) return s;
+    if (dt != DL_F32 && dt != DL_BF16) return dl_fail(DL_ERR_UNSUPPORTED, "LTX-2 transformer: %s matmuls are not supported (f32, bf16)", dl_dtype_name(dt));
+    if (sh->frames < 1 || sh->height < 1 || sh->width < 1 || sh->audio_frames < 1 || sh->text_rows < 1 ||
+        sh->frames > 4096 || sh->height > 4096 || sh->width > 4096 || sh->audio_frames > 1 << 20 || sh->text_rows > 65536 ||
+        !(sh->fps > 0) || !isfinite(sh->fps))
+        return dl_fail(DL_ERR_INVALID, "LTX-2 transformer: latent grid %lld x %lld x %lld, %lld audio frames, %lld text rows, fps %g "
+                                       "(each >= 1, fps > 0)",
+                       (long long)sh->frames, (long long)sh->height, (long long)sh->width, (long long)sh->audio_frames,
+                       (long long)sh->text_rows, sh->fps);
+    const int64_t Nv = ((sh->frames + k.pt - 1) / k.pt) * ((sh->height + k.p - 1) / k.p) * ((sh->width + k.p - 1) / k.p);
+    if (Nv > (int64_t)1 << 22) return dl_fail(DL_ERR_INVALID, "LTX-2 transformer: %lld video tokens (at most 4M)", (long long)Nv);
+    dl_ltx2_transformer *m = calloc(1, sizeof *m);
+    if (!m) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    dl_wsrc *ck = NULL;
+    m->dt = dt, m->T = sh->text_rows;
+    m->D = k.H * k.Dh, m->H = k.H, m->Dh = k.Dh, m->Da = k.Ha * k.Dha, m->Ha = k.Ha, m->Dha = k.Dha, m->L = k.L;
+    m->nv9 = k.cmod, m->na9 = k.acmod, m->prompt_mod = k.cmod || k.acmod, m->prompt_single = k.prompt_single;
+    m->prompt_emb = k.prompt_emb, m->eps = k.eps, m->gate_factor = (double)k.cts_mult / (double)k.ts_mult;
+    dl_ltx2_transformer_info *in = &m->in;
+    in->video_tokens = Nv, in->video_in = k.Cin, in->video_out = k.Cout;
+    in->audio_tokens = sh->audio_frames, in->audio_in = k.Ca, in->audio_out = k.Caout;
+    in->text_rows = sh->text_rows, in->text_width = k.prompt_emb ? k.C : m->D, in->audio_text_width = k.prompt_emb ? k.C : m->Da;
+    const int64_t D = m->D, Da = m->Da, Na = in->audio_tokens, T = m->T;
+    if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
+    const int64_t so[2] = {2, D}, sao[2] = {2, Da};
+    if ((s = lin1(&m->proj_in, ck, "proj_in", 1, Nv, k.Cin, D, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = lin1(&m->aproj_in, ck, "audio_proj_in", 1, Na, k.Ca, Da, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = lin1(&m->proj_out, ck, "proj_out", 1, Nv, D, k.Cout, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = lin1(&m->aproj_out, ck, "audio_proj_out", 1, Na, Da, k.Caout, dt, DL_F32, DL_ACT_NONE)) ||
+        (k.prompt_emb && ((s = lin1(&m->cap1, ck, "caption_projection.linear_1", 1, T, k.C, D, dt, dt, DL_ACT_GELU_TANH)) ||
+                          (s = lin1(&m->cap2, ck, "caption_projection.linear_2", 1, T, D, D, dt, DL_F32, DL_ACT_NONE)) ||
+                          (s = lin1(&m->acap1, ck, "audio_caption_projection.linear_1", 1, T, k.C, Da, dt, dt, DL_ACT_GELU_TANH)) ||
+                          (s = lin1(&m->acap2, ck, "audio_caption_projection.linear_2", 1, T, Da, Da, dt, DL_F32, DL_ACT_NONE)))) ||
+        (s = adaln_load(&m->te, ck, "time_embed", D, k.cmod ? 9 : 6)) ||
+        (s = adaln_load(&m->ate, ck, "audio_time_embed", Da, k.acmod ? 9 : 6)) ||
+        (s = adaln_load(&m->cav, ck, "av_cross_attn_video_scale_shift", D, 4)) ||
+        (s = adaln_load(&m->caa, ck, "av_cross_attn_audio_scale_shift", Da, 4)) ||
+        (s = adaln_load(&m->gv, ck, "av_cross_attn_video_a2v_gate", D, 1)) ||
+        (s = adaln_load(&m->ga, ck, "av_cross_attn_audio_v2a_gate", Da, 1)) ||
+        (m->prompt_mod && m->prompt_single &&
+         ((s = adaln_load(&m->pv, ck, "prompt_adaln", D, 2)) || (s = adaln_load(&m->pa, ck, "audio_prompt_adaln", Da, 2)))) ||
+        (s = dl_param_f32(ck, "scale_shift_table", 2, so, &m->out_sst)) ||
+        (s = dl_param_f32(ck, "audio_scale_shift_table", 2, sao, &m->out_asst)))
+        goto fail;
+    if (!(m->b = calloc((size_t)m->L, sizeof *m->b))) {
+        s = dl_fail(DL_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int64_t i = 0; i < m->L; i++)
+        if ((s = block_load(m, &m->b[i], ck, i, &k))) goto fail;
+    if ((s = ropes_make(m, &k, sh))) goto fail;
+    /* per-call vectors */
+    const size_t nvec = (size_t)(9 * D + D + 9 * Da + Da + 4 * D + 4 * Da + D + Da + 2 * D + 2 * Da + 9 * D + 9 * Da + 2 * D + 2 * Da);
+    if (!(m->vecs = calloc(nvec, sizeof(float)))) {
+        s = dl_fail(DL_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    {
+        float *v = m->vecs;
+        m->tv = v, v += 9 * D, m->ev = v, v += D, m->ta = v, v += 9 * Da, m->ea = v, v += Da;
+        m->tcv = v, v += 4 * D, m->tca = v, v += 4 * Da, m->tgv = v, v += D, m->tga = v, v += Da;
+        m->tpv = v, v += 2 * D, m->tpa = v, v += 2 * Da, m->mv = v, v += 9 * D, m->ma = v, v += 9 * Da;
+        m->kvv = v, v += 2 * D, m->kva = v, v += 2 * Da;
+    }
+    /* activations: all live through the whole call (one phase) */
+    const size_t es = dl_dtype_size(dt);
+    const int64_t R = max2(Nv, Na), K = max2(R, T), Dm = max2(D, Da), Hm = max2(m->H, m->Ha), Cm = max2(k.Cin, k.Ca);
+    const int64_t Cx = k.prompt_emb ? k.C : 1;
+    act_plan pl = {0};
+    dl_plan_add(&pl, &m->xv, (size_t)(Nv * D) * 4, 0, 0);
+    dl_plan_add(&pl, &m->xa, (size_t)(Na * Da) * 4, 0, 0);
+    dl_plan_add(&pl, &m->hv, (size_t)(Nv * D) * es, 0, 0);
+    dl_plan_add(&pl, &m->hv2, (size_t)(Nv * D) * es, 0, 0);
+    dl_plan_add(&pl, &m->ha, (size_t)(Na * Da) * es, 0, 0);
+    dl_plan_add(&pl, &m->ha2, (size_t)(Na * Da) * es, 0, 0);
+    dl_plan_add(&pl, &m->xin, (size_t)(R * Cm) * es, 0, 0);
+    dl_plan_add(&pl, &m->qb, (size_t)(R * 3 * Dm) * es, 0, 0);
+    dl_plan_add(&pl, &m->kvb, (size_t)(K * 2 * Dm) * es, 0, 0);
+    dl_plan_add(&pl, &m->att, (size_t)(R * Dm) * es, 0, 0);
+    dl_plan_add(&pl, &m->f, (size_t)(R * 4 * Dm) * es, 0, 0);
+    dl_plan_add(&pl, &m->gl, (size_t)(R * Hm) * 4, 0, 0);
+    dl_plan_add(&pl, &m->o, (size_t)(R * Dm) * 4, 0, 0);
+    dl_plan_add(&pl, &m->ctxv, (size_t)(T * D) * 4, 0, 0);
+    dl_plan_add(&pl, &m->ctxa, (size_t)(T * Da) * 4, 0, 0);
+    dl_plan_add(&pl, &m->ctxin, (size_t)(T * Cx) * es, 0, 0);
+    dl_plan_add(&pl, &m->ctxmid, (size_t)(T * Dm) * es, 0, 0);
+    dl_plan_add(&pl, &m->ectx, (size_t)(T * Dm) * es, 0, 0);
+    /* the largest scratch over every attention of a block */
+    const int64_t Dh = m->Dh, Dha = m->Dha, H = m->H, Ha = m->Ha;
+    size_t sb = attn_bytes(dt, Nv, Nv, H, Dh, 3 * D, 3 * D);
+    sb = (size_t)max2((int64_t)sb, (int64_t)attn_bytes(dt, Na, Na, Ha, Dha, 3 * Da, 3 * Da));
+    sb = (size_t)max2((int64_t)sb, (int64_t)attn_bytes(dt, Nv, T, H, Dh, D, 2 * D));
+    sb = (size_t)max2((int64_t)sb, (int64_t)attn_bytes(dt, Na, T, Ha, Dha, Da, 2 * Da));
+    sb = (size_t)max2((int64_t)sb, (int64_t)attn_bytes(dt, Nv, Na, Ha, Dha, Da, 2 * Da));
+    sb = (size_t)max2((int64_t)sb, (int64_t)attn_bytes(dt, Na, Nv, Ha, Dha, Da, 2 * Da));
+    dl_plan_add(&pl, &m->scratch, sb, 0, 0);
+    if ((s = dl_plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
+    dl_ws_close(ck);
+    *out = m;
+    return DL_OK;
+fail:
+    dl_ws_close(ck);
+    dl_ltx2_transformer_free(m);
+    return s;
+}
+
+/* ---- the forward ---------------------------------------------------------------------- */
+
+#define RUN(l, x, y)                                         \
+    do {                                                     \
+        if ((s = lin_run((l), (x), (y))) != DL_OK) return s; \
+    } while (0)
+
+/* y[n] = W[n, :] x + b[n] in f32 (double sums), n rows of k */
+static void matvec(float *y, const float *w, const float *b, const float *x, int64_t n, int64_t k) {
+    DL_PAR({
+        int64_t r0, r1;
+        dl_split(n, ith, nth, &r0, &r1);
+        for (int64_t r = r0; r < r1; r++) {
+            double acc = 0;
+            for (int64_t j = 0; j < k; j++) acc += (double)w[r * k + j] * x[j];
+            y[r] = (float)(acc + b[r]);
+        }
+    });
+}
+
+static float silu(float v) { return v / (1.f + expf(-v)); }
+
+/* LTX2AdaLayerNormSingle(t): out [n d] and (emb != NULL) the embedded timestep [d] */
+static void adaln_run(const adaln *a, float t, float *out, float *emb) {
+    float proj[256], h[a->d], e[a->d];
+    dl_dit_timestep_proj(t, 256, proj);
+    matvec(h, a->w1, a->b1, proj, a->d, 256);
+    for (int64_t j = 0; j < a->d; j++) h[j] = silu(h[j]);
+    matvec(e, a->w2, a->b2, h, a->d, a->d);
+    if (emb) memcpy(emb, e, (size_t)a->d * 4);
+    for (int64_t j = 0; j < a->d; j++) h[j] = silu(e[j]);
+    matvec(out, a->wl, a->bl, h, a->n * a->d, a->d);
+}
+
+/* y (dt) = norm(x)(1 + scale) + shift over rows of x [rows, cols] f32: RMSNorm without
+ * weight (layer 0) or LayerNorm without affine (layer 1); scale NULL: no modulation */
+static void norm_mod(dl_dtype dt, void *y, const float *x, int64_t rows, int64_t cols, float eps, int layer,
+                     const float *scale, const float *shift) {
+    DL_PAR({
+        int64_t r0, r1;
+        dl_split(rows, ith, nth, &r0, &r1);
+        for (int64_t r = r0; r < r1; r++) {
+            const float *xr = x + r * cols;
+            double mean = 0, ss = 0;
+            if (layer) {
+                for (int64_t j = 0; j < cols; j++) mean += xr[j];
+                mean /= (double)cols;
+            }
+            for (int64_t j = 0; j < cols; j++) ss += ((double)xr[j] - mean) * ((double)xr[j] - mean);
+            const float inv = (float)(1.0 / sqrt(ss / (double)cols + (double)eps)), mu = (float)mean;
+            for (int64_t j = 0; j < cols; j++) {
+                float v = (xr[j] - mu) * inv;
+                if (scale) v = v * (1.f + scale[j]) + shift[j];
+                if (dt == DL_F32) ((float *)y)[r * cols + j] = v;
+                else ((uint16_t *)y)[r * cols + j] = dl_f32_to_bf16(v);
+            }
+        }
+    });
+}
+
+/* x [rows, cols] += (gate ? gate * u : u) */
+static void gate_add(float *x, const float *u, const float *gate, int64_t rows, int64_t cols) {
+    DL_PAR({
+        int64_t r0, r1;
+        dl_split(rows, ith, nth, &r0, &r1);
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t j = 0; j < cols; j++) x[r * cols + j] += gate ? u[r * cols + j] * gate[j] : u[r * cols + j];
+    });
+}
+
+static void rope_apply(const rope *r, dl_dtype dt, void *x, int64_t rows, int64_t stride) {
+    DL_ASSERT(r->N == rows);
+    if (!r->split) {
+        DL_PAR(dl_rope_t(DL_ROPE_PAIRS, dt, x, rows, 1, r->dim, stride, r->cos, r->sin, ith, nth));
+        return;
+    }
+    const int64_t w = r->dim / r->G, half = w / 2;
+    const size_t es = dl_dtype_size(dt);
+    for (int64_t g = 0; g < r->G; g++) {
+        const float *ct = r->cos + g * rows * half, *st = r->sin + g * rows * half;
+        char *xg = (char *)x + (size_t)(g * w) * es;
+        DL_PAR(dl_rope_t(DL_ROPE_HALVES, dt, xg, rows, 1, w, stride, ct, st, ith, nth));
+    }
+}
+
+/* out [nq, Dout] f32 = attention a of hq [nq, Dq] (dt) over hk [nk, Dk] (dt; self: hq) */
+static dl_status xattn_run(dl_ltx2_transformer *m, xattn *a, const void *hq, int64_t nq, const void *hk, int64_t nk,
+                           const rope *rq, const rope *rk, float *out) {
+    const int64_t W = a->W, H = a->H, Dh = a->Dh;
+    const size_t es = dl_dtype_size(m->dt);
+    dl_status s;
+    char *q, *k, *v;
+    int64_t qs, ks;
+    if (a->self) {
+        RUN(&a->qkv, hq, m->qb);
+        q = m->qb, k = q + (size_t)W * es, v = q + (size_t)(2 * W) * es, qs = ks = 3 * W;
+    } else {
+        RUN(&a->q, hq, m->qb);
+        RUN(&a->kv, hk, m->kvb);
+        q = m->qb, k = m->kvb, v = k + (size_t)W * es, qs = W, ks = 2 * W;
+    }
+    if (a->gated) RUN(&a->gate, hq, m->gl);
+    DL_PAR({
+        dl_rmsnorm_heads_t(m->dt, q, nq, qs, 1, W, a->nq, 1e-6f, ith, nth);
+        dl_rmsnorm_heads_t(m->dt, k, nk, ks, 1, W, a->nk, 1e-6f, ith, nth);
+    });
+    if (rq) rope_apply(rq, m->dt, q, nq, qs);
+    if (rk) rope_apply(rk, m->dt, k, nk, ks);
+    dl_attn_args at = {.dt = m->dt, .sq = nq, .sk = nk, .heads = H, .head_dim = Dh, .q = q, .q_stride = qs, .k = k,
+                       .v = v, .k_stride = ks, .v_stride = ks, .out = m->att, .out_stride = W, .kv_begin = 0, .kv_end = nk,
+                       .scale = 1.f / sqrtf((float)Dh)};
+    DL_PAR(dl_attn_t(&at, m->scratch, ith, nth));
+    if (a->gated) { /* out *= 2 sigmoid(gate logit) per head, rounded as the stream's dtype */
+        DL_PAR({
+            int64_t r0, r1;
+            dl_split(nq, ith, nth, &r0, &r1);
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t h = 0; h < H; h++) {
+                    const float g = 2.f / (1.f + expf(-m->gl[r * H + h]));
+                    char *row = (char *)m->att + (size_t)(r * W + h * Dh) * es;
+                    for (int64_t j = 0; j < Dh; j++) {
+                        if (m->dt == DL_F32) ((float *)row)[j] *= g;
+                        else ((uint16_t *)row)[j] = dl_f32_to_bf16(dl_bf16_to_f32(((uint16_t *)row)[j]) * g);
+                    }
+                }
+        });
+    }
+    RUN(&a->o, m->att, out);
+    return DL_OK;
+}
+
+/* mod[i] = table[i] + temb[i] for n rows of d */
+static void add_rows(float *mod, const float *table, const float *temb, int64_t n, int64_t d) {
+    for (int64_t j = 0; j < n * d; j++) mod[j] = table[j] + (temb ? temb[j] : 0.f);
+}
+
+/* the text as a block's cross-attention keys see it: e (1 + scale) + shift (kv: shift,
+ * scale) or e as it is, into ectx (dt) */
+static void text_kv(dl_ltx2_transformer *m, const float *e, int64_t d, const float *kv) {
+    const int64_t T = m->T;
+    for (int64_t r = 0; r < T; r++)
+        for (int64_t j = 0; j < d; j++) {
+            float v = e[r * d + j];
+            if (kv) v = v * (1.f + kv[d + j]) + kv[j];
+            if (m->dt == DL_F32) ((float *)m->ectx)[r * d + j] = v;
+            else ((uint16_t *)m->ectx)[r * d + j] = dl_f32_to_bf16(v);
+        }
+}
+
+static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate) {
+    const int64_t Nv = m->in.video_tokens, Na = m->in.audio_tokens, D = m->D, Da = m->Da;
+    const float eps = (float)m->eps;
+    const dl_dtype dt = m->dt;
+    dl_status s;
+    float *mv = m->mv, *ma = m->ma; /* shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp[, q shift, scale, gate] */
+    add_rows(mv, b->sst, m->tv, m->nv9 ? 9 : 6, D);
+    add_rows(ma, b->asst, m->ta, m->na9 ? 9 : 6, Da);
+    /* 1. self-attention */
+    norm_mod(dt, m->hv, m->xv, Nv, D, eps, 0, mv + D, mv);
+    if ((s = xattn_run(m, &b->a1, m->hv, Nv, m->hv, Nv, &m->rv, &m->rv, m->o))) return s;
+    gate_add(m->xv, m->o, mv + 2 * D, Nv, D);
+    norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, ma + Da, ma);
+    if ((s = xattn_run(m, &b->aa1, m->ha, Na, m->ha, Na, &m->ra, &m->ra, m->o))) return s;
+    gate_add(m->xa, m->o, ma + 2 * Da, Na, Da);
+    /* 2. text cross-attention */
+    const float *kvv = NULL, *kva = NULL;
+    if (m->prompt_mod) {
+        add_rows(m->kvv, b->pst, m->prompt_single ? m->tpv : NULL, 2, D);
+        add_rows(m->kva, b->apst, m->prompt_single ? m->tpa : NULL, 2, Da);
+        kvv = m->kvv, kva = m->kva;
+    }
+    norm_mod(dt, m->hv, m->xv, Nv, D, eps, 0, m->nv9 ? mv + 7 * D : NULL, mv + 6 * D);
+    text_kv(m, m->ctxv, D, kvv);
+    if ((s = xattn_run(m, &b->a2, m->hv, Nv, m->ectx, m->T, NULL, NULL, m->o))) return s;
+    gate_add(m->xv, m->o, m->nv9 ? mv + 8 * D : NULL, Nv, D);
+    norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, m->na9 ? ma + 7 * Da : NULL, ma + 6 * Da);
+    text_kv(m, m->ctxa, Da, kva);
+    if ((s = xattn_run(m, &b->aa2, m->ha, Na, m->ectx, m->T, NULL, NULL, m->o))) return s;
+    gate_add(m->xa, m->o, m->na9 ? ma + 8 * Da : NULL, Na, Da);
+    /* 3. audio-to-video and video-to-audio: every modulated input made before either */
+    if (!isolate) {
+        float cv[5 * D], ca[5 * Da]; /* a2v scale, shift, v2a scale, shift; gate */
+        add_rows(cv, b->vca, m->tcv, 4, D);
+        add_rows(cv + 4 * D, b->vca + 4 * D, m->tgv, 1, D);
+        add_rows(ca, b->aca, m->tca, 4, Da);
+        add_rows(ca + 4 * Da, b->aca + 4 * Da, m->tga, 1, Da);
+        norm_mod(dt, m->hv, m->xv, Nv, D, eps, 0, cv, cv + D);           /* a2v queries */
+        norm_mod(dt, m->hv2, m->xv, Nv, D, eps, 0, cv + 2 * D, cv + 3 * D); /* v2a keys */
+        norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, ca, ca + Da);
+        norm_mod(dt, m->ha2, m->xa, Na, Da, eps, 0, ca + 2 * Da, ca + 3 * Da);
+        if ((s = xattn_run(m, &b->a2v, m->hv, Nv, m->ha, Na, &m->rcv, &m->rca, m->o))) return s;
+        gate_add(m->xv, m->o, cv + 4 * D, Nv, D);
+        if ((s = xattn_run(m, &b->v2a, m->ha2, Na, m->hv2, Nv, &m->rca, &m->rcv, m->o))) return s;
+        gate_add(m->xa, m->o, ca + 4 * Da, Na, Da);
+    }
+    /* 4. feed-forwards */
+    norm_mod(dt, m->hv, m->xv, Nv, D, eps, 0, mv + 4 * D, mv + 3 * D);
+    RUN(&b->ff1, m->hv, m->f);
+    RUN(&b->ff2, m->f, m->o);
+    gate_add(m->xv, m->o, mv + 5 * D, Nv, D);
+    norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, ma + 4 * Da, ma + 3 * Da);
+    RUN(&b->aff1, m->ha, m->f);
+    RUN(&b->aff2, m->f, m->o);
+    gate_add(m->xa, m->o, ma + 5 * Da, Na, Da);
+    return DL_OK;
+}
+
+static int all_finite(const float *x, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        if (!isfinite(x[j])) return 0;
+    return 1;
+}
+
+dl_status dl_ltx2_transformer_run(dl_ltx2_transformer *m, const dl_ltx2_transformer_input *x, float *out_video,
+                                  float *out_audio) {
+    const dl_ltx2_transformer_info *in = &m->in;
+    const int64_t Nv = in->video_tokens, Na = in->audio_tokens, T = m->T, D = m->D, Da = m->Da;
+    dl_status s;
+    if (!x || !x->video || !x->audio || !x->text || !x->audio_text || !out_video || !out_audio)
+        return dl_fail(DL_ERR_INVALID, "LTX-2 transformer: an input or output buffer is missing");
+    if (x->video_tokens != Nv || x->audio_tokens != Na || x->text_rows != T)
+        return dl_fail(DL_ERR_INVALID,
+                       "LTX-2 transformer: built for %lld video tokens, %lld audio tokens and %lld text rows; given %lld, %lld, %lld",
+                       (long long)Nv, (long long)Na, (long long)T, (long long)x->video_tokens, (long long)x->audio_tokens,
+                       (long long)x->text_rows);
+    const float ts[4] = {x->timestep, x->audio_timestep, x->sigma, x->audio_sigma};
+    static const char *const tn[4] = {"timestep", "audio_timestep", "sigma", "audio_sigma"};
+    for (int i = 0; i < 4; i++)
+        if (!isfinite(ts[i])) return dl_fail(DL_ERR_INVALID, "LTX-2 transformer: %s is not finite", tn[i]);
+    if (!all_finite(x->video, Nv * in->video_in) || !all_finite(x->audio, Na * in->audio_in) ||
+        !all_finite(x->text, T * in->text_width) || !all_finite(x->audio_text, T * in->audio_text_width))
+        return dl_fail(DL_ERR_INVALID, "LTX-2 transformer: a latent or text embedding value is not finite");
+    /* embeddings (f32) */
+    const float tcv = x->use_cross_timestep ? x->audio_sigma : x->timestep;
+    const float tca = x->use_cross_timestep ? x->sigma : x->audio_timestep;
+    const float gf = (float)m->gate_factor;
+    adaln_run(&m->te, x->timestep, m->tv, m->ev);
+    adaln_run(&m->ate, x->audio_timestep, m->ta, m->ea);
+    adaln_run(&m->cav, tcv, m->tcv, NULL);
+    adaln_run(&m->gv, tcv * gf, m->tgv, NULL);
+    adaln_run(&m->caa, tca, m->tca, NULL);
+    adaln_run(&m->ga, tca * gf, m->tga, NULL);
+    if (m->prompt_mod && m->prompt_single) {
+        adaln_run(&m->pv, x->sigma, m->tpv, NULL);
+        adaln_run(&m->pa, x->audio_sigma, m->tpa, NULL);
+    }
+    /* inputs: proj_in, text (caption projections) */
+    to_dt(m->dt, m->xin, x->video, Nv * in->video_in);
+    RUN(&m->proj_in, m->xin, m->xv);
+    to_dt(m->dt, m->xin, x->audio, Na * in->audio_in);
+    RUN(&m->aproj_in, m->xin, m->xa);
+    if (m->prompt_emb) {
+        to_dt(m->dt, m->ctxin, x->text, T * in->text_width);
+        RUN(&m->cap1, m->ctxin, m->ctxmid);
+        RUN(&m->cap2, m->ctxmid, m->ctxv);
+        to_dt(m->dt, m->ctxin, x->audio_text, T * in->audio_text_width);
+        RUN(&m->acap1, m->ctxin, m->ctxmid);
+        RUN(&m->acap2, m->ctxmid, m->ctxa);
+    } else {
+        memcpy(m->ctxv, x->text, (size_t)(T * D) * 4);
+        memcpy(m->ctxa, x->audio_text, (size_t)(T * Da) * 4);
+    }
+    for (int64_t i = 0; i < m->L; i++)
+        if ((s = block_run(m, &m->b[i], x->isolate_modalities))) return s;
+    /* output: LN(x)(1 + scale) + shift, (shift, scale) = table + embedded timestep */
+    float sv[2 * D], sa[2 * Da];
+    for (int i = 0; i < 2; i++) {
+        for (int64_t j = 0; j < D; j++) sv[i * D + j] = m->out_sst[i * D + j] + m->ev[j];
+        for (int64_t j = 0; j < Da; j++) sa[i * Da + j] = m->out_asst[i * Da + j] + m->ea[j];
+    }
+    norm_mod(m->dt, m->hv, m->xv, Nv, D, 1e-6f, 1, sv + D, sv);
+    RUN(&m->proj_out, m->hv, out_video);
+    norm_mod(m->dt, m->ha, m->xa, Na, Da, 1e-6f, 1, sa + Da, sa);
+    RUN(&m->aproj_out, m->ha, out_audio);
+    return DL_OK;
+}
