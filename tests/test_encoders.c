@@ -19,25 +19,9 @@
 
 static dl_checkpoint *g_vec, *g_umt5; /* enc/vectors, enc/umt5_vectors (names distinct) */
 
+/* `name` from the vectors file, else from the UMT5 one */
 static float *vec(const char *name, int64_t *numel) {
-    const dl_st_tensor *t = dl_ckpt_find(g_vec, name);
-    if (!t && g_umt5) t = dl_ckpt_find(g_umt5, name);
-    if (!t) return NULL;
-    float *p = malloc((size_t)t->numel * 4);
-    dl_ckpt_read(t, DL_F32, p);
-    if (numel) *numel = t->numel;
-    return p;
-}
-
-/* worst |err| / max|ref| */
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double mx = 0, e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        mx = fmax(mx, fabs(want[i]));
-        e = fmax(e, fabs((double)got[i] - want[i]));
-        if (isnan(got[i])) return INFINITY;
-    }
-    return e / (mx > 0 ? mx : 1);
+    return test_vec(g_umt5 && !dl_ckpt_find(g_vec, name) ? g_umt5 : g_vec, name, numel, NULL);
 }
 
 /* Compares every hidden state within `bound`; returns the worst relative error seen. */
@@ -51,7 +35,7 @@ static double check_states_within(const char *key, const float *all, int nstates
             CHECK(0, "no vector %s", name);
             return INFINITY;
         }
-        double e = rel_err(all + (size_t)k * (size_t)sd, want, sd);
+        double e = test_rel_err(all + (size_t)k * (size_t)sd, want, sd);
         free(want);
         worst = fmax(worst, e);
         if (getenv("DIFFLET_TEST_VERBOSE")) printf("%s %s h%d: %.3g\n", key, dl_dtype_name(dt), k, e);
@@ -95,12 +79,12 @@ static void test_clip(dl_model_dir *dir, const char *comp, dl_dtype dt) {
         double bound = dt == DL_F32 ? 1e-4 : 1.0 / 64;
         snprintf(name, sizeof name, "%s.last", key);
         float *want = vec(name, NULL);
-        double e = rel_err(hidden, want, n * D);
+        double e = test_rel_err(hidden, want, n * D);
         CHECK(e <= bound, "%s %s last_hidden_state: %.3g", key, dl_dtype_name(dt), e);
         free(want);
         snprintf(name, sizeof name, "%s.pooled", key);
         want = vec(name, NULL);
-        e = rel_err(pooled, want, D);
+        e = test_rel_err(pooled, want, D);
         CHECK(e <= bound, "%s %s pooled: %.3g", key, dl_dtype_name(dt), e);
         free(want), free(ids), free(hidden), free(pooled), free(all);
     }
@@ -163,7 +147,7 @@ static void test_masked(dl_model_dir *dir, const char *comp, const char *prefix,
         if (dt == DL_BF16) {
             snprintf(name, sizeof name, "%s.bf16", key);
             float *emu = vec(name, NULL);
-            double e = emu ? rel_err(hidden, emu, sd) : INFINITY;
+            double e = emu ? test_rel_err(hidden, emu, sd) : INFINITY;
             worst_emu = fmax(worst_emu, e);
             CHECK(e <= 1.0 / 64, "%s bf16: %.3g of max|ref| from the bf16 scheme emulated in torch (bound %.3g)", key, e,
                   1.0 / 64);
@@ -173,7 +157,7 @@ static void test_masked(dl_model_dir *dir, const char *comp, const char *prefix,
             CHECK(dl_t5_encoder_run(m, ids, hidden, NULL) == DL_OK, "%s", dl_last_error());
             snprintf(name, sizeof name, "%s.h%d", key, (int)L);
             float *want = vec(name, NULL);
-            double e = rel_err(hidden, want, sd);
+            double e = test_rel_err(hidden, want, sd);
             CHECK(e > 1e-2, "%s: without the mask the output should differ, %.3g of max|ref|", key, e);
             free(want);
         }
@@ -216,7 +200,7 @@ static void test_wan_text(dl_dtype dt) {
         dl_ckpt_read(th, DL_F32, want);
         CHECK(dl_t5_encoder_is_umt5(m), "Wan's text encoder is UMT5");
         CHECK(dl_t5_encoder_run_masked(m, ids, valid, got, NULL) == DL_OK, "%s", dl_last_error());
-        double e = rel_err(got, want, th->numel), bound = dt == DL_F32 ? 1e-4 : 1.0 / 16; /* as test_masked */
+        double e = test_rel_err(got, want, th->numel), bound = dt == DL_F32 ? 1e-4 : 1.0 / 16; /* as test_masked */
         printf("wan a.text %s (valid %lld of %lld): %.3g of max|ref|\n", dl_dtype_name(dt), (long long)valid, (long long)n, e);
         CHECK(e <= bound, "wan a.text.hidden %s: %.3g of max|ref| (bound %.3g)", dl_dtype_name(dt), e, bound);
         free(ids), free(mask), free(want), free(got);

@@ -18,34 +18,6 @@
 
 static dl_checkpoint *g_vec;
 
-static float *vec(const char *name) {
-    const dl_st_tensor *t = dl_ckpt_find(g_vec, name);
-    if (!t) {
-        fprintf(stderr, "no vector %s\n", name);
-        return NULL;
-    }
-    float *p = malloc((size_t)t->numel * 4);
-    dl_ckpt_read(t, DL_F32, p);
-    return p;
-}
-
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double mx = 0, e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        mx = fmax(mx, fabs(want[i]));
-        e = fmax(e, fabs((double)got[i] - want[i]));
-    }
-    return e / (mx > 0 ? mx : 1);
-}
-
-static double psnr(const float *a, const float *b, int64_t n) {
-    double se = 0;
-    for (int64_t i = 0; i < n; i++) se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    double mse = se / (double)n;
-    return mse == 0 ? INFINITY : 10.0 * log10(1.0 / mse);
-}
-
 static void test_step(const char *variant) {
     char dir[256], key[64];
     snprintf(dir, sizeof dir, DATA_DIR "/flux/%s", variant);
@@ -65,22 +37,22 @@ static void test_step(const char *variant) {
     const int64_t D = dl_flux_width(m), C = dl_flux_out_channels(m), S = T + N;
     snprintf(key, sizeof key, "%s.step", variant);
     char nm[256];
-#define V(suffix) (snprintf(nm, sizeof nm, "%s.%s", key, suffix), vec(nm))
+#define V(suffix) (snprintf(nm, sizeof nm, "%s.%s", key, suffix), test_vec(g_vec, nm, NULL, NULL))
     float *lat = V("latents"), *pe = V("prompt_embeds"), *pooled = V("pooled"), *want = V("out");
     float *out = malloc((size_t)(N * C) * 4), *blocks = malloc((size_t)((nd + ns) * S * D) * 4);
     CHECK(dl_flux_run(m, lat, pe, pooled, 0.7f, 3.5f, out, blocks) == DL_OK, "%s", dl_last_error());
     for (int b = 0; b < nd + ns; b++) {
         char bn[64];
         snprintf(bn, sizeof bn, "%s%d", b < nd ? "double" : "single", b < nd ? b : b - nd);
-        float *wt = (snprintf(nm, sizeof nm, "%s.%s.txt", key, bn), vec(nm));
-        float *wi = (snprintf(nm, sizeof nm, "%s.%s.img", key, bn), vec(nm));
-        double et = rel_err(blocks + (size_t)b * (size_t)(S * D), wt, T * D);
-        double ei = rel_err(blocks + (size_t)b * (size_t)(S * D) + T * D, wi, N * D);
+        float *wt = (snprintf(nm, sizeof nm, "%s.%s.txt", key, bn), test_vec(g_vec, nm, NULL, NULL));
+        float *wi = (snprintf(nm, sizeof nm, "%s.%s.img", key, bn), test_vec(g_vec, nm, NULL, NULL));
+        double et = test_rel_err(blocks + (size_t)b * (size_t)(S * D), wt, T * D);
+        double ei = test_rel_err(blocks + (size_t)b * (size_t)(S * D) + T * D, wi, N * D);
         free(wt), free(wi);
         CHECK(et <= 1e-4 && ei <= 1e-4, "%s %s: text %.3g, image %.3g of max|ref|", key, bn, et, ei);
         if (et > 1e-4 || ei > 1e-4) break;
     }
-    double e = rel_err(out, want, N * C);
+    double e = test_rel_err(out, want, N * C);
     CHECK(e <= 1e-4, "%s transformer output: %.3g of max|ref|", key, e);
     if (getenv("DIFFLET_TEST_VERBOSE")) printf("%s output: %.3g\n", key, e);
 #undef V
@@ -102,9 +74,10 @@ static void test_vae(void) {
         return;
     }
     CHECK(dl_vae_scale(v) == 2 && dl_vae_latent_channels(v) == 4, "vae scale and channels");
-    float *z = vec("vae.latent"), *want = vec("vae.image"), *img = malloc(3 * 48 * 32 * 4);
+    float *z = test_vec(g_vec, "vae.latent", NULL, NULL), *want = test_vec(g_vec, "vae.image", NULL, NULL),
+          *img = malloc(3 * 48 * 32 * 4);
     CHECK(dl_vae_decode(v, z, img) == DL_OK, "%s", dl_last_error());
-    double e = rel_err(img, want, 3 * 48 * 32);
+    double e = test_rel_err(img, want, 3 * 48 * 32);
     CHECK(e <= 1e-4, "VAE decode: %.3g of max|ref|", e);
     if (getenv("DIFFLET_TEST_VERBOSE")) printf("vae: %.3g\n", e);
     z[0] = NAN;
@@ -126,9 +99,9 @@ static void test_pipeline(const char *variant, dl_dtype dt) {
     for (int k = 0; k < 2; k++) {
         char nm[128];
         snprintf(nm, sizeof nm, "%s.gen%d.latents", variant, k);
-        float *init = vec(nm);
+        float *init = test_vec(g_vec, nm, NULL, NULL);
         snprintf(nm, sizeof nm, "%s.gen%d.image", variant, k);
-        float *want = vec(nm);
+        float *want = test_vec(g_vec, nm, NULL, NULL);
         float *img = malloc(48 * 32 * 3 * 4);
         uint8_t *rgb = malloc(48 * 32 * 3);
         dl_flux_request r = {.prompt = "a red circle on a blue background",
@@ -137,7 +110,7 @@ static void test_pipeline(const char *variant, dl_dtype dt) {
         dl_flux_timing tm;
         CHECK(dl_flux_generate(p, &r, rgb, img, &tm) == DL_OK, "%s", dl_last_error());
         CHECK(tm.transformer_calls == (k ? 8 : 4), "transformer calls %d", tm.transformer_calls);
-        double db = psnr(img, want, 48 * 32 * 3), bar = dt == DL_F32 ? 45.0 : 30.0;
+        double db = test_psnr(img, want, 48 * 32 * 3, 1.0), bar = dt == DL_F32 ? 45.0 : 30.0;
         CHECK(db >= bar, "%s %s gen%d: PSNR %.1f dB < %.0f", variant, dl_dtype_name(dt), k, db, bar);
         if (getenv("DIFFLET_TEST_VERBOSE")) printf("%s %s gen%d: PSNR %.1f dB\n", variant, dl_dtype_name(dt), k, db);
         free(init), free(want), free(img), free(rgb);
@@ -159,11 +132,11 @@ static void test_edit(const char *name, int H, int W, dl_dtype dt) {
     if (dt == DL_F32 && dl_model_dir_open(&md, dir) == DL_OK) {
         if (dl_vae_encoder_load(&e, md, "vae", H, W, DL_F32, NULL) == DL_OK) {
             snprintf(nm, sizeof nm, "%s.enc.image", name);
-            float *x = vec(nm), *z = malloc((size_t)(4 * lh * lw) * 4);
+            float *x = test_vec(g_vec, nm, NULL, NULL), *z = malloc((size_t)(4 * lh * lw) * 4);
             snprintf(nm, sizeof nm, "%s.enc.mean", name);
-            float *want = vec(nm);
+            float *want = test_vec(g_vec, nm, NULL, NULL);
             CHECK(dl_vae_encode(e, x, z) == DL_OK, "%s", dl_last_error());
-            double err = rel_err(z, want, 4 * lh * lw);
+            double err = test_rel_err(z, want, 4 * lh * lw);
             CHECK(err <= 1e-4, "%s VAE encode: %.3g of max|ref|", name, err);
             if (getenv("DIFFLET_TEST_VERBOSE")) printf("%s encoder: %.3g\n", name, err);
             x[5] = NAN;
@@ -194,9 +167,9 @@ static void test_edit(const char *name, int H, int W, dl_dtype dt) {
     for (int k = 0; k < 2 && rgb_in && mask; k++) {
         const char *what = k ? "inp" : "i2i";
         snprintf(nm, sizeof nm, "%s.%s.latents", name, what);
-        float *noise = vec(nm);
+        float *noise = test_vec(g_vec, nm, NULL, NULL);
         snprintf(nm, sizeof nm, "%s.%s.image", name, what);
-        float *want = vec(nm), *img = malloc((size_t)(H * W * 3) * 4);
+        float *want = test_vec(g_vec, nm, NULL, NULL), *img = malloc((size_t)(H * W * 3) * 4);
         uint8_t *rgb = malloc((size_t)(H * W * 3));
         dl_flux_request r = {.prompt = "a red circle on a blue background", .negative_prompt = k ? "blurry green square" : NULL,
                              .steps = k ? 6 : 5, .guidance = 3.5f, .true_cfg = k ? 2.f : 1.f, .init_latents = noise,
@@ -205,7 +178,7 @@ static void test_edit(const char *name, int H, int W, dl_dtype dt) {
         CHECK(dl_flux_generate(p, &r, rgb, img, &tm) == DL_OK, "%s", dl_last_error());
         /* 5 x 0.6 = 3 of 5 steps run; 6 x 0.7 = 4.2: int(6 - 4.2) = 1 skipped, 5 run twice (CFG) */
         CHECK(tm.transformer_calls == (k ? 10 : 3), "%s %s: transformer calls %d", name, what, tm.transformer_calls);
-        double db = psnr(img, want, (int64_t)H * W * 3), bar = dt == DL_F32 ? 45.0 : 30.0;
+        double db = test_psnr(img, want, (int64_t)H * W * 3, 1.0), bar = dt == DL_F32 ? 45.0 : 30.0;
         CHECK(db >= bar, "%s %s %s: PSNR %.1f dB < %.0f", name, what, dl_dtype_name(dt), db, bar);
         if (getenv("DIFFLET_TEST_VERBOSE")) printf("%s %s %s: PSNR %.1f dB\n", name, what, dl_dtype_name(dt), db);
         free(noise), free(want), free(img), free(rgb);
@@ -293,7 +266,7 @@ static void test_resize(void) {
             const int w = sizes[k][0], h = sizes[k][1], C = m ? 1 : 3;
             char nm[64];
             snprintf(nm, sizeof nm, "resize.%s.%dx%d", m ? "luma" : "rgb", w, h);
-            float *want = vec(nm);
+            float *want = test_vec(g_vec, nm, NULL, NULL);
             uint8_t *got = NULL;
             CHECK(dl_image_prepare(&src, m ? DL_IMAGE_LUMA : DL_IMAGE_RGB, w, h, &got) == DL_OK, "%s", dl_last_error());
             int diff = 0;
@@ -398,7 +371,7 @@ static void test_tiny(dl_dtype dt) {
     dl_flux_request r = {.prompt = "a large red circle in the top left on a blue background", .negative_prompt = "",
                          .steps = 8, .guidance = 3.5f, .true_cfg = 3.f, .init_latents = init};
     CHECK(dl_flux_generate(p, &r, rgb, img, NULL) == DL_OK, "%s", dl_last_error());
-    double db = psnr(img, want, 64 * 64 * 3), bar = dt == DL_F32 ? 40.0 : 30.0;
+    double db = test_psnr(img, want, 64 * 64 * 3, 1.0), bar = dt == DL_F32 ? 40.0 : 30.0;
     CHECK(db >= bar, "difflet-tiny %s: PSNR %.1f dB < %.0f", dl_dtype_name(dt), db, bar);
     if (getenv("DIFFLET_TEST_VERBOSE")) printf("difflet-tiny %s: PSNR %.1f dB\n", dl_dtype_name(dt), db);
     free(init), free(want), free(img), free(rgb);
@@ -437,7 +410,7 @@ static void test_gguf(const char *q) {
         snprintf(nm, sizeof nm, "%s.dequant.%s", q, names[i]);
         const dl_st_tensor *w = dl_ckpt_find(g_vec, nm), *t = dl_ckpt_find(ck, names[i]);
         if (!w) continue; /* not recorded for this file */
-        float *want = vec(nm), *got = t ? malloc((size_t)t->numel * 4) : NULL;
+        float *want = test_vec(g_vec, nm, NULL, NULL), *got = t ? malloc((size_t)t->numel * 4) : NULL;
         int same = got && t->numel == w->numel && dl_ckpt_read(t, DL_F32, got) == DL_OK &&
                    !memcmp(got, want, (size_t)t->numel * 4);
         CHECK(same, "gguf %s: `%s` dequantized is not diffusers' tensor", q, names[i]);
@@ -447,13 +420,15 @@ static void test_gguf(const char *q) {
     dl_model_dir *md = NULL;
     dl_flux *m = NULL;
     if (ok && dl_model_dir_open(&md, dir) == DL_OK && dl_flux_load(&m, md, "transformer", 6, 8, 12, DL_F32, NULL) == DL_OK) {
-        float *lat = vec("in.latents"), *txt = vec("in.txt"), *pooled = vec("in.pooled"), *t = vec("in.t"), *g = vec("in.g");
+        float *lat = test_vec(g_vec, "in.latents", NULL, NULL), *txt = test_vec(g_vec, "in.txt", NULL, NULL),
+              *pooled = test_vec(g_vec, "in.pooled", NULL, NULL), *t = test_vec(g_vec, "in.t", NULL, NULL),
+              *g = test_vec(g_vec, "in.g", NULL, NULL);
         snprintf(nm, sizeof nm, "%s.out", q);
-        float *want = vec(nm), *got = malloc(48 * 16 * 4);
+        float *want = test_vec(g_vec, nm, NULL, NULL), *got = malloc(48 * 16 * 4);
         int run = lat && txt && pooled && t && g && want && dl_flux_run(m, lat, txt, pooled, t[0], g[0], got, NULL) == DL_OK;
         CHECK(run, "gguf %s: run: %s", q, dl_last_error());
         if (run) {
-            double e = rel_err(got, want, 48 * 16);
+            double e = test_rel_err(got, want, 48 * 16);
             if (getenv("DIFFLET_TEST_VERBOSE")) printf("gguf %s: %.3g of max\n", q, e);
             CHECK(e <= 1e-4, "gguf %s: transformer output %.3g of max|diffusers| off", q, e);
         }

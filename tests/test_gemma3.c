@@ -148,10 +148,6 @@ static char *read_text(const char *path) {
     return strdup(buf);
 }
 
-static void write_text(const char *path, const char *txt) {
-    CHECK(dl_file_write_atomic(path, txt, strlen(txt)) == DL_OK, "%s", dl_last_error());
-}
-
 /* txt with `from` replaced by `to` (malloc'd; txt itself when from is absent, which fails) */
 static char *with(const char *txt, const char *from, const char *to) {
     const char *at = strstr(txt, from);
@@ -163,57 +159,27 @@ static char *with(const char *txt, const char *from, const char *to) {
     return out;
 }
 
+/* the fixture's language-model names, `language_model.model.` (what save_pretrained
+ * writes) replaced by the prefix ctx; the vision tower left out */
+static int lm_renamed(void *ctx, const char *name, char *out, size_t cap) {
+    const char *lm = "language_model.model.";
+    if (strncmp(name, lm, strlen(lm))) return 0;
+    snprintf(out, cap, "%s%s", (const char *)ctx, name + strlen(lm));
+    return 1;
+}
+
 /* root/<name>/: config cfg and the fixture's language-model tensors renamed from
  * `language_model.model.` (what save_pretrained writes) to `pre`, in `shards` files (with an index when 2);
  * `drop` left out, `bad` written with its first dimension one short. */
 static void write_comp(const char *root, const char *name, const char *cfg, const char *pre, int shards, const char *drop,
                        const char *bad) {
-    char path[700], nm[256];
+    char path[700];
     snprintf(path, sizeof path, "%s/%s", root, name);
     mkdir(path, 0755);
     snprintf(path, sizeof path, "%s/%s/config.json", root, name);
-    write_text(path, cfg);
-    dl_checkpoint *src;
-    if (dl_ckpt_open(&src, GDIR "/text_encoder/model.safetensors", NULL) != DL_OK) {
-        CHECK(0, "%s", dl_last_error());
-        return;
-    }
-    dl_st_writer *w[2] = {dl_st_writer_new(), dl_st_writer_new()};
-    const int nt = dl_ckpt_count(src);
-    char **names = calloc((size_t)nt, sizeof *names);
-    size_t cap = 1 << 16, len = 0;
-    char *idx = malloc(cap);
-    len += (size_t)snprintf(idx, cap, "{\"metadata\": {}, \"weight_map\": {");
-    const char *lm = "language_model.model.";
-    for (int i = 0, k = 0; i < nt; i++) {
-        const dl_st_tensor *t = dl_ckpt_at(src, i);
-        if (strncmp(t->name, lm, strlen(lm))) continue; /* the vision tower: not needed */
-        snprintf(nm, sizeof nm, "%s%s", pre, t->name + strlen(lm));
-        if (drop && !strcmp(nm, drop)) continue;
-        int64_t shape[DL_ST_MAX_DIMS];
-        memcpy(shape, t->shape, sizeof shape);
-        if (bad && !strcmp(nm, bad)) shape[0]--;
-        names[i] = strdup(nm);
-        CHECK(dl_st_writer_add(w[k % shards], names[i], t->dtype, t->ndim, shape, t->data) == DL_OK, "%s", dl_last_error());
-        len += (size_t)snprintf(idx + len, cap - len, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", k ? ", " : "",
-                                names[i], k % 2 + 1);
-        k++;
-    }
-    snprintf(idx + len, cap - len, "}}");
-    CHECK(len < cap - 4, "index too long");
-    for (int s = 0; s < shards; s++) {
-        if (shards == 1) snprintf(path, sizeof path, "%s/%s/model.safetensors", root, name);
-        else snprintf(path, sizeof path, "%s/%s/model-0000%d-of-00002.safetensors", root, name, s + 1);
-        CHECK(dl_st_writer_save(w[s], path) == DL_OK, "%s", dl_last_error());
-    }
-    dl_st_writer_free(w[0]), dl_st_writer_free(w[1]);
-    if (shards == 2) {
-        snprintf(path, sizeof path, "%s/%s/model.safetensors.index.json", root, name);
-        write_text(path, idx);
-    }
-    for (int i = 0; i < nt; i++) free(names[i]);
-    free(names), free(idx);
-    dl_ckpt_free(src);
+    test_write_text(path, cfg);
+    snprintf(path, sizeof path, "%s/%s", root, name);
+    test_write_renamed(GDIR "/text_encoder/model.safetensors", path, shards, lm_renamed, (void *)pre, drop, bad);
 }
 
 /* run sequence s on <comp> (f32) into got; DL_OK or the load / run status */
@@ -275,7 +241,7 @@ static void test_layouts_and_errors(dl_model_dir *fixture) {
                                R[i].name);
     snprintf(mi + ml, sizeof mi - ml, "}");
     snprintf(path, sizeof path, "%s/model_index.json", root);
-    write_text(path, mi);
+    test_write_text(path, mi);
     const char *lm = "language_model.model.";
     write_comp(root, "v4", cfg4, "model.language_model.", 2, NULL, NULL);
     write_comp(root, "causal", v4, "model.", 1, NULL, NULL);

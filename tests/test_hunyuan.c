@@ -16,18 +16,6 @@
 
 static dl_checkpoint *g_vec;
 
-static float *vec(const char *name, int64_t *n) {
-    const dl_st_tensor *t = dl_ckpt_find(g_vec, name);
-    float *p = t ? malloc((size_t)t->numel * 4) : NULL;
-    if (!p || dl_ckpt_read(t, DL_F32, p) != DL_OK) {
-        fprintf(stderr, "no vector %s\n", name);
-        free(p);
-        return NULL;
-    }
-    if (n) *n = t->numel;
-    return p;
-}
-
 
 static void test_refiner(dl_model_dir *dir, dl_dtype dt) {
     const int64_t T = 40;
@@ -44,13 +32,13 @@ static void test_refiner(dl_model_dir *dir, dl_dtype dt) {
         char nm[64];
         int64_t n;
         snprintf(nm, sizeof nm, "%s.text", key);
-        float *text = vec(nm, &n);
+        float *text = test_vec(g_vec, nm, &n, NULL);
         snprintf(nm, sizeof nm, "%s.valid", key);
-        float *valid = vec(nm, NULL);
+        float *valid = test_vec(g_vec, nm, NULL, NULL);
         snprintf(nm, sizeof nm, "%s.t", key);
-        float *t = vec(nm, NULL);
+        float *t = test_vec(g_vec, nm, NULL, NULL);
         snprintf(nm, sizeof nm, "%s.out", key);
-        float *want = vec(nm, NULL);
+        float *want = test_vec(g_vec, nm, NULL, NULL);
         if (!text || !valid || !t || !want || n != T * 64) {
             CHECK(0, "vectors of %s", key);
         } else {
@@ -69,16 +57,6 @@ static void test_refiner(dl_model_dir *dir, dl_dtype dt) {
     dl_hunyuan_refiner_free(m);
 }
 
-static double max_err(const float *got, const float *want, int64_t n) {
-    double mx = 0, e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        mx = fmax(mx, fabs(want[i]));
-        e = fmax(e, fabs((double)got[i] - want[i]));
-    }
-    return e / (mx > 0 ? mx : 1);
-}
-
 static void test_step(const char *cfg, dl_dtype dt) {
     char path[256], nm[64];
     snprintf(path, sizeof path, DATA_DIR "/hunyuan/%s", cfg);
@@ -93,7 +71,7 @@ static void test_step(const char *cfg, dl_dtype dt) {
     int ok = 1;
     for (int i = 0; i < 7; i++) {
         snprintf(nm, sizeof nm, "step_%s.%s", cfg, keys[i]);
-        ok &= (v[i] = vec(nm, &n[i])) != NULL;
+        ok &= (v[i] = test_vec(g_vec, nm, &n[i], NULL)) != NULL;
     }
     /* latent grids as the script makes them */
     const int64_t lat[3] = {cfg[0] == 'a' ? 3 : 4, cfg[0] == 'a' ? 6 : 5, cfg[0] == 'a' ? 10 : 7};
@@ -110,7 +88,7 @@ static void test_step(const char *cfg, dl_dtype dt) {
         CHECK(n[1] == T * Td && n[2] == Pd && n[6] == no, "%s: vector sizes", cfg);
         float *got = malloc((size_t)no * 4);
         CHECK(dl_hunyuan_video_run(m, v[0], v[1], (int64_t)v[3][0], v[2], v[4][0], v[5][0], got) == DL_OK, "%s", dl_last_error());
-        double e = max_err(got, v[6], no), bar = dt == DL_F32 ? 1e-4 : 1.0 / 16;
+        double e = test_rel_err(got, v[6], no), bar = dt == DL_F32 ? 1e-4 : 1.0 / 16;
         CHECK(e <= bar, "transformer %s (%s): max err %.3g of max|ref| (bound %.3g)", cfg, dl_dtype_name(dt), e, bar);
         if (getenv("DIFFLET_TEST_VERBOSE")) printf("transformer %s %s: %.3g\n", cfg, dl_dtype_name(dt), e);
         /* the same call again: the same bytes (nothing carried between calls) */
@@ -191,9 +169,9 @@ static void test_pipeline(const pipe_case *c, dl_dtype dt) {
     int64_t n = 0, nf = 0;
     snprintf(name, sizeof name, "%s.latents", c->key);
     const dl_st_tensor *lt = dl_ckpt_find(g_vec, name);
-    float *init = vec(name, &n);
+    float *init = test_vec(g_vec, name, &n, NULL);
     snprintf(name, sizeof name, "%s.frames", c->key);
-    float *want = vec(name, &nf);
+    float *want = test_vec(g_vec, name, &nf, NULL);
     dl_st_writer *w = dl_st_writer_new();
     dl_checkpoint *ck = NULL;
     if (!lt || !init || !want || dl_st_writer_add(w, "latents", DL_ST_F32, lt->ndim, lt->shape, init) != DL_OK ||

@@ -8,7 +8,6 @@
  * Bars: f32 max|err| <= 1e-4 * max|ref| (the issue's); bf16 PSNR >= 30 dB (peak to
  * peak 2). Also: decoding twice gives the same bytes, progress per tile in order,
  * refusals with messages for broken folders, configs and checkpoints. */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,49 +20,6 @@
 
 static dl_checkpoint *g_vec;
 static int g_verbose;
-
-static float *vec(const char *name, int64_t *numel) {
-    const dl_st_tensor *t = dl_ckpt_find(g_vec, name);
-    if (!t) {
-        fprintf(stderr, "no vector %s\n", name);
-        return NULL;
-    }
-    float *p = malloc((size_t)t->numel * 4);
-    if (p && dl_ckpt_read(t, DL_F32, p) != DL_OK) {
-        free(p);
-        return NULL;
-    }
-    if (numel) *numel = t->numel;
-    return p;
-}
-
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double mx = 0, e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        mx = fmax(mx, fabs(want[i]));
-        e = fmax(e, fabs((double)got[i] - want[i]));
-    }
-    return e / (mx > 0 ? mx : 1);
-}
-
-/* video nominally in [-1, 1]: peak-to-peak range 2 */
-static double psnr2(const float *a, const float *b, int64_t n) {
-    double se = 0;
-    for (int64_t i = 0; i < n; i++) se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    double mse = se / (double)n;
-    return mse == 0 ? INFINITY : 10.0 * log10(4.0 / mse);
-}
-
-typedef struct {
-    int calls, last, total, ordered;
-} progress;
-
-static void on_chunk(void *ctx, int done, int total) {
-    progress *p = ctx;
-    p->ordered &= done == p->last + 1 && total == (p->total ? p->total : total);
-    p->calls++, p->last = done, p->total = total;
-}
 
 /* fixture VAE v on vectors <key>.z -> <key>.video: F x h x w latents, spatial scale ss, `tiles` tiles */
 static void test_case(const char *v, const char *key, int64_t F, int64_t h, int64_t w, int ss, int tiles, dl_dtype dt) {
@@ -90,28 +46,28 @@ static void test_case(const char *v, const char *key, int64_t F, int64_t h, int6
           dl_hunyuan_vae_scaling_factor(m));
     int64_t nz, nv;
     snprintf(nm, sizeof nm, "%s.z", key);
-    float *z = vec(nm, &nz);
+    float *z = test_vec(g_vec, nm, &nz, NULL);
     snprintf(nm, sizeof nm, "%s.video", key);
-    float *want = vec(nm, &nv);
+    float *want = test_vec(g_vec, nm, &nv, NULL);
     float *got = malloc((size_t)n * 4), *again = malloc((size_t)n * 4);
     if (!z || !want || !got || !again || nz != 4 * F * h * w || nv != n) {
         CHECK(0, "%s: vectors missing or of the wrong size", key);
         goto out;
     }
-    progress pg = {.ordered = 1};
+    test_progress pg = {0};
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    CHECK(dl_hunyuan_vae_decode(m, z, got, on_chunk, &pg) == DL_OK, "%s", dl_last_error());
+    CHECK(dl_hunyuan_vae_decode(m, z, got, test_on_progress, &pg) == DL_OK, "%s", dl_last_error());
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    CHECK(pg.calls == tiles && pg.last == tiles && pg.total == tiles && pg.ordered, "%s: progress %d calls, last %d of %d",
-          key, pg.calls, pg.last, pg.total);
+    CHECK(pg.calls == tiles && pg.last == tiles && pg.total == tiles && !pg.out_of_order && !pg.total_changed,
+          "%s: progress %d calls, last %d of %d", key, pg.calls, pg.last, pg.total);
     const double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
     if (dt == DL_F32) {
-        double e = rel_err(got, want, n);
+        double e = test_rel_err(got, want, n);
         CHECK(e <= 1e-4, "%s f32: max|err| %.3g of max|ref|", key, e);
         if (g_verbose) printf("%s f32: max|err| = %.3g of max|ref| (%.1f ms)\n", key, e, ms);
     } else {
-        double db = psnr2(got, want, n);
+        double db = test_psnr(got, want, n, 2.0);
         CHECK(db >= 30.0, "%s bf16: PSNR %.1f dB < 30", key, db);
         if (g_verbose) printf("%s bf16: PSNR %.1f dB (%.1f ms)\n", key, db, ms);
     }
@@ -131,30 +87,10 @@ out:
  * file holding those nw bytes); load gives `want` and a message containing `says`. */
 static void bad_folder_w(const char *tmp, const char *cfg, const char *weights, size_t nw, dl_status want,
                          const char *says) {
-    char p[512], w[512];
-    snprintf(p, sizeof p, "%s/model_index.json", tmp);
-    FILE *f = fopen(p, "w");
-    fputs("{\"_class_name\": \"HunyuanVideoPipeline\", \"vae\": [\"diffusers\", \"AutoencoderKLHunyuanVideo\"]}", f);
-    fclose(f);
-    snprintf(p, sizeof p, "%s/vae", tmp);
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-        CHECK(0, "mkdir %s", p);
+    if (!test_write_folder(
+            tmp, "{\"_class_name\": \"HunyuanVideoPipeline\", \"vae\": [\"diffusers\", \"AutoencoderKLHunyuanVideo\"]}",
+            "vae", cfg, DATA_DIR "/hunyuan_vae/a/vae/diffusion_pytorch_model.safetensors", weights, nw))
         return;
-    }
-    snprintf(p, sizeof p, "%s/vae/diffusion_pytorch_model.safetensors", tmp);
-    unlink(p);
-    if (weights) {
-        f = fopen(p, "wb");
-        CHECK(fwrite(weights, 1, nw, f) == nw, "write %s", p);
-        fclose(f);
-    } else {
-        snprintf(w, sizeof w, DATA_DIR "/hunyuan_vae/a/vae/diffusion_pytorch_model.safetensors");
-        CHECK(symlink(w, p) == 0, "symlink %s", p);
-    }
-    snprintf(p, sizeof p, "%s/vae/config.json", tmp);
-    f = fopen(p, "w");
-    fputs(cfg, f);
-    fclose(f);
     dl_model_dir *md;
     if (dl_model_dir_open(&md, tmp) != DL_OK) {
         CHECK(0, "%s", dl_last_error());

@@ -15,18 +15,6 @@
 
 static dl_checkpoint *g_vec;
 
-static float *vec(const char *name, int64_t *n) {
-    const dl_st_tensor *t = dl_ckpt_find(g_vec, name);
-    float *p = t ? malloc((size_t)t->numel * 4) : NULL;
-    if (!p || dl_ckpt_read(t, DL_F32, p) != DL_OK) {
-        fprintf(stderr, "no vector %s\n", name);
-        free(p);
-        return NULL;
-    }
-    if (n) *n = t->numel;
-    return p;
-}
-
 static void test_connectors(const char *cfg, dl_dtype dt) {
     const int64_t T = 16;
     char path[256], nm[64];
@@ -46,13 +34,13 @@ static void test_connectors(const char *cfg, dl_dtype dt) {
         const char *key = k ? "full" : "pad";
         int64_t n;
         snprintf(nm, sizeof nm, "%s.%s.hidden", cfg, key);
-        float *hidden = vec(nm, &n);
+        float *hidden = test_vec(g_vec, nm, &n, NULL);
         snprintf(nm, sizeof nm, "%s.%s.valid", cfg, key);
-        float *valid = vec(nm, NULL);
+        float *valid = test_vec(g_vec, nm, NULL, NULL);
         snprintf(nm, sizeof nm, "%s.%s.video", cfg, key);
-        float *wv = vec(nm, NULL);
+        float *wv = test_vec(g_vec, nm, NULL, NULL);
         snprintf(nm, sizeof nm, "%s.%s.audio", cfg, key);
-        float *wa = vec(nm, NULL);
+        float *wa = test_vec(g_vec, nm, NULL, NULL);
         if (!hidden || !valid || !wv || !wa || n != T * C * L1) {
             CHECK(0, "vectors of %s.%s", cfg, key);
         } else {
@@ -105,13 +93,13 @@ static void test_text_path(dl_dtype dt) {
         for (int i = 0; i < 3; i++) {
             char nm[32];
             snprintf(nm, sizeof nm, "%d.embeds", i);
-            float *we = vec(nm, NULL);
+            float *we = test_vec(g_vec, nm, NULL, NULL);
             snprintf(nm, sizeof nm, "%d.valid", i);
-            float *wn = vec(nm, NULL);
+            float *wn = test_vec(g_vec, nm, NULL, NULL);
             snprintf(nm, sizeof nm, "%d.video", i);
-            float *wv = vec(nm, NULL);
+            float *wv = test_vec(g_vec, nm, NULL, NULL);
             snprintf(nm, sizeof nm, "%d.audio", i);
-            float *wa = vec(nm, NULL);
+            float *wa = test_vec(g_vec, nm, NULL, NULL);
             int64_t valid = 0;
             int ok = we && wn && wv && wa && dl_ltx2_text_embeds(tok, te, cn, prompts[i], T, emb, v, a, &valid) == DL_OK;
             CHECK(ok, "text path %d: %s", i, dl_last_error());

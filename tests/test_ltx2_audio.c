@@ -13,7 +13,6 @@
  * >= 20 dB bf16; bf16 mel SNR >= 20 dB. Also: a second run gives the same bytes,
  * non-finite input refused, refusals with messages for broken configs (among them
  * LTX2VocoderWithBWE by name). */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,31 +24,6 @@
 
 static dl_checkpoint *g_vec;
 static int g_verbose;
-
-static float *vec(const char *name, int64_t *numel) {
-    const dl_st_tensor *t = dl_ckpt_find(g_vec, name);
-    if (!t) {
-        fprintf(stderr, "no vector %s\n", name);
-        return NULL;
-    }
-    float *p = malloc((size_t)t->numel * 4);
-    if (p && dl_ckpt_read(t, DL_F32, p) != DL_OK) {
-        free(p);
-        return NULL;
-    }
-    if (numel) *numel = t->numel;
-    return p;
-}
-
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double mx = 0, e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        mx = fmax(mx, fabs(want[i]));
-        e = fmax(e, fabs((double)got[i] - want[i]));
-    }
-    return e / (mx > 0 ? mx : 1);
-}
 
 /* signal to noise: 10 log10(sum want^2 / sum (got - want)^2) */
 static double snr_db(const float *got, const float *want, int64_t n) {
@@ -65,7 +39,7 @@ static double snr_db(const float *got, const float *want, int64_t n) {
 /* f32: max|err| <= 1e-4 of max|ref| and (waveforms) SNR >= 40 dB; bf16: SNR >= 20 dB */
 static void compare(const char *what, const char *key, dl_dtype dt, const float *got, const float *want, int64_t n,
                     int wave) {
-    const double e = rel_err(got, want, n), db = snr_db(got, want, n);
+    const double e = test_rel_err(got, want, n), db = snr_db(got, want, n);
     if (dt == DL_F32) {
         CHECK(e <= 1e-4, "%s %s f32: max|err| %.3g of max|ref|", key, what, e);
         if (wave) CHECK(db >= 40.0, "%s %s f32: SNR %.1f dB < 40", key, what, db);
@@ -106,11 +80,11 @@ static void test_vae(const char *f, const char *key, int64_t L, int64_t C, int64
           (long long)dl_ltx2_audio_vae_mel_frames(m), (long long)dl_ltx2_audio_vae_mel_bins(m), (long long)ns);
     int64_t np = 0, nz = 0, nw = 0;
     snprintf(nm, sizeof nm, "%s.packed", key);
-    float *packed = vec(nm, &np);
+    float *packed = test_vec(g_vec, nm, &np, NULL);
     snprintf(nm, sizeof nm, "%s.z", key);
-    float *z = vec(nm, &nz);
+    float *z = test_vec(g_vec, nm, &nz, NULL);
     snprintf(nm, sizeof nm, "%s.mel", key);
-    float *want = vec(nm, &nw);
+    float *want = test_vec(g_vec, nm, &nw, NULL);
     float *got = malloc((size_t)n * 4), *again = malloc((size_t)n * 4);
     if (!packed || !z || !want || !got || !again || np != L * C * M || nz != np || nw != n) {
         CHECK(0, "%s: vectors missing or of the wrong size", key);
@@ -154,9 +128,9 @@ static void test_vocoder(const char *f, const char *key, int64_t T, int64_t cin,
           (long long)dl_ltx2_vocoder_sample_rate(v));
     int64_t nm_ = 0, nw = 0;
     snprintf(nm, sizeof nm, "%s.mel", key);
-    float *mel = vec(nm, &nm_);
+    float *mel = test_vec(g_vec, nm, &nm_, NULL);
     snprintf(nm, sizeof nm, "%s.wave", key);
-    float *want = vec(nm, &nw);
+    float *want = test_vec(g_vec, nm, &nw, NULL);
     const int64_t n = oc * samples;
     float *got = malloc((size_t)n * 4), *again = malloc((size_t)n * 4);
     if (!mel || !want || !got || !again || nm_ != cin * T || nw != n) {
@@ -183,7 +157,8 @@ static void test_pipeline(dl_dtype dt) {
     if (!md) return;
     dl_ltx2_audio_vae *m = NULL;
     dl_ltx2_vocoder *v = NULL;
-    float *packed = vec("pipe.packed", NULL), *want = vec("pipe.wave", NULL), *mel = NULL, *vin = NULL, *wave = NULL;
+    float *packed = test_vec(g_vec, "pipe.packed", NULL, NULL), *want = test_vec(g_vec, "pipe.wave", NULL, NULL),
+          *mel = NULL, *vin = NULL, *wave = NULL;
     if (dl_ltx2_audio_vae_load(&m, md, "audio_vae", 3, dt, NULL) != DL_OK ||
         dl_ltx2_vocoder_load(&v, md, "vocoder", dl_ltx2_audio_vae_mel_frames(m), dt, NULL) != DL_OK || !packed || !want) {
         CHECK(0, "pipeline: %s", dl_last_error());
@@ -209,26 +184,14 @@ out:
 /* A folder whose component `comp` is config `cfg` over fixture a's weights; load
  * gives `want` and a message containing `says`. */
 static void bad_folder(const char *tmp, const char *comp, const char *cfg, dl_status want, const char *says) {
-    char p[512], w[512];
-    snprintf(p, sizeof p, "%s/model_index.json", tmp);
-    FILE *f = fopen(p, "w");
-    fputs("{\"_class_name\": \"LTX2Pipeline\", \"audio_vae\": [\"diffusers\", \"AutoencoderKLLTX2Audio\"], "
-          "\"vocoder\": [\"ltx2\", \"LTX2Vocoder\"]}",
-          f);
-    fclose(f);
-    snprintf(p, sizeof p, "%s/%s", tmp, comp);
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-        CHECK(0, "mkdir %s", p);
-        return;
-    }
-    snprintf(p, sizeof p, "%s/%s/diffusion_pytorch_model.safetensors", tmp, comp);
-    unlink(p);
+    char w[512];
     snprintf(w, sizeof w, DATA_DIR "/ltx2_audio/a/%s/diffusion_pytorch_model.safetensors", comp);
-    CHECK(symlink(w, p) == 0, "symlink %s", p);
-    snprintf(p, sizeof p, "%s/%s/config.json", tmp, comp);
-    f = fopen(p, "w");
-    fputs(cfg, f);
-    fclose(f);
+    if (!test_write_folder(
+            tmp,
+            "{\"_class_name\": \"LTX2Pipeline\", \"audio_vae\": [\"diffusers\", \"AutoencoderKLLTX2Audio\"], "
+            "\"vocoder\": [\"ltx2\", \"LTX2Vocoder\"]}",
+            comp, cfg, w, NULL, 0))
+        return;
     dl_model_dir *md;
     if (dl_model_dir_open(&md, tmp) != DL_OK) {
         CHECK(0, "%s", dl_last_error());

@@ -12,7 +12,6 @@
  * peak 2). Also: decoding twice gives the same bytes, progress per stage in order,
  * the checkpoint's latents_mean / latents_std, refusals with messages for broken
  * folders, configs and checkpoints. */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,49 +24,6 @@
 
 static dl_checkpoint *g_vec;
 static int g_verbose;
-
-static float *vec(dl_checkpoint *ck, const char *name, int64_t *numel) {
-    const dl_st_tensor *t = dl_ckpt_find(ck, name);
-    if (!t) {
-        fprintf(stderr, "no vector %s\n", name);
-        return NULL;
-    }
-    float *p = malloc((size_t)t->numel * 4);
-    if (p && dl_ckpt_read(t, DL_F32, p) != DL_OK) {
-        free(p);
-        return NULL;
-    }
-    if (numel) *numel = t->numel;
-    return p;
-}
-
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double mx = 0, e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        mx = fmax(mx, fabs(want[i]));
-        e = fmax(e, fabs((double)got[i] - want[i]));
-    }
-    return e / (mx > 0 ? mx : 1);
-}
-
-/* video nominally in [-1, 1]: peak-to-peak range 2 */
-static double psnr2(const float *a, const float *b, int64_t n) {
-    double se = 0;
-    for (int64_t i = 0; i < n; i++) se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    double mse = se / (double)n;
-    return mse == 0 ? INFINITY : 10.0 * log10(4.0 / mse);
-}
-
-typedef struct {
-    int calls, last, total, ordered;
-} progress;
-
-static void on_chunk(void *ctx, int done, int total) {
-    progress *p = ctx;
-    p->ordered &= done == p->last + 1 && total == (p->total ? p->total : total);
-    p->calls++, p->last = done, p->total = total;
-}
 
 typedef struct {
     const char *vae, *key;
@@ -85,7 +41,7 @@ static void check_buffers(dl_ltx2_vae *m, const char *v, int64_t zc) {
         return;
     }
     int64_t n1 = 0, n2 = 0;
-    float *mu = vec(ck, "latents_mean", &n1), *sd = vec(ck, "latents_std", &n2);
+    float *mu = test_vec(ck, "latents_mean", &n1, NULL), *sd = test_vec(ck, "latents_std", &n2, NULL);
     CHECK(mu && sd && n1 == zc && n2 == zc && !memcmp(mu, dl_ltx2_vae_latents_mean(m), (size_t)zc * 4) &&
               !memcmp(sd, dl_ltx2_vae_latents_std(m), (size_t)zc * 4) && sd[0] != 1.f,
           "%s: latents_mean / latents_std differ from the checkpoint's", v);
@@ -120,12 +76,12 @@ static void test_case(const tcase *c, const char *dir, dl_dtype dt) {
     int64_t nz = 0, nv = 0;
     float temb = 0;
     snprintf(nm, sizeof nm, "%s.z", c->key);
-    float *z = vec(g_vec, nm, &nz);
+    float *z = test_vec(g_vec, nm, &nz, NULL);
     snprintf(nm, sizeof nm, "%s.video", c->key);
-    float *want = vec(g_vec, nm, &nv);
+    float *want = test_vec(g_vec, nm, &nv, NULL);
     if (c->tc) {
         snprintf(nm, sizeof nm, "%s.temb", c->key);
-        float *t = vec(g_vec, nm, NULL);
+        float *t = test_vec(g_vec, nm, NULL, NULL);
         CHECK(t != NULL, "%s: no temb", c->key);
         if (t) temb = *t;
         free(t);
@@ -135,20 +91,21 @@ static void test_case(const tcase *c, const char *dir, dl_dtype dt) {
         CHECK(0, "%s: vectors missing or of the wrong size", c->key);
         goto out;
     }
-    progress pg = {.ordered = 1};
+    test_progress pg = {0};
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    CHECK(dl_ltx2_vae_decode(m, z, temb, got, on_chunk, &pg) == DL_OK, "%s", dl_last_error());
+    CHECK(dl_ltx2_vae_decode(m, z, temb, got, test_on_progress, &pg) == DL_OK, "%s", dl_last_error());
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    CHECK(pg.calls == c->stages && pg.last == c->stages && pg.total == c->stages && pg.ordered,
+    CHECK(pg.calls == c->stages && pg.last == c->stages && pg.total == c->stages && !pg.out_of_order &&
+              !pg.total_changed,
           "%s: progress %d calls, last %d of %d", c->key, pg.calls, pg.last, pg.total);
     const double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
     if (dt == DL_F32) {
-        double e = rel_err(got, want, n);
+        double e = test_rel_err(got, want, n);
         CHECK(e <= 1e-4, "%s f32: max|err| %.3g of max|ref|", c->key, e);
         if (g_verbose) printf("%s f32: max|err| = %.3g of max|ref| (%.1f ms)\n", c->key, e, ms);
     } else {
-        double db = psnr2(got, want, n);
+        double db = test_psnr(got, want, n, 2.0);
         CHECK(db >= 30.0, "%s bf16: PSNR %.1f dB < 30", c->key, db);
         if (g_verbose) printf("%s bf16: PSNR %.1f dB (%.1f ms)\n", c->key, db, ms);
     }
@@ -172,30 +129,10 @@ out:
 /* Makes tmp a folder whose vae is config `cfg` with fixture `from`'s weights (or,
  * weights given, a file holding those nw bytes). */
 static void write_folder(const char *tmp, const char *from, const char *cfg, const char *weights, size_t nw) {
-    char p[512], w[512];
-    snprintf(p, sizeof p, "%s/model_index.json", tmp);
-    FILE *f = fopen(p, "w");
-    fputs("{\"_class_name\": \"LTX2Pipeline\", \"vae\": [\"diffusers\", \"AutoencoderKLLTX2Video\"]}", f);
-    fclose(f);
-    snprintf(p, sizeof p, "%s/vae", tmp);
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-        CHECK(0, "mkdir %s", p);
-        return;
-    }
-    snprintf(p, sizeof p, "%s/vae/diffusion_pytorch_model.safetensors", tmp);
-    unlink(p);
-    if (weights) {
-        f = fopen(p, "wb");
-        CHECK(fwrite(weights, 1, nw, f) == nw, "write %s", p);
-        fclose(f);
-    } else {
-        snprintf(w, sizeof w, DATA_DIR "/ltx2_vae/%s/vae/diffusion_pytorch_model.safetensors", from);
-        CHECK(symlink(w, p) == 0, "symlink %s", p);
-    }
-    snprintf(p, sizeof p, "%s/vae/config.json", tmp);
-    f = fopen(p, "w");
-    fputs(cfg, f);
-    fclose(f);
+    char w[512];
+    snprintf(w, sizeof w, DATA_DIR "/ltx2_vae/%s/vae/diffusion_pytorch_model.safetensors", from);
+    test_write_folder(tmp, "{\"_class_name\": \"LTX2Pipeline\", \"vae\": [\"diffusers\", \"AutoencoderKLLTX2Video\"]}",
+                      "vae", cfg, w, weights, nw);
 }
 
 /* load of such a folder gives `want` and a message containing `says` */

@@ -260,12 +260,6 @@ static void comm_checks(dl_comm *w) {
     if (g_rank == 0) printf("  comm: every collective checked on %d rank(s)%s\n", n, dl_comm_have_mpi() ? " (MPI build)" : "");
 }
 
-static double psnr(const float *a, const float *b, int64_t n) {
-    double se = 0;
-    for (int64_t i = 0; i < n; i++) se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    return se == 0 ? INFINITY : 10 * log10((double)n / se);
-}
-
 /* The whole pipeline on a layout (true CFG, step caching on, programs from the cache
  * twice: compiled, then loaded): every replica host's picture against the unsplit
  * pipeline's, PSNR >= 50 dB in f32, and every rank ran exactly the decided steps. */
@@ -321,7 +315,7 @@ static void pipeline_layout(dl_comm *world, const char *dir, const char *name, i
         CHECK(ok, "%s %s: reference: %s", name, spec, dl_last_error());
         dl_flux_pipeline_free(p);
         if (!ok) break;
-        double db = psnr(ref, img, n);
+        double db = test_psnr(ref, img, n, 1.0);
         int group = dl_comm_size(pl.replica_comm);
         CHECK(db >= 50, "%s %s: image PSNR %.1f dB < 50 against one rank", name, spec, db);
         CHECK(tm.ranks == group, "%s %s: %d of %d ranks confirmed the decided steps", name, spec, tm.ranks, group);
@@ -403,7 +397,7 @@ static void gen_layout(dl_comm *world, const gen_case *gc, const char *spec) {
         if (ok) {
             double worst = INFINITY;
             const int64_t fr = (int64_t)W * H * 3;
-            for (int f = 0; f < F; f++) worst = fmin(worst, psnr(b.pixels + f * fr, a.pixels + f * fr, fr));
+            for (int f = 0; f < F; f++) worst = fmin(worst, test_psnr(b.pixels + f * fr, a.pixels + f * fr, fr, 1.0));
             int group = dl_comm_size(pl.replica_comm);
             CHECK(worst >= 50, "%s %s: worst frame PSNR %.1f dB < 50 against one rank", gc->name, spec, worst);
             CHECK(tm.ranks == group, "%s %s: %d of %d ranks confirmed the decided steps", gc->name, spec, tm.ranks, group);

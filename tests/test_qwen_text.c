@@ -56,8 +56,6 @@ static float *vec_of(const char *key, const char *what, int64_t numel) {
     return p;
 }
 
-/* worst over rows of max|err| / max|ref| within the row (NaN: infinite) */
-
 static double bound_of(dl_dtype dt) { return dt == DL_F32 ? 1e-4 : 1.0 / 32; }
 #define BOUND_EMU (1.0 / 128) /* bf16 against the emulated bf16 scheme */
 
@@ -199,54 +197,26 @@ static const char *CFG4 =
     "\"use_sliding_window\": false, \"max_window_layers\": 28, \"vocab_size\": 574, "
     "\"vision_config\": {\"depth\": 1, \"hidden_size\": 32}}";
 
-static void write_text(const char *path, const char *txt) {
-    CHECK(dl_file_write_atomic(path, txt, strlen(txt)) == DL_OK, "%s", dl_last_error());
+/* transformers 5's names: the language model under `model.language_model.`, the
+ * vision tower under `model.visual.` */
+static int v5_renamed(void *ctx, const char *name, char *out, size_t cap) {
+    if (!strncmp(name, "model.", 6)) snprintf(out, cap, "model.language_model.%s", name + 6);
+    else if (!strncmp(name, "visual.", 7)) snprintf(out, cap, "model.%s", name);
+    else snprintf(out, cap, "%s", name);
+    return 1;
 }
 
 /* root/<name>/: config `cfg`, the fixture's tensors with the language model under
  * `model.language_model.` and the vision tower under `model.visual.` (transformers 5),
  * in two shards plus model.safetensors.index.json; `drop` (may be NULL) left out. */
 static void write_comp(const char *root, const char *name, const char *cfg, const char *drop) {
-    char path[600], nm[256];
+    char path[600];
     snprintf(path, sizeof path, "%s/%s", root, name);
     mkdir(path, 0755);
     snprintf(path, sizeof path, "%s/%s/config.json", root, name);
-    write_text(path, cfg);
-    dl_checkpoint *src;
-    if (dl_ckpt_open(&src, QDIR "/a/text_encoder/model.safetensors", NULL) != DL_OK) {
-        CHECK(0, "%s", dl_last_error());
-        return;
-    }
-    dl_st_writer *w[2] = {dl_st_writer_new(), dl_st_writer_new()};
-    const int nt = dl_ckpt_count(src);
-    char **names = calloc((size_t)nt, sizeof *names);
-    size_t cap = 1 << 16, len = 0;
-    char *idx = malloc(cap);
-    len += (size_t)snprintf(idx, cap, "{\"metadata\": {}, \"weight_map\": {");
-    for (int i = 0, k = 0; i < nt; i++) {
-        const dl_st_tensor *t = dl_ckpt_at(src, i);
-        if (!strncmp(t->name, "model.", 6)) snprintf(nm, sizeof nm, "model.language_model.%s", t->name + 6);
-        else if (!strncmp(t->name, "visual.", 7)) snprintf(nm, sizeof nm, "model.%s", t->name);
-        else snprintf(nm, sizeof nm, "%s", t->name);
-        if (drop && !strcmp(nm, drop)) continue;
-        names[i] = strdup(nm);
-        CHECK(dl_st_writer_add(w[k % 2], names[i], t->dtype, t->ndim, t->shape, t->data) == DL_OK, "%s", dl_last_error());
-        len += (size_t)snprintf(idx + len, cap - len, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", k ? ", " : "",
-                                names[i], k % 2 + 1);
-        k++;
-    }
-    snprintf(idx + len, cap - len, "}}");
-    CHECK(len < cap - 4, "index too long");
-    for (int s = 0; s < 2; s++) {
-        snprintf(path, sizeof path, "%s/%s/model-0000%d-of-00002.safetensors", root, name, s + 1);
-        CHECK(dl_st_writer_save(w[s], path) == DL_OK, "%s", dl_last_error());
-        dl_st_writer_free(w[s]);
-    }
-    snprintf(path, sizeof path, "%s/%s/model.safetensors.index.json", root, name);
-    write_text(path, idx);
-    for (int i = 0; i < nt; i++) free(names[i]);
-    free(names), free(idx);
-    dl_ckpt_free(src);
+    test_write_text(path, cfg);
+    snprintf(path, sizeof path, "%s/%s", root, name);
+    test_write_renamed(QDIR "/a/text_encoder/model.safetensors", path, 2, v5_renamed, NULL, drop, NULL);
 }
 
 /* cfg with one substring replaced (static buffer) */
@@ -263,7 +233,7 @@ static void test_layouts_and_errors(dl_model_dir *fixture) {
     char root[] = "/tmp/difflet_qwen_text_XXXXXX", path[600], cmd[700];
     CHECK(mkdtemp(root) != NULL, "mkdtemp");
     snprintf(path, sizeof path, "%s/model_index.json", root);
-    write_text(path, "{\"_class_name\": \"QwenImagePipeline\", "
+    test_write_text(path, "{\"_class_name\": \"QwenImagePipeline\", "
                      "\"v5\": [\"transformers\", \"Qwen2_5_VLForConditionalGeneration\"], "
                      "\"theta\": [\"transformers\", \"Qwen2_5_VLForConditionalGeneration\"], "
                      "\"missing\": [\"transformers\", \"Qwen2_5_VLForConditionalGeneration\"], "

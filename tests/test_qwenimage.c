@@ -15,28 +15,6 @@
 
 static dl_checkpoint *g_vec;
 
-static float *vec(const char *name, int64_t *shape) {
-    const dl_st_tensor *t = dl_ckpt_find(g_vec, name);
-    if (!t) {
-        fprintf(stderr, "no vector %s\n", name);
-        return NULL;
-    }
-    float *p = malloc((size_t)t->numel * 4);
-    dl_ckpt_read(t, DL_F32, p);
-    if (shape) memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-    return p;
-}
-
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double mx = 0, e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        mx = fmax(mx, fabs(want[i]));
-        e = fmax(e, fabs((double)got[i] - want[i]));
-    }
-    return e / (mx > 0 ? mx : 1);
-}
-
 /* a: 48x32 (latent 12x8, packed grid 4x6... as diffusers: h = 32/4 = 8 -> 4 rows) */
 static void test_step(const char *v, int W, int H, int scale, dl_dtype dt, int64_t pad) {
     char path[256], name[64];
@@ -48,13 +26,13 @@ static void test_step(const char *v, int W, int H, int scale, dl_dtype dt, int64
     }
     int64_t ls[8] = {0}, ts[8] = {0}, os[8] = {0};
     snprintf(name, sizeof name, "%s.step.latents", v);
-    float *lat = vec(name, ls);
+    float *lat = test_vec(g_vec, name, NULL, ls);
     snprintf(name, sizeof name, "%s.step.txt", v);
-    float *txt = vec(name, ts);
+    float *txt = test_vec(g_vec, name, NULL, ts);
     snprintf(name, sizeof name, "%s.step.t", v);
-    float *t = vec(name, NULL);
+    float *t = test_vec(g_vec, name, NULL, NULL);
     snprintf(name, sizeof name, "%s.step.out", v);
-    float *want = vec(name, os);
+    float *want = test_vec(g_vec, name, NULL, os);
     const int64_t gh = H / scale / 2, gw = W / scale / 2, L = ts[0], T = L + pad;
     dl_qwenimage *m = NULL;
     if (lat && txt && t && want && dl_qwenimage_load(&m, dir, "transformer", gh, gw, T, dt, NULL, NULL) == DL_OK) {
@@ -62,7 +40,7 @@ static void test_step(const char *v, int W, int H, int scale, dl_dtype dt, int64
         memcpy(tp, txt, (size_t)(L * ts[1]) * 4);
         for (int64_t i = L * ts[1]; i < T * ts[1]; i++) tp[i] = (float)((i * 7919) % 13) - 6.f; /* padding: anything */
         CHECK(dl_qwenimage_run(m, lat, tp, L, t[0], got) == DL_OK, "%s run: %s", v, dl_last_error());
-        double e = rel_err(got, want, os[0] * os[1]);
+        double e = test_rel_err(got, want, os[0] * os[1]);
         printf("qwen-image %s transformer %s (text %lld of %lld rows): max err %.3g of max|ref|\n", v, dl_dtype_name(dt),
                (long long)L, (long long)T, e);
         CHECK(e <= (dt == DL_F32 ? 1e-4 : 2e-2), "%s %s transformer: %.3g", v, dl_dtype_name(dt), e);
@@ -82,15 +60,15 @@ static void test_vae(const char *v, dl_dtype dt) {
     if (dl_model_dir_open(&dir, path) != DL_OK) return;
     int64_t zs[8] = {0}, is[8] = {0};
     snprintf(name, sizeof name, "%s.vae.z", v);
-    float *z = vec(name, zs);
+    float *z = test_vec(g_vec, name, NULL, zs);
     snprintf(name, sizeof name, "%s.vae.image", v);
-    float *want = vec(name, is);
+    float *want = test_vec(g_vec, name, NULL, is);
     dl_wan_vae *m = NULL;
     if (z && want && dl_wan_vae_load(&m, dir, "vae", zs[1], zs[2], zs[3], dt, NULL) == DL_OK) {
         int64_t n = is[0] * is[1] * is[2] * is[3];
         float *got = calloc((size_t)n, 4);
         CHECK(dl_wan_vae_frames(m) == 1 && dl_wan_vae_decode(m, z, got, NULL, NULL) == DL_OK, "%s vae: %s", v, dl_last_error());
-        double e = rel_err(got, want, n);
+        double e = test_rel_err(got, want, n);
         printf("qwen-image %s vae %s: max err %.3g of max|ref|\n", v, dl_dtype_name(dt), e);
         CHECK(e <= (dt == DL_F32 ? 1e-4 : 3e-2), "%s vae %s: %.3g", v, dl_dtype_name(dt), e);
         free(got);
@@ -99,12 +77,6 @@ static void test_vae(const char *v, dl_dtype dt) {
         CHECK(0, "%s vae load: %s", v, dl_last_error());
     free(z), free(want);
     dl_model_dir_free(dir);
-}
-
-static double psnr1(const float *a, const float *b, int64_t n) {
-    double se = 0;
-    for (int64_t i = 0; i < n; i++) se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    return se > 0 ? 10 * log10((double)n / se) : 200;
 }
 
 /* The whole pipeline from the same packed latents, 4 steps, true CFG 4 with a negative
@@ -127,9 +99,9 @@ static void test_pipeline(const char *v, int W, int H, dl_dtype dt) {
     for (int k = 0; k < 2; k++) {
         int64_t shp[8] = {0};
         snprintf(name, sizeof name, "%s.gen%d.latents", v, k);
-        float *init = vec(name, shp);
+        float *init = test_vec(g_vec, name, NULL, shp);
         snprintf(name, sizeof name, "%s.gen%d.image", v, k);
-        float *want = vec(name, NULL);
+        float *want = test_vec(g_vec, name, NULL, NULL);
         dl_st_writer *w = dl_st_writer_new();
         dl_checkpoint *ck = NULL;
         if (!init || !want || dl_st_writer_add(w, "latents", DL_ST_F32, 2, shp, init) != DL_OK ||
@@ -141,7 +113,7 @@ static void test_pipeline(const char *v, int W, int H, dl_dtype dt) {
             dl_media m;
             dl_gen_timing tm;
             if (dl_pipeline_generate(p, &r, &m, &tm) == DL_OK) {
-                double db = psnr1(m.pixels, want, (int64_t)W * H * 3);
+                double db = test_psnr(m.pixels, want, (int64_t)W * H * 3, 1.0);
                 printf("qwen-image %s pipeline %s, %s: PSNR %.1f dB (%d transformer calls)\n", v, dl_dtype_name(dt),
                        k == 0 ? "true CFG" : "no CFG", db, tm.denoiser_calls);
                 CHECK(db >= (dt == DL_F32 ? 45.0 : 30.0), "%s gen%d %s: %.1f dB", v, k, dl_dtype_name(dt), db);

@@ -10,6 +10,7 @@
  * BPE with byte fallback (LTX-2's text encoder) on the corpus plus strings aimed at
  * its pipeline, and left-padded, truncated as LTX2Pipeline encodes (gemma.json). */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -162,6 +163,25 @@ static uint64_t fnv_ids(const int32_t *ids, int n) {
     return h;
 }
 
+/* a reference row's text: its own, or the corpus entry it names */
+static const char *row_text(const cJSON *row) {
+    const cJSON *ci = cJSON_GetObjectItemCaseSensitive(row, "corpus");
+    return cJSON_IsNumber(ci) ? cJSON_GetObjectItem(cJSON_GetArrayItem(g_corpus, ci->valueint), "text")->valuestring
+                              : cJSON_GetObjectItemCaseSensitive(row, "text")->valuestring;
+}
+
+/* a row whose ids differ, on stderr: `label (dir)`, the text, the first 40 ids got (n of
+ * them, status st), want_n and the first `cap` of the reference ids `want` (may be NULL) */
+static void print_mismatch(const char *label, const char *dir, const char *text, dl_status st, const int32_t *ids,
+                           int n, int want_n, const cJSON *want, int cap) {
+    fprintf(stderr, "%s (%s): \"%s\"\n  got %d ids:", label, dir, text, n);
+    for (int i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", ids[i]);
+    fprintf(stderr, "\n want %d ids:", want_n);
+    for (int i = 0; want && i < cJSON_GetArraySize(want) && i < cap; i++)
+        fprintf(stderr, " %d", (int)cJSON_GetArrayItem(want, i)->valuedouble);
+    fprintf(stderr, "%s%s\n", st == DL_OK ? "" : " ", st == DL_OK ? "" : dl_last_error());
+}
+
 /* Every row of qwen.json through `dir` against reference `key` ([n, fnv] and, for
  * "q", the ids themselves when short); returns the number of exact matches. */
 static int qwen_rows(const cJSON *rows, const char *dir, const char *key, int *total) {
@@ -174,9 +194,7 @@ static int qwen_rows(const cJSON *rows, const char *dir, const char *key, int *t
     int good = 0, bad = 0;
     const cJSON *row;
     cJSON_ArrayForEach(row, rows) {
-        const cJSON *ci = cJSON_GetObjectItemCaseSensitive(row, "corpus");
-        const char *text = cJSON_IsNumber(ci) ? cJSON_GetObjectItem(cJSON_GetArrayItem(g_corpus, ci->valueint), "text")->valuestring
-                                              : cJSON_GetObjectItemCaseSensitive(row, "text")->valuestring;
+        const char *text = row_text(row);
         const cJSON *ref = cJSON_GetObjectItemCaseSensitive(row, key), *want = cJSON_GetObjectItemCaseSensitive(row, "ids");
         size_t len = strlen(text);
         int max_len = (int)(len * 4 + 16), n = 0;
@@ -189,13 +207,8 @@ static int qwen_rows(const cJSON *rows, const char *dir, const char *key, int *t
         if (same && want && !strcmp(key, "q"))
             for (int i = 0; i < n; i++) same &= ids[i] == (int32_t)cJSON_GetArrayItem(want, i)->valuedouble;
         good += same;
-        if (!same && bad++ < 5) {
-            fprintf(stderr, "%s (%s): \"%s\"\n  got %d ids:", key, dir, text, n);
-            for (int i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", ids[i]);
-            fprintf(stderr, "\n want %d ids:", cJSON_GetArrayItem(ref, 0)->valueint);
-            for (int i = 0; want && i < cJSON_GetArraySize(want); i++) fprintf(stderr, " %d", (int)cJSON_GetArrayItem(want, i)->valuedouble);
-            fprintf(stderr, "%s%s\n", st == DL_OK ? "" : " ", st == DL_OK ? "" : dl_last_error());
-        }
+        if (!same && bad++ < 5)
+            print_mismatch(key, dir, text, st, ids, n, cJSON_GetArrayItem(ref, 0)->valueint, want, INT_MAX);
         free(ids);
     }
     dl_tokenizer_free(t);
@@ -443,9 +456,7 @@ static int gemma_rows(const cJSON *rows, const char *dir, const char *alt, int32
     int good = 0, bad = 0;
     const cJSON *row;
     cJSON_ArrayForEach(row, rows) {
-        const cJSON *ci = cJSON_GetObjectItemCaseSensitive(row, "corpus");
-        const char *text = cJSON_IsNumber(ci) ? cJSON_GetObjectItem(cJSON_GetArrayItem(g_corpus, ci->valueint), "text")->valuestring
-                                              : cJSON_GetObjectItemCaseSensitive(row, "text")->valuestring;
+        const char *text = row_text(row);
         const cJSON *want = cJSON_GetObjectItemCaseSensitive(row, "ids");
         int want_n = cJSON_GetObjectItemCaseSensitive(row, "n")->valueint;
         const char *want_h = cJSON_GetObjectItemCaseSensitive(row, "fnv")->valuestring;
@@ -465,14 +476,7 @@ static int gemma_rows(const cJSON *rows, const char *dir, const char *alt, int32
         int same = st == DL_OK && n == want_n && !strcmp(h, want_h);
         for (int i = 0; same && want && i < n; i++) same = ids[i] == (int32_t)cJSON_GetArrayItem(want, i)->valuedouble;
         good += same;
-        if (!same && bad++ < 5) {
-            fprintf(stderr, "gemma (%s): \"%s\"\n  got %d ids:", dir, text, n);
-            for (int i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", ids[i]);
-            fprintf(stderr, "\n want %d ids:", want_n);
-            for (int i = 0; want && i < cJSON_GetArraySize(want) && i < 40; i++)
-                fprintf(stderr, " %d", (int)cJSON_GetArrayItem(want, i)->valuedouble);
-            fprintf(stderr, "%s%s\n", st == DL_OK ? "" : " ", st == DL_OK ? "" : dl_last_error());
-        }
+        if (!same && bad++ < 5) print_mismatch("gemma", dir, text, st, ids, n, want_n, want, 40);
         free(ids);
     }
     dl_tokenizer_free(t);

@@ -13,36 +13,6 @@
 
 static dl_checkpoint *g_vec;
 
-static float *vec(const char *name, int64_t *numel, int64_t *shape) {
-    const dl_st_tensor *t = dl_ckpt_find(g_vec, name);
-    if (!t) {
-        fprintf(stderr, "no vector %s\n", name);
-        return NULL;
-    }
-    float *p = malloc((size_t)t->numel * 4);
-    dl_ckpt_read(t, DL_F32, p);
-    if (numel) *numel = t->numel;
-    if (shape) memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-    return p;
-}
-
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double mx = 0, e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        mx = fmax(mx, fabs(want[i]));
-        e = fmax(e, fabs((double)got[i] - want[i]));
-    }
-    return e / (mx > 0 ? mx : 1);
-}
-
-static double psnr_range(const float *a, const float *b, int64_t n, double range) {
-    double se = 0;
-    for (int64_t i = 0; i < n; i++) se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    se /= (double)n;
-    return se > 0 ? 10 * log10(range * range / se) : 200;
-}
-
 static void test_step(const char *v, dl_dtype dt) {
     char path[256], name[64];
     snprintf(path, sizeof path, DATA_DIR "/wan/%s", v);
@@ -53,19 +23,19 @@ static void test_step(const char *v, dl_dtype dt) {
     }
     int64_t shape[8] = {0}, n = 0, ne = 0, tsh[8] = {0};
     snprintf(name, sizeof name, "%s.step.latents", v);
-    float *lat = vec(name, &n, shape);
+    float *lat = test_vec(g_vec, name, &n, shape);
     snprintf(name, sizeof name, "%s.text.embeds", v);
-    float *emb = vec(name, &ne, tsh);
+    float *emb = test_vec(g_vec, name, &ne, tsh);
     snprintf(name, sizeof name, "%s.step.t", v);
-    float *t = vec(name, NULL, NULL);
+    float *t = test_vec(g_vec, name, NULL, NULL);
     snprintf(name, sizeof name, "%s.step.out", v);
-    float *want = vec(name, NULL, NULL);
+    float *want = test_vec(g_vec, name, NULL, NULL);
     dl_wan *m = NULL;
     if (lat && emb && t && want &&
         dl_wan_load(&m, dir, "transformer", shape[1], shape[2], shape[3], tsh[0], dt, NULL, NULL) == DL_OK) {
         float *got = calloc((size_t)n, 4);
         CHECK(dl_wan_run(m, lat, emb, t[0], got) == DL_OK, "%s run: %s", v, dl_last_error());
-        double e = rel_err(got, want, n), p = psnr_range(got, want, n, 8.0);
+        double e = test_rel_err(got, want, n), p = test_psnr(got, want, n, 8.0);
         printf("wan %s transformer %s: max err %.3g of max|ref|, PSNR %.1f dB (range 8)\n", v, dl_dtype_name(dt), e, p);
         if (dt == DL_F32)
             CHECK(e <= 1e-4, "%s f32 transformer: %.3g", v, e);
@@ -98,9 +68,9 @@ static void test_pipeline(const char *v, dl_dtype dt, int ngen) {
     for (int k = 0; k < ngen; k++) {
         int64_t shp[8] = {0}, n = 0, nf = 0;
         snprintf(name, sizeof name, "%s.gen%d.latents", v, k);
-        float *init = vec(name, &n, shp);
+        float *init = test_vec(g_vec, name, &n, shp);
         snprintf(name, sizeof name, "%s.gen%d.frames", v, k);
-        float *want = vec(name, &nf, NULL);
+        float *want = test_vec(g_vec, name, &nf, NULL);
         dl_st_writer *w = dl_st_writer_new();
         dl_checkpoint *ck = NULL;
         if (!init || !want || dl_st_writer_add(w, "latents", DL_ST_F32, 4, shp, init) != DL_OK ||
@@ -117,7 +87,8 @@ static void test_pipeline(const char *v, dl_dtype dt, int ngen) {
                       "%s gen%d: %d frames %dx%d", v, k, m.frames, m.width, m.height);
                 double worst = 1e9;
                 for (int f = 0; f < F && nf == (int64_t)F * H * W * 3; f++) {
-                    double ps = psnr_range(m.pixels + (size_t)f * H * W * 3, want + (size_t)f * H * W * 3, (int64_t)H * W * 3, 1.0);
+                    double ps = test_psnr(m.pixels + (size_t)f * H * W * 3, want + (size_t)f * H * W * 3,
+                                          (int64_t)H * W * 3, 1.0);
                     worst = ps < worst ? ps : worst;
                 }
                 printf("wan %s pipeline %s, %s: worst frame PSNR %.1f dB (%d transformer calls)\n", v, dl_dtype_name(dt),
@@ -165,7 +136,8 @@ static void test_tiny_video(void) { /* f32: a bf16 run drifts to 22 dB on this u
     if (dl_pipeline_generate(p, &r, &m, NULL) == DL_OK) {
         double worst = 1e9;
         for (int f = 0; f < F && m.frames == F && m.width == S && m.height == S; f++) {
-            double ps = psnr_range(m.pixels + (size_t)f * S * S * 3, want + (size_t)f * S * S * 3, (int64_t)S * S * 3, 1.0);
+            double ps =
+                test_psnr(m.pixels + (size_t)f * S * S * 3, want + (size_t)f * S * S * 3, (int64_t)S * S * 3, 1.0);
             worst = ps < worst ? ps : worst;
         }
         printf("difflet-tiny-video %s: worst frame PSNR %.1f dB\n", dl_dtype_name(dt), worst);
@@ -242,9 +214,9 @@ static void test_batch(const char *v, dl_dtype dt) {
     if (dl_model_dir_open(&dir, path) != DL_OK) return;
     int64_t shape[8] = {0}, n = 0, ne = 0, tsh[8] = {0};
     snprintf(name, sizeof name, "%s.step.latents", v);
-    float *lat = vec(name, &n, shape);
+    float *lat = test_vec(g_vec, name, &n, shape);
     snprintf(name, sizeof name, "%s.text.embeds", v);
-    float *emb = vec(name, &ne, tsh);
+    float *emb = test_vec(g_vec, name, &ne, tsh);
     float *neg = malloc((size_t)ne * 4), *a0 = malloc((size_t)n * 4), *a1 = malloc((size_t)n * 4);
     float *b0 = malloc((size_t)n * 4), *b1 = malloc((size_t)n * 4), *c0 = malloc((size_t)n * 4);
     for (int64_t i = 0; i < ne; i++) neg[i] = i < ne / 3 ? 0.5f * emb[ne - 1 - i] : 0.f; /* another, shorter text */
@@ -256,7 +228,8 @@ static void test_batch(const char *v, dl_dtype dt) {
         ok = dl_wan_run(one, lat, emb, 500.f, a0) == DL_OK && dl_wan_run(one, lat, neg, 500.f, a1) == DL_OK &&
              dl_wan_run2(two, lat, emb, neg, 500.f, b0, b1) == DL_OK && dl_wan_run(two, lat, emb, 500.f, c0) == DL_OK;
         CHECK(ok, "%s batch run: %s", v, dl_last_error());
-        double e0 = rel_err(b0, a0, n), e1 = rel_err(b1, a1, n), e2 = rel_err(c0, a0, n), d = rel_err(a1, a0, n);
+        double e0 = test_rel_err(b0, a0, n), e1 = test_rel_err(b1, a1, n), e2 = test_rel_err(c0, a0, n),
+               d = test_rel_err(a1, a0, n);
         printf("wan %s batched CFG %s: branch 0 %.2g, branch 1 %.2g, one-branch call %.2g (the branches differ by %.2g)\n", v,
                dl_dtype_name(dt), e0, e1, e2, d);
         double bound = dt == DL_F32 ? 1e-6 : 1e-2;
@@ -289,7 +262,7 @@ static void test_batch_pipeline(void) {
         ok = dl_pipeline_generate(p1, &r, &a, &ta) == DL_OK && dl_pipeline_generate(p2, &r, &b, &tb) == DL_OK;
         CHECK(ok, "batched generate: %s", dl_last_error());
         if (!ok) break;
-        double db = psnr_range(a.pixels, b.pixels, (int64_t)a.frames * a.width * a.height * 3, 1.0);
+        double db = test_psnr(a.pixels, b.pixels, (int64_t)a.frames * a.width * a.height * 3, 1.0);
         printf("wan batched CFG pipeline%s: %.1f dB against sequential, %d / %d evaluations\n", k ? " (cadence:2)" : "", db,
                tb.denoiser_calls, ta.denoiser_calls);
         CHECK(db >= 100 && ta.denoiser_calls == tb.denoiser_calls, "batched vs sequential: %.1f dB, %d vs %d calls", db,

@@ -6,7 +6,6 @@
  * max|ref| (the issue's); bf16 PSNR >= 30 dB over the video (range 2). Also: decoding
  * twice gives the same bytes (the caches are cleared), progress per latent frame,
  * refusals with messages for broken folders and configs. */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,49 +17,6 @@
 
 static dl_checkpoint *g_vec, *g_extra;
 static int g_verbose;
-
-static float *vec(dl_checkpoint *ck, const char *name, int64_t *numel) {
-    const dl_st_tensor *t = dl_ckpt_find(ck, name);
-    if (!t) {
-        fprintf(stderr, "no vector %s\n", name);
-        return NULL;
-    }
-    float *p = malloc((size_t)t->numel * 4);
-    if (p && dl_ckpt_read(t, DL_F32, p) != DL_OK) {
-        free(p);
-        return NULL;
-    }
-    if (numel) *numel = t->numel;
-    return p;
-}
-
-static double rel_err(const float *got, const float *want, int64_t n) {
-    double mx = 0, e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        mx = fmax(mx, fabs(want[i]));
-        e = fmax(e, fabs((double)got[i] - want[i]));
-    }
-    return e / (mx > 0 ? mx : 1);
-}
-
-/* video in [-1, 1]: peak-to-peak range 2 */
-static double psnr2(const float *a, const float *b, int64_t n) {
-    double se = 0;
-    for (int64_t i = 0; i < n; i++) se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    double mse = se / (double)n;
-    return mse == 0 ? INFINITY : 10.0 * log10(4.0 / mse);
-}
-
-typedef struct {
-    int calls, last, total, ordered;
-} progress;
-
-static void on_chunk(void *ctx, int done, int total) {
-    progress *p = ctx;
-    p->ordered &= done == p->last + 1;
-    p->calls++, p->last = done, p->total = total;
-}
 
 /* fixture VAE v on vectors <key>.z -> <key>.video of ck: F x h x w latents, scales st / ss */
 static void test_case(const char *v, dl_checkpoint *ck, const char *key, int64_t F, int64_t h, int64_t w, int st,
@@ -87,24 +43,24 @@ static void test_case(const char *v, dl_checkpoint *ck, const char *key, int64_t
     CHECK(mean[0] == 0.1f && mean[3] == -0.05f && sd[1] == 0.8f && sd[2] == 2.0f, "%s: latents_mean / latents_std", v);
     int64_t nz, nv;
     snprintf(nm, sizeof nm, "%s.z", key);
-    float *z = vec(ck, nm, &nz);
+    float *z = test_vec(ck, nm, &nz, NULL);
     snprintf(nm, sizeof nm, "%s.video", key);
-    float *want = vec(ck, nm, &nv);
+    float *want = test_vec(ck, nm, &nv, NULL);
     float *got = malloc((size_t)n * 4), *again = malloc((size_t)n * 4);
     if (!z || !want || !got || !again || nz != 4 * F * h * w || nv != n) {
         CHECK(0, "%s: vectors missing or of the wrong size", key);
         goto out;
     }
-    progress pg = {.ordered = 1};
-    CHECK(dl_wan_vae_decode(m, z, got, on_chunk, &pg) == DL_OK, "%s", dl_last_error());
-    CHECK(pg.calls == F && pg.last == F && pg.total == F && pg.ordered, "%s: progress %d calls, last %d of %d", key,
-          pg.calls, pg.last, pg.total);
+    test_progress pg = {0};
+    CHECK(dl_wan_vae_decode(m, z, got, test_on_progress, &pg) == DL_OK, "%s", dl_last_error());
+    CHECK(pg.calls == F && pg.last == F && pg.total == F && !pg.out_of_order, "%s: progress %d calls, last %d of %d",
+          key, pg.calls, pg.last, pg.total);
     if (dt == DL_F32) {
-        double e = rel_err(got, want, n);
+        double e = test_rel_err(got, want, n);
         CHECK(e <= 1e-4, "%s f32: max|err| %.3g of max|ref|", key, e);
         if (g_verbose) printf("%s f32: max|err| = %.3g of max|ref|\n", key, e);
     } else {
-        double db = psnr2(got, want, n);
+        double db = test_psnr(got, want, n, 2.0);
         CHECK(db >= 30.0, "%s bf16: PSNR %.1f dB < 30", key, db);
         if (g_verbose) printf("%s bf16: PSNR %.1f dB\n", key, db);
     }
@@ -127,24 +83,9 @@ out:
 /* A folder whose vae is fixture a's weights with config `cfg`; load gives `want`
  * and a message containing `says`. */
 static void bad_config(const char *tmp, const char *cfg, dl_status want, const char *says) {
-    char p[512], w[512];
-    snprintf(p, sizeof p, "%s/model_index.json", tmp);
-    FILE *f = fopen(p, "w");
-    fputs("{\"_class_name\": \"WanPipeline\", \"vae\": [\"diffusers\", \"AutoencoderKLWan\"]}", f);
-    fclose(f);
-    snprintf(p, sizeof p, "%s/vae", tmp);
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-        CHECK(0, "mkdir %s", p);
+    if (!test_write_folder(tmp, "{\"_class_name\": \"WanPipeline\", \"vae\": [\"diffusers\", \"AutoencoderKLWan\"]}",
+                           "vae", cfg, DATA_DIR "/wan/a/vae/diffusion_pytorch_model.safetensors", NULL, 0))
         return;
-    }
-    snprintf(p, sizeof p, "%s/vae/diffusion_pytorch_model.safetensors", tmp);
-    snprintf(w, sizeof w, DATA_DIR "/wan/a/vae/diffusion_pytorch_model.safetensors");
-    unlink(p);
-    CHECK(symlink(w, p) == 0, "symlink %s", p);
-    snprintf(p, sizeof p, "%s/vae/config.json", tmp);
-    f = fopen(p, "w");
-    fputs(cfg, f);
-    fclose(f);
     dl_model_dir *md;
     if (dl_model_dir_open(&md, tmp) != DL_OK) {
         CHECK(0, "%s", dl_last_error());

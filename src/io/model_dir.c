@@ -271,8 +271,8 @@ dl_status dl_model_dir_checkpoint(const dl_model_dir *m, const char *name, dl_ch
     if (ngguf > 1)
         return dl_fail(DL_ERR_FORMAT, "`%s/`: %d .gguf files and no safetensors: keep the one to load", name, ngguf);
     if (ngguf == 1) {
-        snprintf(path, sizeof path, "%s/%s/%s", m->dir, name, gguf);
-        snprintf(shown, sizeof shown, "%s/%s", name, gguf);
+        snprintf(path, sizeof path, "%.3500s/%.200s/%.300s", m->dir, name, gguf);
+        snprintf(shown, sizeof shown, "%.200s/%.300s", name, gguf);
         return dl_ckpt_open_gguf(ck, path, shown);
     }
     snprintf(path, sizeof path, "%s/%s/pytorch_model.bin", m->dir, name);
