@@ -40,10 +40,10 @@ dl_status dl_ltx2_text_embeds(const struct dl_tokenizer *tok, dl_gemma3_text *te
                               const char *prompt, int T, float *embeds, float *video, float *audio, int64_t *valid);
 
 /* ---- the audio-video transformer (LTX2VideoTransformer3DModel; src/models/ltx2_transformer.c)
- * One denoising forward of the video and audio streams together, batch 1, the default
- * (non-perturbed) path LTX2Pipeline calls: no spatio-temporal guidance blocks, one
- * timestep per stream (not per token), every text row attended (the connectors' mask is
- * all ones). Built for one shape: the latent grid the pipeline packs (frames, height,
+ * One denoising forward of the video and audio streams together, batch 1, as each of
+ * LTX2Pipeline's guidance passes calls it: one timestep per stream (not per token),
+ * every text row attended (the connectors' mask is all ones), optionally with
+ * spatio-temporal guidance blocks (perturbed self-attention) or isolated modalities. Built for one shape: the latent grid the pipeline packs (frames, height,
  * width before patching), the audio latent frames, the text rows and the frame rate
  * (RoPE positions are computed at load as prepare_video_coords / prepare_audio_coords
  * compute them); f32 or bf16 matmul inputs, f32 residual streams. Refused by name:
@@ -60,6 +60,8 @@ typedef struct {
     int64_t video_tokens, video_in, video_out; /* packed latents [Nv, in] -> [Nv, out] */
     int64_t audio_tokens, audio_in, audio_out; /* [Na, audio_in] -> [Na, audio_out] */
     int64_t text_rows, text_width, audio_text_width; /* caption_channels with caption projections, else the widths */
+    int64_t layers;      /* num_layers */
+    int perturbed_attn;  /* config perturbed_attn: stg_blocks take effect */
 } dl_ltx2_transformer_info;
 typedef struct {
     const float *video;      /* [video_tokens, video_in] */
@@ -72,6 +74,13 @@ typedef struct {
     float timestep, audio_timestep, sigma, audio_sigma;
     int use_cross_timestep;  /* cross-modal modulation from the other stream's sigma (pipeline default 1) */
     int isolate_modalities;  /* skip a2v / v2a (LTX-2.3 modality guidance) */
+    /* spatio_temporal_guidance_blocks with perturbation_mask None (every element
+     * perturbed): in these blocks both self-attentions output their value projection
+     * (LTX2PerturbedAttnProcessor). Only a model whose config has perturbed_attn
+     * perturbs (diffusers ignores the blocks otherwise); indices past the last block
+     * perturb nothing. NULL / 0: the plain forward. */
+    const int *stg_blocks;
+    int stg_nblocks;
 } dl_ltx2_transformer_input;
 dl_status dl_ltx2_transformer_load(dl_ltx2_transformer **out, dl_model_dir *dir, const char *component,
                                    const dl_ltx2_transformer_shape *shape, dl_dtype dt, dl_wsrc *src);

@@ -1,6 +1,7 @@
 /* LTX2VideoTransformer3DModel (diffusers, models/transformers/transformer_ltx2.py): the
- * audio-video DiT of LTX-2, one forward for batch 1 on one rank, default path (no STG /
- * perturbed attention, no per-token timesteps, all text rows attended).
+ * audio-video DiT of LTX-2, one forward for batch 1 on one rank: the pipeline's passes
+ * (no per-token timesteps, all text rows attended), with or without spatio-temporal
+ * guidance's perturbed self-attention and modality isolation.
  *
  *   video x_v [Nv, D] = proj_in(latents [Nv, Cin]), audio x_a [Na, Da] = audio_proj_in(.)
  *   text e_v [T, D], e_a [T, Da]: caption_projection (Linear, GELU-tanh, Linear) when
@@ -14,6 +15,9 @@
  *   per block (per-block tables + those embeddings; RMS = RMSNorm without weight, eps):
  *     x_v += g_msa * attn1(RMS(x_v)(1 + s_msa) + sh_msa)                 video RoPE (3-D)
  *     x_a += same with the audio table, audio_attn1                      audio RoPE (1-D)
+ *     (STG: in the listed blocks of a perturbed_attn model, LTX2PerturbedAttnProcessor
+ *     with an all-zero perturbation mask: both self-attentions give v = to_v(h) in
+ *     place of softmax(q k^T) v, then the gate and to_out as usual)
  *     x_v += [g_q *] attn2(RMS(x_v)[(1 + s_q) + sh_q], e_v[(1 + s_kv) + sh_kv])   no RoPE
  *     x_a += the same for audio (audio_attn2, e_a)
  *     n_v = RMS(x_v), n_a = RMS(x_a) (both before either of:)
@@ -75,7 +79,7 @@ typedef struct { /* LTX2AdaLayerNormSingle, f32 */
 struct dl_ltx2_transformer {
     dl_ltx2_transformer_info in;
     int64_t D, H, Dh, Da, Ha, Dha, L, T;
-    int nv9, na9, prompt_mod, prompt_single, prompt_emb;
+    int nv9, na9, prompt_mod, prompt_single, prompt_emb, pert;
     double eps, gate_factor;
     dl_dtype dt;
     lin proj_in, aproj_in, proj_out, aproj_out, cap1, cap2, acap1, acap2;
@@ -135,6 +139,7 @@ typedef struct {
     int64_t Ca, Caout, ap, apt, Ha, Dha, acad, asf, apos_max, sr, hop;
     int64_t L, C, causal, ts_mult, cts_mult;
     int gated, cmod, agated, acmod, affine, abias, aobias, f64, prompt_emb, ff_bias, aff_bias, prompt_single, split;
+    int pert;
     double eps, theta;
 } tcfg;
 
@@ -157,7 +162,7 @@ static dl_status read_config(tcfg *k, const cJSON *cfg, const char *file) {
     int64_t co, aco;
     static const char *const ropes[2] = {"interleaved", "split"}, *const qk[1] = {"rms_norm_across_heads"},
                               *const act[1] = {"gelu-approximate"};
-    int pert, kf;
+    int kf;
     if ((s = dl_cfg_int(cfg, file, "in_channels", 128, &k->Cin)) || (s = dl_cfg_int(cfg, file, "out_channels", 128, &co)) ||
         (s = dl_cfg_int(cfg, file, "patch_size", 1, &k->p)) || (s = dl_cfg_int(cfg, file, "patch_size_t", 1, &k->pt)) ||
         (s = dl_cfg_int(cfg, file, "num_attention_heads", 32, &k->H)) ||
@@ -194,15 +199,15 @@ static dl_status read_config(tcfg *k, const cJSON *cfg, const char *file) {
         (s = dl_cfg_int(cfg, file, "cross_attn_timestep_scale_multiplier", 1000, &k->cts_mult)) ||
         (s = cfg_str_is(cfg, file, "rope_type", "interleaved", ropes, 2, &k->split)) ||
         (s = dl_cfg_bool(cfg, file, "use_prompt_embeddings", 1, &k->prompt_emb)) ||
-        (s = dl_cfg_bool(cfg, file, "perturbed_attn", 0, &pert)) || (s = dl_cfg_bool(cfg, file, "ff_bias", 1, &k->ff_bias)) ||
+        (s = dl_cfg_bool(cfg, file, "perturbed_attn", 0, &k->pert)) || (s = dl_cfg_bool(cfg, file, "ff_bias", 1, &k->ff_bias)) ||
         (s = dl_cfg_bool(cfg, file, "audio_ff_bias", 1, &k->aff_bias)) ||
         (s = dl_cfg_bool(cfg, file, "use_prompt_adaln_single", 1, &k->prompt_single)) ||
         (s = dl_cfg_bool(cfg, file, "use_keyframes_abs_pos_embedding", 0, &kf)))
         return s;
-    /* perturbed_attn only swaps in LTX2PerturbedAttnProcessor, which without a
-     * perturbation mask computes exactly the default; the keyframe embedding is only
-     * added with a keyframes mask, which the default path has not */
-    (void)pert, (void)kf;
+    /* perturbed_attn swaps in LTX2PerturbedAttnProcessor, which without a perturbation
+     * mask computes exactly the default (STG's blocks use it); the keyframe embedding is
+     * only added with a keyframes mask, which the pipeline's passes have not */
+    (void)kf;
     k->Cout = co ? co : k->Cin, k->Caout = aco ? aco : k->Ca;
     k->sf[0] = 8, k->sf[1] = k->sf[2] = 32;
     const cJSON *sf = cJSON_GetObjectItemCaseSensitive(cfg, "vae_scale_factors");
@@ -460,6 +465,7 @@ dl_status dl_ltx2_transformer_load(dl_ltx2_transformer **out, dl_model_dir *dir,
     if (!m) return dl_fail(DL_ERR_NOMEM, "out of memory");
     dl_wsrc *ck = NULL;
     m->dt = dt, m->T = sh->text_rows;
+    m->pert = k.pert;
     m->D = k.H * k.Dh, m->H = k.H, m->Dh = k.Dh, m->Da = k.Ha * k.Dha, m->Ha = k.Ha, m->Dha = k.Dha, m->L = k.L;
     m->nv9 = k.cmod, m->na9 = k.acmod, m->prompt_mod = k.cmod || k.acmod, m->prompt_single = k.prompt_single;
     m->prompt_emb = k.prompt_emb, m->eps = k.eps, m->gate_factor = (double)k.cts_mult / (double)k.ts_mult;
@@ -467,6 +473,7 @@ dl_status dl_ltx2_transformer_load(dl_ltx2_transformer **out, dl_model_dir *dir,
     in->video_tokens = Nv, in->video_in = k.Cin, in->video_out = k.Cout;
     in->audio_tokens = sh->audio_frames, in->audio_in = k.Ca, in->audio_out = k.Caout;
     in->text_rows = sh->text_rows, in->text_width = k.prompt_emb ? k.C : m->D, in->audio_text_width = k.prompt_emb ? k.C : m->Da;
+    in->layers = k.L, in->perturbed_attn = k.pert;
     const int64_t D = m->D, Da = m->Da, Na = in->audio_tokens, T = m->T;
     if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t so[2] = {2, D}, sao[2] = {2, Da};
@@ -638,7 +645,7 @@ static void rope_apply(const rope *r, dl_dtype dt, void *x, int64_t rows, int64_
 
 /* out [nq, Dout] f32 = attention a of hq [nq, Dq] (dt) over hk [nk, Dk] (dt; self: hq) */
 static dl_status xattn_run(dl_ltx2_transformer *m, xattn *a, const void *hq, int64_t nq, const void *hk, int64_t nk,
-                           const rope *rq, const rope *rk, float *out) {
+                           const rope *rq, const rope *rk, int perturbed, float *out) {
     const int64_t W = a->W, H = a->H, Dh = a->Dh;
     const size_t es = dl_dtype_size(m->dt);
     dl_status s;
@@ -653,16 +660,22 @@ static dl_status xattn_run(dl_ltx2_transformer *m, xattn *a, const void *hq, int
         q = m->qb, k = m->kvb, v = k + (size_t)W * es, qs = W, ks = 2 * W;
     }
     if (a->gated) RUN(&a->gate, hq, m->gl);
-    DL_PAR({
-        dl_rmsnorm_heads_t(m->dt, q, nq, qs, 1, W, a->nq, 1e-6f, ith, nth);
-        dl_rmsnorm_heads_t(m->dt, k, nk, ks, 1, W, a->nk, 1e-6f, ith, nth);
-    });
-    if (rq) rope_apply(rq, m->dt, q, nq, qs);
-    if (rk) rope_apply(rk, m->dt, k, nk, ks);
-    dl_attn_args at = {.dt = m->dt, .sq = nq, .sk = nk, .heads = H, .head_dim = Dh, .q = q, .q_stride = qs, .k = k,
-                       .v = v, .k_stride = ks, .v_stride = ks, .out = m->att, .out_stride = W, .kv_begin = 0, .kv_end = nk,
-                       .scale = 1.f / sqrtf((float)Dh)};
-    DL_PAR(dl_attn_t(&at, m->scratch, ith, nth));
+    if (perturbed) { /* STG (self-attention only): the value projection in place of attention */
+        DL_ASSERT(a->self);
+        for (int64_t r = 0; r < nq; r++)
+            memcpy((char *)m->att + (size_t)(r * W) * es, v + (size_t)(r * qs) * es, (size_t)W * es);
+    } else {
+        DL_PAR({
+            dl_rmsnorm_heads_t(m->dt, q, nq, qs, 1, W, a->nq, 1e-6f, ith, nth);
+            dl_rmsnorm_heads_t(m->dt, k, nk, ks, 1, W, a->nk, 1e-6f, ith, nth);
+        });
+        if (rq) rope_apply(rq, m->dt, q, nq, qs);
+        if (rk) rope_apply(rk, m->dt, k, nk, ks);
+        dl_attn_args at = {.dt = m->dt, .sq = nq, .sk = nk, .heads = H, .head_dim = Dh, .q = q, .q_stride = qs, .k = k,
+                           .v = v, .k_stride = ks, .v_stride = ks, .out = m->att, .out_stride = W, .kv_begin = 0,
+                           .kv_end = nk, .scale = 1.f / sqrtf((float)Dh)};
+        DL_PAR(dl_attn_t(&at, m->scratch, ith, nth));
+    }
     if (a->gated) { /* out *= 2 sigmoid(gate logit) per head, rounded as the stream's dtype */
         DL_PAR({
             int64_t r0, r1;
@@ -700,7 +713,7 @@ static void text_kv(dl_ltx2_transformer *m, const float *e, int64_t d, const flo
         }
 }
 
-static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate) {
+static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate, int perturbed) {
     const int64_t Nv = m->in.video_tokens, Na = m->in.audio_tokens, D = m->D, Da = m->Da;
     const float eps = (float)m->eps;
     const dl_dtype dt = m->dt;
@@ -710,10 +723,10 @@ static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate) {
     add_rows(ma, b->asst, m->ta, m->na9 ? 9 : 6, Da);
     /* 1. self-attention */
     norm_mod(dt, m->hv, m->xv, Nv, D, eps, 0, mv + D, mv);
-    if ((s = xattn_run(m, &b->a1, m->hv, Nv, m->hv, Nv, &m->rv, &m->rv, m->o))) return s;
+    if ((s = xattn_run(m, &b->a1, m->hv, Nv, m->hv, Nv, &m->rv, &m->rv, perturbed, m->o))) return s;
     gate_add(m->xv, m->o, mv + 2 * D, Nv, D);
     norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, ma + Da, ma);
-    if ((s = xattn_run(m, &b->aa1, m->ha, Na, m->ha, Na, &m->ra, &m->ra, m->o))) return s;
+    if ((s = xattn_run(m, &b->aa1, m->ha, Na, m->ha, Na, &m->ra, &m->ra, perturbed, m->o))) return s;
     gate_add(m->xa, m->o, ma + 2 * Da, Na, Da);
     /* 2. text cross-attention */
     const float *kvv = NULL, *kva = NULL;
@@ -724,11 +737,11 @@ static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate) {
     }
     norm_mod(dt, m->hv, m->xv, Nv, D, eps, 0, m->nv9 ? mv + 7 * D : NULL, mv + 6 * D);
     text_kv(m, m->ctxv, D, kvv);
-    if ((s = xattn_run(m, &b->a2, m->hv, Nv, m->ectx, m->T, NULL, NULL, m->o))) return s;
+    if ((s = xattn_run(m, &b->a2, m->hv, Nv, m->ectx, m->T, NULL, NULL, 0, m->o))) return s;
     gate_add(m->xv, m->o, m->nv9 ? mv + 8 * D : NULL, Nv, D);
     norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, m->na9 ? ma + 7 * Da : NULL, ma + 6 * Da);
     text_kv(m, m->ctxa, Da, kva);
-    if ((s = xattn_run(m, &b->aa2, m->ha, Na, m->ectx, m->T, NULL, NULL, m->o))) return s;
+    if ((s = xattn_run(m, &b->aa2, m->ha, Na, m->ectx, m->T, NULL, NULL, 0, m->o))) return s;
     gate_add(m->xa, m->o, m->na9 ? ma + 8 * Da : NULL, Na, Da);
     /* 3. audio-to-video and video-to-audio: every modulated input made before either */
     if (!isolate) {
@@ -741,9 +754,9 @@ static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate) {
         norm_mod(dt, m->hv2, m->xv, Nv, D, eps, 0, cv + 2 * D, cv + 3 * D); /* v2a keys */
         norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, ca, ca + Da);
         norm_mod(dt, m->ha2, m->xa, Na, Da, eps, 0, ca + 2 * Da, ca + 3 * Da);
-        if ((s = xattn_run(m, &b->a2v, m->hv, Nv, m->ha, Na, &m->rcv, &m->rca, m->o))) return s;
+        if ((s = xattn_run(m, &b->a2v, m->hv, Nv, m->ha, Na, &m->rcv, &m->rca, 0, m->o))) return s;
         gate_add(m->xv, m->o, cv + 4 * D, Nv, D);
-        if ((s = xattn_run(m, &b->v2a, m->ha2, Na, m->hv2, Nv, &m->rca, &m->rcv, m->o))) return s;
+        if ((s = xattn_run(m, &b->v2a, m->ha2, Na, m->hv2, Nv, &m->rca, &m->rcv, 0, m->o))) return s;
         gate_add(m->xa, m->o, ca + 4 * Da, Na, Da);
     }
     /* 4. feed-forwards */
@@ -813,8 +826,13 @@ dl_status dl_ltx2_transformer_run(dl_ltx2_transformer *m, const dl_ltx2_transfor
         memcpy(m->ctxv, x->text, (size_t)(T * D) * 4);
         memcpy(m->ctxa, x->audio_text, (size_t)(T * Da) * 4);
     }
-    for (int64_t i = 0; i < m->L; i++)
-        if ((s = block_run(m, &m->b[i], x->isolate_modalities))) return s;
+    if (x->stg_nblocks < 0 || x->stg_nblocks > 4096 || (x->stg_nblocks && !x->stg_blocks))
+        return dl_fail(DL_ERR_INVALID, "LTX-2 transformer: %d spatio-temporal guidance blocks", x->stg_nblocks);
+    for (int64_t i = 0; i < m->L; i++) {
+        int pert = 0; /* diffusers: a block index past the last block perturbs nothing */
+        for (int j = 0; m->pert && j < x->stg_nblocks; j++) pert |= x->stg_blocks[j] == i;
+        if ((s = block_run(m, &m->b[i], x->isolate_modalities, pert))) return s;
+    }
     /* output: LN(x)(1 + scale) + shift, (shift, scale) = table + embedded timestep */
     float sv[2 * D], sa[2 * Da];
     for (int i = 0; i < 2; i++) {

@@ -13,8 +13,9 @@ extern const dl_model_entry dl_flux_entry;
 extern const dl_model_entry dl_wan_entry;
 extern const dl_model_entry dl_hunyuan_entry;
 extern const dl_model_entry dl_qwenimage_entry;
+extern const dl_model_entry dl_ltx2_entry;
 
-static const dl_model_entry *const k_entries[] = {&dl_flux_entry, &dl_wan_entry, &dl_qwenimage_entry, &dl_hunyuan_entry};
+static const dl_model_entry *const k_entries[] = {&dl_flux_entry, &dl_wan_entry, &dl_qwenimage_entry, &dl_hunyuan_entry, &dl_ltx2_entry};
 enum { NENTRIES = sizeof k_entries / sizeof k_entries[0] };
 
 const dl_model_entry *dl_registry_find(const char *cls) {

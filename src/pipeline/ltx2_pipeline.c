@@ -1,0 +1,603 @@
+/* LTX2Pipeline's host flow (diffusers 0.42, pipelines/ltx2/pipeline_ltx2.py), text to
+ * video with audio, the default path (no prompt enhancement, no duration head: the
+ * frame count is the request's, no image conditioning, noise_scale 0):
+ *   prompt:  ltx2_text.c (Gemma 3, left padded to max_sequence_length T, every hidden
+ *            state, the connectors) into video [T, Dv] and audio [T, Da] text; with CFG
+ *            the negative prompt ("" when none) the same way;
+ *   latents: video [C, lf, lh, lw] (lf = (frames - 1) / ts + 1, lh = height / ss) packed
+ *            into [Nv, C pt p p] tokens; audio [Ca, La, M] (La = round(frames / frame_rate
+ *            x sample_rate / hop / 4), M = mel_bins / 4) packed into [La, Ca M]. Given
+ *            noise (`latents` [1, C, lf, lh, lw], `audio_latents` [1, Ca, La, M]) is
+ *            normalised as prepare_latents does: video (x - mean) sf / std BEFORE packing,
+ *            audio (x - mean) / std AFTER packing; drawn noise is used as drawn;
+ *   schedule: sigmas linspace(1, 1/N, N) shifted with mu = calculate_shift(Nv, the
+ *            scheduler's base/max seq len and shifts) (dl_flowmatch_sigmas); the model's
+ *            timestep (and sigma, for both streams) is t = sigma x 1000; the audio
+ *            scheduler is a copy with the same sigmas;
+ *   guidance per step, each pass a whole transformer forward, combined in x0 space
+ *            (x0 = latents - sigma v) separately for video and audio with their scales:
+ *              cond (prompt), uncond (negative prompt)        when CFG: g > 1 or ag > 1
+ *              STG (prompt, perturbed self-attention in spatio_temporal_guidance_blocks)
+ *                                                              when stg > 0 or astg > 0
+ *              modality isolation (prompt, no a2v / v2a)       when mod > 1 or amod > 1
+ *            x = x0c + (g - 1)(x0c - x0u) + stg (x0c - x0s) + (mod - 1)(x0c - x0m), then
+ *            guidance rescale (r > 0): x = r x std(x0c) / std(x) + (1 - r) x (unbiased
+ *            std over the whole stream); v = (latents - x) / sigma; Euler step;
+ *   decode:  video unpacked, mixed with decode noise when the VAE has timestep
+ *            conditioning ((1 - dns) z + dns noise, decode_timestep as temb), de-normalised
+ *            (z std / sf + mean), the VAE, (x / 2 + 0.5) clamped; audio de-normalised,
+ *            unpacked, the audio VAE, the vocoder: the waveform at the vocoder's rate.
+ * The output is video with sound: dl_media carries one channel, so a stereo vocoder's
+ * channels are averaged ((L + R) / 2).
+ * The shared loop (denoise.h) is not used: it steps one latent buffer with at most two
+ * CFG branches combined in velocity space, while LTX-2 steps two streams with up to
+ * four passes per step combined in x0 space with per-stream scales and rescaling. So
+ * the step loop is here, on one rank: parallel layouts are refused by name.
+ * The settings __call__ takes that a request has no field for come from the folder's
+ * difflet.json `defaults` (keys named as __call__'s arguments), else __call__'s defaults:
+ * stg_scale 1, modality_scale 3, guidance_rescale 0.7, audio_guidance_scale 7,
+ * audio_stg_scale 1, audio_modality_scale 3, audio_guidance_rescale 0.7 (an audio value
+ * of 0 takes the video one, as `audio_x or x` does), spatio_temporal_guidance_blocks
+ * [28], decode_timestep 0, decode_noise_scale (decode_timestep), fps (frame_rate) 24,
+ * max_sequence_length 1024. guidance_scale is the request's. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difflet/gemma3.h"
+#include "difflet/ltx2.h"
+#include "difflet/ltx2_audio.h"
+#include "difflet/ltx2_vae.h"
+#include "difflet/pipeline.h"
+#include "difflet/program.h"
+#include "difflet/registry.h"
+#include "difflet/text.h"
+
+enum { C_TEXT = 0, C_CONN, C_VAE, C_AVAE, C_VOC, C_TRANSFORMER, NCOMP };
+static const char *const k_lt_components[NCOMP] = {"text_encoder", "connectors", "vae", "audio_vae", "vocoder",
+                                                   "transformer"};
+enum { MAX_STG = 64 };
+enum { P_COND = 0, P_UNCOND, P_STG, P_MOD, NPASS };
+
+typedef struct {
+    float stg, mod, rescale; /* per stream; cfg scale: the request's guidance (video) */
+    float cfg;
+} stream_scales;
+
+typedef struct {
+    dl_gen_shape shape;
+    dl_model_dir *dir;
+    dl_tokenizer *tok;
+    dl_gemma3_text *te;
+    dl_ltx2_connectors *cn;
+    dl_ltx2_vae *vae;
+    dl_ltx2_audio_vae *avae;
+    dl_ltx2_vocoder *voc;
+    dl_ltx2_transformer *tr;
+    dl_flowmatch fm;
+    int64_t C, lf, lh, lw, p, pt, Nv, Cin;  /* video latent channels, grid, patches, tokens, features */
+    int64_t Ca, La, M, Na, Cain;            /* audio latent channels, frames, mel bins, tokens, features */
+    int64_t T, Dv, Da, emb_w;               /* text rows, video / audio text widths, stacked Gemma width */
+    int64_t Fo, Ho, Wo, mel_n, melv_n, wch, wlen; /* decoded sizes */
+    int ts, ss, frames;
+    double fps;
+    /* difflet.json / __call__ defaults */
+    stream_scales audio_s;
+    float stg, mod, rescale, decode_t, decode_ns;
+    int stg_blocks[MAX_STG], n_stg;
+    /* buffers, made at load */
+    float *sigmas, *tsteps;
+    float *emb, *tv[2], *ta[2];             /* [T, emb_w]; text [T, Dv] / [T, Da]: 0 prompt, 1 negative */
+    float *lat, *alat;                      /* [Nv, Cin], [Na, Cain] */
+    float *vo[NPASS], *ao[NPASS];           /* each pass's velocities, then x0 */
+    float *gv, *ga;                         /* the guided x0 of each stream */
+    float *z, *video, *mel, *melv, *wave;
+    dl_artifact *art[NCOMP];
+    char prog_id[NCOMP][17];
+} lt_pipe;
+
+static void pipe_free(lt_pipe *p) {
+    if (!p) return;
+    dl_tokenizer_free(p->tok);
+    dl_gemma3_text_free(p->te), dl_ltx2_connectors_free(p->cn), dl_ltx2_vae_free(p->vae);
+    dl_ltx2_audio_vae_free(p->avae), dl_ltx2_vocoder_free(p->voc), dl_ltx2_transformer_free(p->tr);
+    for (int i = 0; i < NCOMP; i++) dl_artifact_close(p->art[i]);
+    dl_model_dir_free(p->dir);
+    free(p->sigmas), free(p->tsteps), free(p->emb);
+    for (int i = 0; i < 2; i++) free(p->tv[i]), free(p->ta[i]);
+    free(p->lat), free(p->alat), free(p->gv), free(p->ga);
+    for (int i = 0; i < NPASS; i++) free(p->vo[i]), free(p->ao[i]);
+    free(p->z), free(p->video), free(p->mel), free(p->melv), free(p->wave);
+    free(p);
+}
+
+typedef struct {
+    lt_pipe *p;
+    int which;
+} build_ctx;
+
+static dl_status build_component(void *ctx, dl_wsrc *ws) {
+    build_ctx *b = ctx;
+    lt_pipe *p = b->p;
+    const dl_dtype dt = p->shape.dt;
+    switch (b->which) {
+    case C_TEXT: return dl_gemma3_text_load(&p->te, p->dir, "text_encoder", p->T, dt, ws);
+    case C_CONN: return dl_ltx2_connectors_load(&p->cn, p->dir, "connectors", p->T, dt, ws);
+    case C_VAE: return dl_ltx2_vae_load(&p->vae, p->dir, "vae", p->lf, p->lh, p->lw, dt, ws);
+    case C_AVAE: return dl_ltx2_audio_vae_load(&p->avae, p->dir, "audio_vae", p->La, dt, ws);
+    case C_VOC: return dl_ltx2_vocoder_load(&p->voc, p->dir, "vocoder", dl_ltx2_audio_vae_mel_frames(p->avae), dt, ws);
+    default: {
+        dl_ltx2_transformer_shape sh = {p->lf, p->lh, p->lw, p->La, p->T, p->fps};
+        return dl_ltx2_transformer_load(&p->tr, p->dir, "transformer", &sh, dt, ws);
+    }
+    }
+}
+
+/* AutoencoderKLLTX2Video's spatial / temporal_compression_ratio (the pipeline's scales):
+ * the config's, else patch_size(_t) x 2^(encoder spatio_temporal_scaling set) */
+static dl_status vae_scales(lt_pipe *p) {
+    const cJSON *v;
+    dl_status s = dl_model_dir_config(p->dir, "vae", &v);
+    if (s != DL_OK) return s;
+    int64_t ps, pst, ss, ts, up = 0;
+    if ((s = dl_cfg_int(v, "vae/config.json", "patch_size", 4, &ps)) ||
+        (s = dl_cfg_int(v, "vae/config.json", "patch_size_t", 1, &pst)))
+        return s;
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(v, "spatio_temporal_scaling");
+    if (cJSON_IsArray(st)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, st) up += cJSON_IsTrue(e);
+    } else
+        up = 4; /* the class default (True, True, True, True) */
+    if ((s = dl_cfg_int(v, "vae/config.json", "spatial_compression_ratio", ps << up, &ss)) ||
+        (s = dl_cfg_int(v, "vae/config.json", "temporal_compression_ratio", pst << up, &ts)))
+        return s;
+    if (ss < 1 || ss > 256 || ts < 1 || ts > 256)
+        return dl_fail(DL_ERR_FORMAT, "`vae/config.json`: compression ratios %lld (spatial), %lld (temporal) out of range",
+                       (long long)ss, (long long)ts);
+    p->ss = (int)ss, p->ts = (int)ts;
+    return DL_OK;
+}
+
+/* difflet.json's guidance settings (see the top of the file) */
+static dl_status settings_load(lt_pipe *p, const char *model_dir) {
+    const char *d = model_dir;
+    p->stg = (float)dl_model_default_num(d, "stg_scale", 0, 1000, 1.0);
+    p->mod = (float)dl_model_default_num(d, "modality_scale", 0, 1000, 3.0);
+    p->rescale = (float)dl_model_default_num(d, "guidance_rescale", 0, 1, 0.7);
+    /* `audio_x or x`: 0 takes the video value */
+    p->audio_s.cfg = (float)dl_model_default_num(d, "audio_guidance_scale", 0, 1000, 7.0);
+    p->audio_s.stg = (float)dl_model_default_num(d, "audio_stg_scale", 0, 1000, 1.0);
+    p->audio_s.mod = (float)dl_model_default_num(d, "audio_modality_scale", 0, 1000, 3.0);
+    p->audio_s.rescale = (float)dl_model_default_num(d, "audio_guidance_rescale", 0, 1, 0.7);
+    if (p->audio_s.stg == 0) p->audio_s.stg = p->stg;
+    if (p->audio_s.mod == 0) p->audio_s.mod = p->mod;
+    if (p->audio_s.rescale == 0) p->audio_s.rescale = p->rescale;
+    p->decode_t = (float)dl_model_default_num(d, "decode_timestep", 0, 1000, 0.0);
+    p->decode_ns = (float)dl_model_default_num(d, "decode_noise_scale", 0, 1, p->decode_t);
+    p->stg_blocks[0] = 28, p->n_stg = 1; /* __call__'s default */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/difflet.json", model_dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return DL_OK;
+    fclose(f);
+    cJSON *cfg = NULL;
+    dl_status s = dl_json_read_object(path, "difflet.json", &cfg);
+    if (s != DL_OK) return s;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cfg, "defaults"),
+                                                       "spatio_temporal_guidance_blocks");
+    if (b && !cJSON_IsNull(b)) {
+        int n = cJSON_IsArray(b) ? cJSON_GetArraySize(b) : -1, ok = n >= 0 && n <= MAX_STG;
+        for (int i = 0; ok && i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(b, i);
+            ok = cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble <= 4096 && e->valuedouble == (int)e->valuedouble;
+            if (ok) p->stg_blocks[i] = (int)e->valuedouble;
+        }
+        if (!ok) s = dl_fail(DL_ERR_FORMAT, "`difflet.json`: defaults.spatio_temporal_guidance_blocks must be a list of up to %d block indices", MAX_STG);
+        p->n_stg = ok ? n : 0;
+    } else if (b)
+        p->n_stg = 0;
+    cJSON_Delete(cfg);
+    if (s == DL_OK && (p->stg > 0 || p->audio_s.stg > 0) && p->n_stg == 0)
+        s = dl_fail(DL_ERR_FORMAT, "`difflet.json`: STG is on (stg_scale %g, audio_stg_scale %g) but defaults.spatio_temporal_guidance_blocks is empty",
+                    p->stg, p->audio_s.stg);
+    return s;
+}
+
+static dl_status pipe_load(lt_pipe **out, const char *model_dir, const dl_gen_shape *shape) {
+    *out = NULL;
+    if (shape->par)
+        return dl_fail(DL_ERR_UNSUPPORTED, "LTX2Pipeline runs on one rank: parallel layouts (tp, cp, cfg, dp, sp) are not built for it");
+    if (shape->cfg_batch)
+        return dl_fail(DL_ERR_UNSUPPORTED, "batched CFG is not built for LTX-2: its guidance passes run one after the other");
+    lt_pipe *p = calloc(1, sizeof *p);
+    if (!p) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    p->shape = *shape;
+    char path[4096];
+    dl_status s = dl_model_dir_open(&p->dir, model_dir);
+    if (s != DL_OK) goto fail;
+    if (strcmp(dl_model_dir_class(p->dir), "LTX2Pipeline")) {
+        s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: pipeline %s is not an LTX2Pipeline", model_dir, dl_model_dir_class(p->dir));
+        goto fail;
+    }
+    if (!p->shape.max_sequence_length)
+        p->shape.max_sequence_length = (int)dl_model_default_int(model_dir, "max_sequence_length", 1, 8192, 1024);
+    if (p->shape.max_sequence_length < 1 || p->shape.max_sequence_length > 8192) {
+        s = dl_fail(DL_ERR_INVALID, "max_sequence_length must be in 1..8192, got %d", p->shape.max_sequence_length);
+        goto fail;
+    }
+    p->T = p->shape.max_sequence_length;
+    p->fps = dl_model_default_num(model_dir, "fps", 1e-3, 1000, 24.0);
+    if ((s = vae_scales(p)) || (s = settings_load(p, model_dir))) goto fail;
+    /* check_inputs: multiples of 32; and of the VAE's scale, so the video is the size asked */
+    if (shape->width <= 0 || shape->height <= 0 || shape->width % 32 || shape->height % 32 || shape->width > 8192 ||
+        shape->height > 8192 || shape->width % p->ss || shape->height % p->ss) {
+        s = dl_fail(DL_ERR_INVALID, "size %dx%d: width and height must be positive multiples of 32 (and of the VAE's %dx) up to 8192",
+                    shape->width, shape->height, p->ss);
+        goto fail;
+    }
+    p->frames = shape->frames;
+    if (p->frames < 1 || p->frames > 100000) {
+        s = dl_fail(DL_ERR_INVALID, "frames must be in 1..100000, got %d", p->frames);
+        goto fail;
+    }
+    p->lf = (p->frames - 1) / p->ts + 1, p->lh = shape->height / p->ss, p->lw = shape->width / p->ss;
+    {   /* the transformer's patches */
+        const cJSON *c;
+        if ((s = dl_model_dir_config(p->dir, "transformer", &c)) ||
+            (s = dl_cfg_int(c, "transformer/config.json", "patch_size", 1, &p->p)) ||
+            (s = dl_cfg_int(c, "transformer/config.json", "patch_size_t", 1, &p->pt)))
+            goto fail;
+        if (p->p < 1 || p->pt < 1 || p->lf % p->pt || p->lh % p->p || p->lw % p->p) {
+            s = dl_fail(DL_ERR_INVALID, "latent grid %lldx%lldx%lld is not a multiple of the transformer's patches %lldx%lldx%lld",
+                        (long long)p->lf, (long long)p->lh, (long long)p->lw, (long long)p->pt, (long long)p->p, (long long)p->p);
+            goto fail;
+        }
+        int64_t sr, hop; /* audio_num_frames = round(frames / frame_rate x sample_rate / hop / 4) */
+        if ((s = dl_model_dir_config(p->dir, "audio_vae", &c)) ||
+            (s = dl_cfg_int(c, "audio_vae/config.json", "sample_rate", 16000, &sr)) ||
+            (s = dl_cfg_int(c, "audio_vae/config.json", "mel_hop_length", 160, &hop)))
+            goto fail;
+        if (sr < 1 || hop < 1) {
+            s = dl_fail(DL_ERR_FORMAT, "`audio_vae/config.json`: sample_rate and mel_hop_length must be positive");
+            goto fail;
+        }
+        p->La = (int64_t)rint((double)p->frames / p->fps * ((double)sr / (double)hop / 4.0)); /* Python's round: half to even */
+        if (p->La < 1) {
+            s = dl_fail(DL_ERR_INVALID, "%d frames at %g fps make no audio latent frame", p->frames, p->fps);
+            goto fail;
+        }
+    }
+    snprintf(path, sizeof path, "%s/tokenizer", model_dir);
+    if ((s = dl_tokenizer_load(&p->tok, path))) goto fail;
+    for (int c = 0; c < NCOMP && s == DL_OK; c++) {
+        char shp[256];
+        if (c == C_TEXT || c == C_CONN) snprintf(shp, sizeof shp, "{\"seq\":%lld}", (long long)p->T);
+        else if (c == C_VAE)
+            snprintf(shp, sizeof shp, "{\"frames\":%lld,\"height\":%lld,\"width\":%lld}", (long long)p->lf, (long long)p->lh,
+                     (long long)p->lw);
+        else if (c == C_AVAE || c == C_VOC) snprintf(shp, sizeof shp, "{\"audio_frames\":%lld}", (long long)p->La);
+        else
+            snprintf(shp, sizeof shp, "{\"audio\":%lld,\"fps\":%.17g,\"frames\":%lld,\"height\":%lld,\"text\":%lld,\"width\":%lld}",
+                     (long long)p->La, p->fps, (long long)p->lf, (long long)p->lh, (long long)p->T, (long long)p->lw);
+        build_ctx b = {p, c};
+        s = dl_pipeline_program(p->dir, k_lt_components[c], shp, shape, 0, 0, build_component, &b, &p->art[c],
+                                p->prog_id[c]);
+    }
+    if (s == DL_OK) s = dl_flowmatch_load(p->dir, &p->fm);
+    if (s != DL_OK) goto fail;
+    /* the components must chain */
+    const dl_ltx2_transformer_info *in = dl_ltx2_transformer_get_info(p->tr);
+    int64_t cc, cl;
+    dl_ltx2_connectors_text_dims(p->cn, &cc, &cl);
+    p->C = dl_ltx2_vae_latent_channels(p->vae);
+    p->Ca = dl_ltx2_audio_vae_latent_channels(p->avae), p->M = dl_ltx2_audio_vae_latent_mel_bins(p->avae);
+    p->Nv = in->video_tokens, p->Cin = in->video_in, p->Na = in->audio_tokens, p->Cain = in->audio_in;
+    p->Dv = in->text_width, p->Da = in->audio_text_width, p->emb_w = cc * cl;
+    if (in->video_out != p->Cin || p->Cin != p->C * p->pt * p->p * p->p) {
+        s = dl_fail(DL_ERR_FORMAT, "transformer in/out channels %lld/%lld are not the VAE's %lld latent channels x %lld patch values",
+                    (long long)p->Cin, (long long)in->video_out, (long long)p->C, (long long)(p->pt * p->p * p->p));
+        goto fail;
+    }
+    if (in->audio_out != p->Cain || p->Cain != p->Ca * p->M || p->Na != p->La) {
+        s = dl_fail(DL_ERR_FORMAT, "transformer audio in/out channels %lld/%lld are not the audio VAE's %lld x %lld latent mel values",
+                    (long long)p->Cain, (long long)in->audio_out, (long long)p->Ca, (long long)p->M);
+        goto fail;
+    }
+    if (dl_ltx2_connectors_video_width(p->cn) != p->Dv || dl_ltx2_connectors_audio_width(p->cn) != p->Da) {
+        s = dl_fail(DL_ERR_FORMAT, "the connectors give %lld / %lld wide text, the transformer takes %lld / %lld",
+                    (long long)dl_ltx2_connectors_video_width(p->cn), (long long)dl_ltx2_connectors_audio_width(p->cn),
+                    (long long)p->Dv, (long long)p->Da);
+        goto fail;
+    }
+    if (dl_ltx2_vocoder_in_channels(p->voc) != dl_ltx2_audio_vae_out_channels(p->avae) * dl_ltx2_audio_vae_mel_bins(p->avae)) {
+        s = dl_fail(DL_ERR_FORMAT, "the vocoder takes %lld channels, the audio VAE gives %lld x %lld mel bins",
+                    (long long)dl_ltx2_vocoder_in_channels(p->voc), (long long)dl_ltx2_audio_vae_out_channels(p->avae),
+                    (long long)dl_ltx2_audio_vae_mel_bins(p->avae));
+        goto fail;
+    }
+    p->Fo = dl_ltx2_vae_frames(p->vae), p->Ho = p->lh * dl_ltx2_vae_scale_spatial(p->vae);
+    p->Wo = p->lw * dl_ltx2_vae_scale_spatial(p->vae);
+    if (p->Fo != p->frames)
+        DL_WARN("LTX-2: %d frames requested, the VAE decodes %lld latent frames into %lld", p->frames, (long long)p->lf,
+                (long long)p->Fo);
+    p->mel_n = dl_ltx2_audio_vae_out_channels(p->avae) * dl_ltx2_audio_vae_mel_frames(p->avae) * dl_ltx2_audio_vae_mel_bins(p->avae);
+    p->melv_n = p->mel_n;
+    p->wch = dl_ltx2_vocoder_out_channels(p->voc), p->wlen = dl_ltx2_vocoder_samples(p->voc);
+    p->sigmas = malloc((DL_STEPS_MAX + 1) * sizeof(float)), p->tsteps = malloc(DL_STEPS_MAX * sizeof(float));
+    p->emb = malloc((size_t)(p->T * p->emb_w) * sizeof(float));
+    int ok = p->sigmas && p->tsteps && p->emb;
+    for (int i = 0; i < 2; i++) {
+        p->tv[i] = malloc((size_t)(p->T * p->Dv) * sizeof(float)), p->ta[i] = malloc((size_t)(p->T * p->Da) * sizeof(float));
+        ok = ok && p->tv[i] && p->ta[i];
+    }
+    p->lat = malloc((size_t)(p->Nv * p->Cin) * sizeof(float)), p->alat = malloc((size_t)(p->Na * p->Cain) * sizeof(float));
+    for (int i = 0; i < NPASS; i++) {
+        p->vo[i] = malloc((size_t)(p->Nv * p->Cin) * sizeof(float)), p->ao[i] = malloc((size_t)(p->Na * p->Cain) * sizeof(float));
+        ok = ok && p->vo[i] && p->ao[i];
+    }
+    p->z = malloc((size_t)(p->Nv * p->Cin) * sizeof(float));
+    p->gv = malloc((size_t)(p->Nv * p->Cin) * sizeof(float)), p->ga = malloc((size_t)(p->Na * p->Cain) * sizeof(float));
+    ok = ok && p->gv && p->ga;
+    p->video = malloc((size_t)(dl_ltx2_vae_video_channels(p->vae) * p->Fo * p->Ho * p->Wo) * sizeof(float));
+    p->mel = malloc((size_t)p->mel_n * sizeof(float)), p->melv = malloc((size_t)p->melv_n * sizeof(float));
+    p->wave = malloc((size_t)(p->wch * p->wlen) * sizeof(float));
+    if (!ok || !p->lat || !p->alat || !p->z || !p->video || !p->mel || !p->melv || !p->wave) {
+        s = dl_fail(DL_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (dl_ltx2_vae_video_channels(p->vae) != 3) {
+        s = dl_fail(DL_ERR_FORMAT, "`vae/config.json`: the VAE makes %lld video channels, not RGB",
+                    (long long)dl_ltx2_vae_video_channels(p->vae));
+        goto fail;
+    }
+    *out = p;
+    return DL_OK;
+fail:
+    pipe_free(p);
+    return s;
+}
+
+/* [C, lf, lh, lw] <-> [Nv, C pt p p] (_pack_latents / _unpack_latents) */
+static void pack_video(const lt_pipe *p, const float *z, float *tok, int unpack) {
+    const int64_t P = p->p, Pt = p->pt, H = p->lh / P, W = p->lw / P, K = p->Cin;
+    for (int64_t c = 0; c < p->C; c++)
+        for (int64_t f = 0; f < p->lf; f++)
+            for (int64_t h = 0; h < p->lh; h++)
+                for (int64_t w = 0; w < p->lw; w++) {
+                    const int64_t t = ((f / Pt) * H + h / P) * W + w / P;
+                    const int64_t j = ((c * Pt + f % Pt) * P + h % P) * P + w % P;
+                    const int64_t zi = ((c * p->lf + f) * p->lh + h) * p->lw + w;
+                    if (unpack) ((float *)z)[zi] = tok[t * K + j];
+                    else tok[t * K + j] = z[zi];
+                }
+}
+
+/* the initial noise: the request's `latents` / `audio_latents` (normalised as
+ * prepare_latents / prepare_audio_latents do), else drawn from the seed */
+static dl_status initial_latents(lt_pipe *p, const dl_gen_request *r) {
+    const int64_t nv = p->Nv * p->Cin, na = p->Na * p->Cain;
+    if (!r->init) {
+        dl_randn(r->seed, p->lat, nv);
+        dl_randn(r->seed ^ 0x9e3779b97f4a7c15ull, p->alat, na);
+        return DL_OK;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "1 x %lld x %lld x %lld x %lld (batch, channels, latent frames, height, width)",
+             (long long)p->C, (long long)p->lf, (long long)p->lh, (long long)p->lw);
+    dl_status s = dl_pipeline_read_latents(r->init, nv, what, p->z);
+    if (s != DL_OK) return s;
+    const float *mean = dl_ltx2_vae_latents_mean(p->vae), *std = dl_ltx2_vae_latents_std(p->vae);
+    const float sf = dl_ltx2_vae_scaling_factor(p->vae);
+    const int64_t per = nv / p->C;
+    for (int64_t c = 0; c < p->C; c++)
+        for (int64_t i = 0; i < per; i++) p->z[c * per + i] = (p->z[c * per + i] - mean[c]) * sf / std[c];
+    pack_video(p, p->z, p->lat, 0);
+    const dl_st_tensor *t = dl_ckpt_find(r->init, "audio_latents");
+    if (!t || t->numel != na || (t->dtype != DL_ST_F32 && t->dtype != DL_ST_BF16 && t->dtype != DL_ST_F16))
+        return dl_fail(DL_ERR_INVALID, "%s: needs a float tensor \"audio_latents\" of 1 x %lld x %lld x %lld values (batch, channels, latent frames, mel bins)",
+                       dl_ckpt_label(r->init), (long long)p->Ca, (long long)p->La, (long long)p->M);
+    if ((s = dl_ckpt_read(t, DL_F32, p->z))) return s; /* [Ca, La, M] */
+    int64_t n;
+    const float *am = dl_ltx2_audio_vae_latents_mean(p->avae, &n), *as = dl_ltx2_audio_vae_latents_std(p->avae, &n);
+    if (n != p->Cain) return dl_fail(DL_ERR_FORMAT, "the audio VAE's latents_mean has %lld values, not %lld", (long long)n, (long long)p->Cain);
+    for (int64_t l = 0; l < p->La; l++) /* pack to [La, Ca M], then normalise */
+        for (int64_t c = 0; c < p->Ca; c++)
+            for (int64_t m = 0; m < p->M; m++) {
+                const int64_t j = c * p->M + m;
+                p->alat[l * p->Cain + j] = (p->z[(c * p->La + l) * p->M + m] - am[j]) / as[j];
+            }
+    return DL_OK;
+}
+
+/* one transformer pass: branch 0 prompt / 1 negative prompt */
+static dl_status pass(lt_pipe *p, int branch, float t, int stg, int isolate, float *vo, float *ao) {
+    dl_ltx2_transformer_input x = {.video = p->lat, .audio = p->alat, .text = p->tv[branch], .audio_text = p->ta[branch],
+                                   .video_tokens = p->Nv, .audio_tokens = p->Na, .text_rows = p->T, .timestep = t,
+                                   .audio_timestep = t, .sigma = t, .audio_sigma = t, .use_cross_timestep = 1,
+                                   .isolate_modalities = isolate, .stg_blocks = stg ? p->stg_blocks : NULL,
+                                   .stg_nblocks = stg ? p->n_stg : 0};
+    return dl_ltx2_transformer_run(p->tr, &x, vo, ao);
+}
+
+/* torch.std (unbiased) over n values */
+static double stdev(const float *x, int64_t n) {
+    double m = 0, v = 0;
+    for (int64_t i = 0; i < n; i++) m += x[i];
+    m /= (double)n;
+    for (int64_t i = 0; i < n; i++) v += ((double)x[i] - m) * ((double)x[i] - m);
+    return n > 1 ? sqrt(v / (double)(n - 1)) : 0.0;
+}
+
+/* One stream's guided step: o[P_*] hold the passes' velocities (those run); lat steps
+ * in place. on: which passes ran; sc: the stream's scales. */
+static void guide_step(float *lat, float **o, const int *on, const stream_scales *sc, int64_t n, float sigma,
+                       float sigma_next, float *g) {
+    for (int k = 0; k < NPASS; k++) /* x0 = latents - sigma v */
+        if (on[k])
+            for (int64_t i = 0; i < n; i++) o[k][i] = lat[i] - o[k][i] * sigma;
+    const float *c = o[P_COND];
+    const float ws = sc->cfg - 1.f, ss = sc->stg, ms = sc->mod - 1.f;
+    for (int64_t i = 0; i < n; i++) {
+        const float d = on[P_UNCOND] ? ws * (c[i] - o[P_UNCOND][i]) : 0.f;
+        const float e = on[P_STG] ? ss * (c[i] - o[P_STG][i]) : 0.f;
+        const float f = on[P_MOD] ? ms * (c[i] - o[P_MOD][i]) : 0.f;
+        g[i] = c[i] + d + e + f;
+    }
+    if (sc->rescale > 0) {
+        const float r = (float)(stdev(c, n) / stdev(g, n));
+        for (int64_t i = 0; i < n; i++) g[i] = sc->rescale * (g[i] * r) + (1.f - sc->rescale) * g[i];
+    }
+    const float dt = sigma_next - sigma;
+    for (int64_t i = 0; i < n; i++) lat[i] = lat[i] + dt * ((lat[i] - g[i]) / sigma);
+}
+
+static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *timing) {
+    dl_gen_timing tm = {.ranks = 1};
+    *out = (dl_media){0};
+    if (r->image || r->mask) return dl_fail(DL_ERR_UNSUPPORTED, "LTX2Pipeline is text to video: no init image or mask");
+    if (!r->prompt) return dl_fail(DL_ERR_INVALID, "a prompt is required");
+    if (r->steps <= 0 || r->steps > DL_STEPS_MAX) return dl_fail(DL_ERR_INVALID, "steps must be in 1..%d, got %d", DL_STEPS_MAX, r->steps);
+    if (!isfinite(r->guidance)) return dl_fail(DL_ERR_INVALID, "guidance_scale must be a finite number");
+    if (r->fps > 0 && fabs(r->fps - p->fps) > 1e-9 * p->fps)
+        return dl_fail(DL_ERR_INVALID, "LTX-2 is loaded for frame_rate %g (RoPE positions and the audio length depend on it); "
+                                       "%g fps asked: set `fps` in the model's difflet.json", p->fps, r->fps);
+    if (r->cache && r->cache->mode != DL_STEPCACHE_OFF)
+        return dl_fail(DL_ERR_UNSUPPORTED, "step caching is not built for LTX-2");
+    stream_scales vs = {p->stg, p->mod, p->rescale, r->guidance}, as = p->audio_s;
+    if (as.cfg == 0) as.cfg = r->guidance; /* `audio_guidance_scale or guidance_scale` */
+    const int cfg = vs.cfg > 1.f || as.cfg > 1.f, stg = vs.stg > 0 || as.stg > 0, mod = vs.mod > 1.f || as.mod > 1.f;
+    /* STG changes nothing unless a listed block exists and perturbs: then its pass is the cond pass */
+    const dl_ltx2_transformer_info *in = dl_ltx2_transformer_get_info(p->tr);
+    int stg_live = 0;
+    for (int j = 0; in->perturbed_attn && j < p->n_stg; j++) stg_live |= p->stg_blocks[j] < in->layers;
+    double t0 = dl_now();
+    int64_t valid;
+    dl_status s = dl_ltx2_text_embeds(p->tok, p->te, p->cn, r->prompt, (int)p->T, p->emb, p->tv[0], p->ta[0], &valid);
+    if (s == DL_OK && cfg)
+        s = dl_ltx2_text_embeds(p->tok, p->te, p->cn, r->negative_prompt ? r->negative_prompt : "", (int)p->T, p->emb, p->tv[1],
+                                p->ta[1], &valid);
+    if (s != DL_OK) return s;
+    tm.encode_s = dl_now() - t0;
+    if ((s = dl_flowmatch_sigmas(&p->fm, r->steps, dl_flowmatch_mu(&p->fm, p->Nv), p->sigmas))) return s;
+    for (int i = 0; i <= r->steps; i++)
+        if (!isfinite(p->sigmas[i])) /* diffusers gives NaN there too: shift_terminal over an all-1 schedule */
+            return dl_fail(DL_ERR_INVALID, "LTX-2: the schedule for %lld video tokens (mu %g) is not finite: fewer tokens "
+                                           "(a smaller size or fewer frames) are needed", (long long)p->Nv,
+                           dl_flowmatch_mu(&p->fm, p->Nv));
+    for (int i = 0; i < r->steps; i++) p->tsteps[i] = p->sigmas[i] * (float)p->fm.num_train_timesteps;
+    if ((s = initial_latents(p, r))) return s;
+    t0 = dl_now();
+    const int64_t nv = p->Nv * p->Cin, na = p->Na * p->Cain;
+    for (int i = 0; i < r->steps; i++) {
+        if (r->cancel && atomic_load(r->cancel)) return dl_fail(DL_ERR_CANCELLED, "cancelled");
+        const float t = p->tsteps[i];
+        int on[NPASS] = {1, cfg, stg, mod};
+        if ((s = pass(p, 0, t, 0, 0, p->vo[P_COND], p->ao[P_COND]))) return s;
+        if (cfg && (s = pass(p, 1, t, 0, 0, p->vo[P_UNCOND], p->ao[P_UNCOND]))) return s;
+        if (stg && stg_live && (s = pass(p, 0, t, 1, 0, p->vo[P_STG], p->ao[P_STG]))) return s;
+        if (stg && !stg_live) {
+            memcpy(p->vo[P_STG], p->vo[P_COND], (size_t)nv * sizeof(float));
+            memcpy(p->ao[P_STG], p->ao[P_COND], (size_t)na * sizeof(float));
+        }
+        if (mod && (s = pass(p, 0, t, 0, 1, p->vo[P_MOD], p->ao[P_MOD]))) return s;
+        tm.denoiser_calls += 1 + cfg + (stg && stg_live) + mod;
+        guide_step(p->lat, p->vo, on, &vs, nv, p->sigmas[i], p->sigmas[i + 1], p->gv);
+        guide_step(p->alat, p->ao, on, &as, na, p->sigmas[i], p->sigmas[i + 1], p->ga);
+        if (r->on_step) r->on_step(r->ctx, i + 1, r->steps, dl_now() - t0);
+    }
+    tm.denoise_s = dl_now() - t0;
+    t0 = dl_now();
+    /* video: unpack, decode noise, de-normalise, decode */
+    pack_video(p, p->z, p->lat, 1);
+    float temb = 0.f;
+    if (dl_ltx2_vae_timestep_conditioning(p->vae)) {
+        temb = p->decode_t;
+        if (p->decode_ns != 0) {
+            dl_randn(r->seed + 1, p->vo[0], nv);
+            for (int64_t i = 0; i < nv; i++) p->z[i] = (1.f - p->decode_ns) * p->z[i] + p->decode_ns * p->vo[0][i];
+        }
+    }
+    const float *mean = dl_ltx2_vae_latents_mean(p->vae), *std = dl_ltx2_vae_latents_std(p->vae);
+    const float sf = dl_ltx2_vae_scaling_factor(p->vae);
+    const int64_t per = nv / p->C;
+    for (int64_t c = 0; c < p->C; c++)
+        for (int64_t i = 0; i < per; i++) p->z[c * per + i] = p->z[c * per + i] * std[c] / sf + mean[c];
+    if ((s = dl_ltx2_vae_decode(p->vae, p->z, temb, p->video, r->on_decode, r->ctx))) return s;
+    /* audio: de-normalise, unpack, decode, vocoder */
+    if ((s = dl_ltx2_audio_vae_decode(p->avae, p->alat, p->mel))) return s;
+    dl_ltx2_audio_mel_to_vocoder(p->mel, dl_ltx2_audio_vae_out_channels(p->avae), dl_ltx2_audio_vae_mel_frames(p->avae),
+                                 dl_ltx2_audio_vae_mel_bins(p->avae), p->melv);
+    if ((s = dl_ltx2_vocoder_run(p->voc, p->melv, p->wave))) return s;
+    if ((s = dl_pipeline_media(out, DL_MEDIA_VIDEO_AUDIO, p->video, p->Fo, p->Ho, p->Wo, p->fps, r->want_pixels))) return s;
+    if (!(out->audio = malloc((size_t)p->wlen * sizeof(float)))) {
+        dl_media_free(out);
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < p->wlen; i++) { /* the channels' mean: dl_media is mono */
+        float a = 0;
+        for (int64_t c = 0; c < p->wch; c++) a += p->wave[c * p->wlen + i];
+        out->audio[i] = a / (float)p->wch;
+    }
+    out->audio_samples = p->wlen, out->audio_rate = (int)dl_ltx2_vocoder_sample_rate(p->voc);
+    tm.decode_s = dl_now() - t0;
+    if (timing) *timing = tm;
+    return DL_OK;
+}
+
+/* ---- the registry entry ------------------------------------------------------------ */
+
+/* LTX2Pipeline's 768 x 512, 121 frames (no duration head), unless difflet.json says otherwise */
+static void entry_default_shape(const char *dir, int *w, int *h, int *frames) {
+    *w = (int)dl_model_default_int(dir, "width", 32, 8192, 768);
+    *h = (int)dl_model_default_int(dir, "height", 32, 8192, 512);
+    *frames = (int)dl_model_default_int(dir, "num_frames", 1, 100000, 121);
+}
+
+static const char *entry_split_check(const char *dir, const dl_par_config *c, char *buf, size_t n) {
+    (void)dir;
+    if (dl_par_ranks(c) <= 1 && !c->sp) return NULL;
+    snprintf(buf, n, "LTX2Pipeline runs on one rank: parallel layouts (tp, cp, cfg, dp, sp) are not built for it");
+    return buf;
+}
+
+static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) {
+    dl_gen_shape sh = *g;
+    if (!sh.frames) sh.frames = (int)dl_model_default_int(dir, "num_frames", 1, 100000, 121);
+    return pipe_load((lt_pipe **)impl, dir, &sh);
+}
+static void entry_free(void *impl) { pipe_free(impl); }
+static int entry_is_host(const void *impl) { return (void)impl, 1; }
+static dl_status entry_worker_one(void *impl, int *stopped) {
+    (void)impl;
+    *stopped = 1;
+    return dl_fail(DL_ERR_UNSUPPORTED, "LTX2Pipeline runs on one rank: it has no worker ranks");
+}
+static const char *entry_program_id(const void *impl, int c) {
+    return c >= 0 && c < NCOMP ? ((const lt_pipe *)impl)->prog_id[c] : "";
+}
+static dl_status entry_generate(void *impl, const dl_gen_request *g, dl_media *out, dl_gen_timing *tm) {
+    return generate(impl, g, out, tm);
+}
+
+const dl_model_entry dl_ltx2_entry = {
+    .pipeline_class = "LTX2Pipeline",
+    .output = DL_MEDIA_VIDEO_AUDIO,
+    .default_steps = 30,
+    .default_guidance = 3.0f,
+    .default_true_cfg = 0.0f,
+    .default_fps = 24.0,
+    .guidance_cfg = 1,
+    .components = k_lt_components,
+    .ncomponents = NCOMP,
+    .default_shape = entry_default_shape,
+    .split_check = entry_split_check,
+    .load = entry_load,
+    .free = entry_free,
+    .is_host = entry_is_host,
+    .worker_one = entry_worker_one,
+    .generate = entry_generate,
+    .program_id = entry_program_id,
+};

@@ -1,0 +1,129 @@
+/* LTX2Pipeline end to end against diffusers (tools/parity/make_ltx2_pipeline_vectors.py):
+ * the tiny random pipeline in tests/data/ltx2/pipe with the reference call's initial
+ * noise (`latents`, `audio_latents`, read from the vectors file as --latents reads
+ * them), CFG with a negative prompt, STG on block 1, modality isolation and guidance
+ * rescale at __call__'s default scales, 3 steps; every frame's PSNR and the waveform's
+ * SNR (the mono mix dl_media carries: the mean of the vocoder's channels) against
+ * diffusers' f32 outputs. Also: the STG path of the transformer changes its output
+ * (a test that STG is wired), parallel layouts are refused by name. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difflet/io.h"
+#include "difflet/ltx2.h"
+#include "difflet/registry.h"
+#include "test_util.h"
+
+#define PIPE DATA_DIR "/ltx2/pipe"
+
+static void test_pipeline(dl_dtype dt) {
+    dl_checkpoint *vec = NULL;
+    if (dl_ckpt_open(&vec, PIPE "/vectors.safetensors", "pipeline vectors") != DL_OK) {
+        CHECK(0, "%s", dl_last_error());
+        return;
+    }
+    int64_t nf = 0, na = 0, fs[DL_ST_MAX_DIMS] = {0}, as[DL_ST_MAX_DIMS] = {0};
+    float *want = test_vec(vec, "frames", &nf, fs), *wave = test_vec(vec, "audio", &na, as);
+    const int F = (int)fs[0], H = (int)fs[1], W = (int)fs[2];
+    dl_gen_shape shape = {.width = W, .height = H, .frames = F, .max_sequence_length = 16, .dt = dt};
+    dl_pipeline *p = NULL;
+    if (!want || !wave || dl_pipeline_load(&p, PIPE, &shape) != DL_OK) {
+        CHECK(0, "pipeline load: %s", dl_last_error());
+        free(want), free(wave), dl_ckpt_free(vec);
+        return;
+    }
+    dl_gen_request r = {.prompt = "A red circle moves to the right.", .negative_prompt = "blurry, static", .steps = 3,
+                        .guidance = 3.0f, .init = vec, .want_pixels = 1};
+    dl_media m;
+    dl_gen_timing tm;
+    if (dl_pipeline_generate(p, &r, &m, &tm) == DL_OK) {
+        const int64_t fr = (int64_t)H * W * 3;
+        CHECK(m.kind == DL_MEDIA_VIDEO_AUDIO && m.frames == F && m.width == W && m.height == H && nf == F * fr,
+              "%d frames %dx%d", m.frames, m.width, m.height);
+        double worst = INFINITY;
+        for (int f = 0; f < F && m.frames == F && nf == F * fr; f++) {
+            double ps = test_psnr(m.pixels + f * fr, want + f * fr, fr, 1.0);
+            worst = ps < worst ? ps : worst;
+        }
+        /* the reference's channels mixed as dl_media's mono track is */
+        const int64_t ch = as[0], S = as[1];
+        double se = 0, sig = 0;
+        int audio_ok = m.audio && m.audio_samples == S && m.audio_rate == 24000;
+        for (int64_t i = 0; audio_ok && i < S; i++) {
+            double w = 0;
+            for (int64_t c = 0; c < ch; c++) w += wave[c * S + i];
+            w /= (double)ch;
+            se += (m.audio[i] - w) * (m.audio[i] - w), sig += w * w;
+        }
+        const double snr = se == 0 ? INFINITY : 10 * log10(sig / se);
+        CHECK(audio_ok, "audio: %lld samples at %d Hz, want %lld at 24000", (long long)m.audio_samples, m.audio_rate,
+              (long long)S);
+        printf("ltx2 pipeline %s: worst frame PSNR %.1f dB, waveform SNR %.1f dB (%d transformer calls)\n",
+               dl_dtype_name(dt), worst, snr, tm.denoiser_calls);
+        CHECK(worst >= (dt == DL_F32 ? 45.0 : 30.0), "%s: worst frame %.1f dB", dl_dtype_name(dt), worst);
+        CHECK(snr >= (dt == DL_F32 ? 40.0 : 20.0), "%s: waveform SNR %.1f dB", dl_dtype_name(dt), snr);
+        CHECK(tm.denoiser_calls == 12, "%d transformer calls, want 12 (4 passes x 3 steps)", tm.denoiser_calls);
+        dl_media_free(&m);
+    } else
+        CHECK(0, "generate: %s", dl_last_error());
+    /* the frame rate is the loaded one */
+    r.fps = 30;
+    CHECK(dl_pipeline_generate(p, &r, &m, &tm) != DL_OK && strstr(dl_last_error(), "frame_rate"), "fps 30: %s",
+          dl_last_error());
+    dl_pipeline_free(p);
+    free(want), free(wave);
+    dl_ckpt_free(vec);
+}
+
+/* STG is live: perturbing block 1 changes both streams' outputs; block 28 of 2 does not */
+static void test_stg(void) {
+    dl_model_dir *dir;
+    dl_ltx2_transformer *m = NULL;
+    dl_ltx2_transformer_shape sh = {3, 8, 8, 9, 16, 24.0};
+    if (dl_model_dir_open(&dir, PIPE) != DL_OK || dl_ltx2_transformer_load(&m, dir, "transformer", &sh, DL_F32, NULL) != DL_OK) {
+        CHECK(0, "transformer: %s", dl_last_error());
+        return;
+    }
+    const dl_ltx2_transformer_info *in = dl_ltx2_transformer_get_info(m);
+    const int64_t nv = in->video_tokens * in->video_in, na = in->audio_tokens * in->audio_in;
+    const int64_t nt = in->text_rows * in->text_width, nat = in->text_rows * in->audio_text_width;
+    float *v = malloc(nv * 4), *a = malloc(na * 4), *t = malloc(nt * 4), *at = malloc(nat * 4);
+    float *o[3][2];
+    for (int k = 0; k < 3; k++) o[k][0] = malloc(nv * 4), o[k][1] = malloc(na * 4);
+    dl_randn(1, v, nv), dl_randn(2, a, na), dl_randn(3, t, nt), dl_randn(4, at, nat);
+    const int b1[1] = {1}, b28[1] = {28};
+    dl_ltx2_transformer_input x = {.video = v, .audio = a, .text = t, .audio_text = at, .video_tokens = in->video_tokens,
+                                   .audio_tokens = in->audio_tokens, .text_rows = in->text_rows, .timestep = 500,
+                                   .audio_timestep = 500, .sigma = 500, .audio_sigma = 500, .use_cross_timestep = 1};
+    int ok = in->perturbed_attn && in->layers == 2 && dl_ltx2_transformer_run(m, &x, o[0][0], o[0][1]) == DL_OK;
+    x.stg_blocks = b1, x.stg_nblocks = 1;
+    ok = ok && dl_ltx2_transformer_run(m, &x, o[1][0], o[1][1]) == DL_OK;
+    x.stg_blocks = b28;
+    ok = ok && dl_ltx2_transformer_run(m, &x, o[2][0], o[2][1]) == DL_OK;
+    CHECK(ok, "STG runs: %s", dl_last_error());
+    if (ok) {
+        CHECK(test_rel_err(o[1][0], o[0][0], nv) > 1e-3 && test_rel_err(o[1][1], o[0][1], na) > 1e-3,
+              "STG on block 1 changes nothing");
+        CHECK(!memcmp(o[2][0], o[0][0], nv * 4) && !memcmp(o[2][1], o[0][1], na * 4), "STG on block 28 of 2 changed the output");
+    }
+    for (int k = 0; k < 3; k++) free(o[k][0]), free(o[k][1]);
+    free(v), free(a), free(t), free(at);
+    dl_ltx2_transformer_free(m);
+    dl_model_dir_free(dir);
+}
+
+int main(void) {
+    char buf[256];
+    dl_par_config c = {.dp = 1, .cfg = 2, .tp = 1, .cp = 1};
+    const dl_model_entry *e = dl_registry_find("LTX2Pipeline");
+    CHECK(e && e->output == DL_MEDIA_VIDEO_AUDIO, "no LTX2Pipeline entry");
+    CHECK(e && e->split_check(PIPE, &c, buf, sizeof buf) && strstr(buf, "one rank"), "cfg=2 is not refused");
+    c.cfg = 1;
+    CHECK(e && !e->split_check(PIPE, &c, buf, sizeof buf), "one rank refused: %s", buf);
+    test_stg();
+    test_pipeline(DL_F32);
+    test_pipeline(DL_BF16);
+    return test_done("test_ltx2_pipeline");
+}
