@@ -22,6 +22,7 @@ int cli_bench_flux(int argc, char **argv);
 int cli_bench_wan(int argc, char **argv);
 int cli_bench_qwen(int argc, char **argv);
 int cli_bench_hunyuan(int argc, char **argv);
+int cli_bench_ltx2(int argc, char **argv);
 int cli_compile(int argc, char **argv);
 int cli_eval_tiny(int argc, char **argv);
 int cli_eval_tiny_video(int argc, char **argv);

@@ -82,6 +82,9 @@ static void usage(FILE *f) {
             "  bench hunyuan-step   one HunyuanVideo-width dual + single block (10,240 video tokens,\n"
             "                       256 text rows) vs diffusers on the same weights: ratio,\n"
             "                       attention share, memory  [--json FILE] [--quick] [--dtype f32|bf16]\n"
+            "  bench ltx2-step      one LTX-2-width audio-video block (2,304 video + 43 audio tokens,\n"
+            "                       1024 text rows) vs diffusers on the same weights: ratio,\n"
+            "                       attention share, memory  [--json FILE] [--quick] [--dtype f32|bf16]\n"
             "  bench startup        restart cost: checkpoint load vs compile vs artifact load,\n"
             "                       resident memory, first image cold / warm  [--json FILE]\n"
             "  bench parallel       one FLUX-width step on 1 rank x 2 threads and on 2 ranks x 1\n"
@@ -189,7 +192,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sched-eval")) return cli_sched_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {
-            fprintf(stderr, "difflet: bench needs a target: kernels, flux-step, wan-step, qwen-step, hunyuan-step\n");
+            fprintf(stderr, "difflet: bench needs a target: kernels, flux-step, wan-step, qwen-step, hunyuan-step, ltx2-step\n");
             return 2;
         }
         if (!strcmp(argv[2], "kernels")) return cli_bench_kernels(argc - 3, argv + 3);
@@ -197,11 +200,12 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[2], "wan-step")) return cli_bench_wan(argc - 3, argv + 3);
         if (!strcmp(argv[2], "qwen-step")) return cli_bench_qwen(argc - 3, argv + 3);
         if (!strcmp(argv[2], "hunyuan-step")) return cli_bench_hunyuan(argc - 3, argv + 3);
+        if (!strcmp(argv[2], "ltx2-step")) return cli_bench_ltx2(argc - 3, argv + 3);
         if (!strcmp(argv[2], "startup")) return cli_bench_startup(argc - 3, argv + 3);
         if (!strcmp(argv[2], "startup-child")) return cli_bench_startup_child(argc - 3, argv + 3);
         if (!strcmp(argv[2], "parallel")) return cli_bench_parallel(argc - 3, argv + 3);
         if (!strcmp(argv[2], "parallel-rank")) return cli_bench_parallel_rank(argc - 3, argv + 3);
-        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels, flux-step, wan-step, qwen-step, hunyuan-step, startup, parallel)\n", argv[2]);
+        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels, flux-step, wan-step, qwen-step, hunyuan-step, ltx2-step, startup, parallel)\n", argv[2]);
         return 2;
     }
     fprintf(stderr, "difflet: unknown command '%s' (try 'difflet --help')\n", cmd);
