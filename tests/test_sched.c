@@ -89,6 +89,19 @@ static void test_policies(void) {
                   "%s%d rate %.2f: completed %d, fcfs %d, dop %d, double %d, idle %d, util %.3f", dl_policy_name(pol[k]), sd[k],
                   c.rate, r.completed, r.errors_fcfs, r.errors_dop, r.errors_double, r.errors_idle, r.utilization);
         }
+    { /* SPCI's static DoP-1 instances against DPCI's B-sized ones: under a burst more,
+         smaller instances hold fewer device-seconds (DoP 1 is the most efficient here) and
+         the two policies no longer coincide; sdop:2 clusters cost more than sdop:1's */
+        dl_sim_result rs, rd, r2;
+        c.rate = 0;
+        c.policy = DL_POLICY_SPCI, c.static_dop = 0;
+        int ok = dl_simulate(&p, &c, &rs) == DL_OK;
+        c.static_dop = 2;
+        ok &= dl_simulate(&p, &c, &r2) == DL_OK;
+        c.policy = DL_POLICY_DPCI, c.static_dop = 0;
+        ok &= dl_simulate(&p, &c, &rd) == DL_OK;
+        CHECK(ok && rs.cost < rd.cost && rs.cost < r2.cost, "spci cost %.1f (sdop 2: %.1f) vs dpci %.1f", rs.cost, r2.cost, rd.cost);
+    }
     for (int rate = 0; rate < 2; rate++) { /* the queue-aware variant keeps the same invariants */
         dl_sim_result r;
         c.policy = DL_POLICY_DDIT, c.queue_aware = 1, c.rate = rate ? 0.75 : 0;

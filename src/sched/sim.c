@@ -7,8 +7,10 @@
  *           the DiT phase a request shrinks to the VAE DoP (inter-phase decoupling);
  *   sdop:N  every request runs with exactly N devices, both phases (static DoP);
  *   spci    static partition, cluster isolation: clusters per resolution sized by
- *           the mix, each of units of the class's B devices;
- *   dpci    dynamic partition, cluster isolation: the same number of units per class;
+ *           the mix, each of instances at one static DoP (--sdop, default 1): more,
+ *           smaller instances than dpci's;
+ *   dpci    dynamic partition, cluster isolation: the same number of units of each
+ *           class's B devices per class;
  *   dp      dpci, but a request whose cluster is busy may take a smaller unit of
  *           another cluster;
  *   optimal the theoretical optimum's partition (Algorithm 1) as fixed clusters.
@@ -121,7 +123,10 @@ dl_status dl_simulate(const dl_profile *p, const dl_sim_config *c, dl_sim_result
     } else if (c->policy >= DL_POLICY_SPCI) { /* cluster policies: units of each class's B devices */
         int used = 0, sumB = 0;
         for (int k = 0; k < p->nres; k++) {
-            int b = dl_profile_best_dop(p, k);
+            /* SPCI: every cluster's instances at one static DoP (sdop, default 1): more,
+             * smaller instances than DPCI's B-sized ones (§6.1: "fewer model instances per
+             * cluster" in the dynamic partition) */
+            int b = c->policy == DL_POLICY_SPCI ? (c->static_dop > 0 ? c->static_dop : 1) : dl_profile_best_dop(p, k);
             cl->size[k] = b > c->per_node ? c->per_node : b;
             if (c->mix[k] > 0) sumB += cl->size[k];
         }
