@@ -314,6 +314,26 @@ st, e = hy.json("POST", "/v1/videos", {"prompt": "x", "model": "c", "size": "48x
 check(st == 400 and e["error"]["param"] == "size", f"a size HunyuanVideo is not served at: {st} {e}")
 hy.stop()
 
+# LTX-2: video with sound behind the same videos API: the MP4 carries an AAC track
+LTX = os.path.join(DATA, "ltx2", "pipe")
+lx = Server(os.path.join(tmp, "ltx2"), model=LTX, sizes=["96x96"], frames=[9], max_sequence_length=None)
+check(lx.wait_ready(), "the LTX-2 model process gets ready")
+st, v = lx.json("POST", "/v1/videos", {"prompt": "a red ball bounces", "model": "pipe", "size": "96x96", "frames": 9,
+                                       "steps": 2, "seed": 1})
+done = lx.wait_video(v["id"]) if st == 200 else None
+check(done and done["status"] == "completed", f"LTX-2 video: {st} {v} {done}")
+if done and done["status"] == "completed":
+    st, mp4, _ = lx.req("GET", f"/v1/videos/{v['id']}/content")
+    f = os.path.join(tmp, "ltx2.mp4")
+    with open(f, "wb") as fh:
+        fh.write(mp4)
+    pr = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "stream=codec_type,codec_name", "-of", "csv=p=0", f],
+                        capture_output=True, text=True)
+    streams = pr.stdout.split()
+    check(st == 200 and "h264,video" in streams and "aac,audio" in streams and probe(mp4).startswith("h264,96,96,24/1,9"),
+          f"the LTX-2 MP4 has H.264 and AAC streams: {streams} {probe(mp4)}")
+lx.stop()
+
 # ---- OpenAI's SDK -------------------------------------------------------------------------------
 try:
     import warnings
