@@ -124,13 +124,15 @@ expect 0 "" calibrate --prompts "$tmpd/hprompts.txt" --model "$data/hunyuan/a" -
 expect 0 "cached steps" "${hgen[@]}" --steps 8 --cache "calibrated:$tmpd/hcal.json:0.3" --cache-keep 1,1 -o "$tmpd/hc3.mp4"
 out=$(DIFFLET_CACHE="$tmpd/hcache" "$bin" compile --model "$data/hunyuan/a" --size 48x32 --frames 9 --max-sequence-length 48 --probe 2>/dev/null)
 if [[ "$out" == *"probe "* && "$out" == *"transformer "* && "$out" == *"5 compiled"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: compile --probe of HunyuanVideo: $out"; fi
-# LTX-2 (tests/data/ltx2/pipe): video with sound: an MP4 with an H.264 and an AAC stream (ffprobe), the WAV
+# LTX-2 (tests/data/ltx2/pipe): video with sound: an MP4 with an H.264 and a stereo AAC stream (ffprobe), the
+# WAV (stereo float: the vocoder's two channels, not a mono mix)
 lgen=(generate --model "$data/ltx2/pipe" --prompt "a red ball bounces" --negative-prompt "blurry" --width 96 --height 96
       --frames 9 --steps 2 --seed 1)
 expect 0 "8 transformer calls" "${lgen[@]}" -o "$tmpd/l.mp4" --save-audio "$tmpd/l.wav"
-got=$(ffprobe -v error -show_entries stream=codec_type,codec_name,width,height,sample_rate -of csv=p=0 "$tmpd/l.mp4" 2>&1 | tr '\n' ' ')
-if [[ "$got" == *"h264,video,96,96"* && "$got" == *"aac,audio,24000"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: l.mp4 streams: '$got'"; fi
-if [ -s "$tmpd/l.wav" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: --save-audio wrote no WAV for LTX-2"; fi
+got=$(ffprobe -v error -show_entries stream=codec_type,codec_name,width,height,sample_rate,channels -of csv=p=0 "$tmpd/l.mp4" 2>&1 | tr '\n' ' ')
+if [[ "$got" == *"h264,video,96,96"* && "$got" == *"aac,audio,24000,2"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: l.mp4 streams (want aac,audio,24000,2): '$got'"; fi
+got=$(ffprobe -v error -show_entries stream=codec_name,sample_rate,channels -of csv=p=0 "$tmpd/l.wav" 2>&1 | tr '\n' ' ')
+if [[ "$got" == *"pcm_f32le,24000,2"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: --save-audio's WAV for LTX-2 (want pcm_f32le,24000,2): '$got'"; fi
 expect 1 "multiples of" generate --model "$data/ltx2/pipe" --prompt x --width 80 --height 96 --frames 9 --steps 1 -o "$tmpd/x.mp4"
 # a FLUX folder whose transformer is a GGUF file (Q8_0, Black Forest Labs' names) instead of safetensors
 gg="$tmpd/flux-gguf"; mkdir -p "$gg/transformer"

@@ -1,8 +1,12 @@
 /* Media outputs, read back by FFmpeg's own ffprobe: a synthetic frame sequence
  * (a square moving over a gradient, with a sine tone) as MP4 (size, frame count,
- * frame rate, H.264 yuv420p, AAC), a frame as PNG / JPEG / WebP (size, codec), the
- * tone as float WAV, the frame dump; and the refusals (odd sizes for H.264, an
- * unknown extension, several frames into an image file). */
+ * frame rate, H.264 yuv420p, AAC mono), a frame as PNG / JPEG / WebP (size, codec),
+ * the tone as float WAV, the frame dump; a stereo tone (a loud left channel, a quiet
+ * right one) as MP4 (AAC stereo: channels, rate, duration, and each channel's level
+ * decoded back by ffmpeg, so swapped or mixed channels fail) and as WAV (ffprobe and
+ * the header's fields and first interleaved samples, byte by byte); and the refusals
+ * (odd sizes for H.264, an unknown extension, several frames into an image file,
+ * three audio channels). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +34,8 @@ static int probe(const char *args, const char *file, char *out, size_t n) {
     return pclose(f) == 0;
 }
 
+/* audio: 0 none, 1 a mono 440 Hz tone (audio_channels left 0, as a mono producer
+ * leaves it), 2 stereo: left 440 Hz at 0.4, right 660 Hz at 0.1, interleaved */
 static dl_media synthetic(int w, int h, int frames, double fps, int audio) {
     dl_media m = {.kind = audio ? DL_MEDIA_VIDEO_AUDIO : DL_MEDIA_VIDEO, .width = w, .height = h, .frames = frames, .fps = fps};
     m.rgb = malloc((size_t)w * h * 3 * frames);
@@ -45,8 +51,12 @@ static dl_media synthetic(int w, int h, int frames, double fps, int audio) {
     if (audio) {
         m.audio_rate = 24000;
         m.audio_samples = (int64_t)(frames / fps * m.audio_rate);
-        m.audio = malloc((size_t)m.audio_samples * 4);
-        for (int64_t i = 0; i < m.audio_samples; i++) m.audio[i] = 0.4f * sinf(2.f * 3.14159265f * 440.f * (float)i / 24000.f);
+        m.audio_channels = audio == 2 ? 2 : 0;
+        m.audio = malloc((size_t)m.audio_samples * (size_t)audio * 4);
+        for (int64_t i = 0; i < m.audio_samples; i++) {
+            m.audio[i * audio] = 0.4f * sinf(2.f * 3.14159265f * 440.f * (float)i / 24000.f);
+            if (audio == 2) m.audio[i * 2 + 1] = 0.1f * sinf(2.f * 3.14159265f * 660.f * (float)i / 24000.f);
+        }
     }
     return m;
 }
@@ -99,12 +109,98 @@ static void test_mp4(void) {
     CHECK(dl_media_write(path, &v, 100) == DL_ERR_INVALID, "no frame rate refused");
     /* the tone as WAV */
     snprintf(path, sizeof path, "%s/tone.wav", g_tmp);
-    CHECK(dl_wav_write(path, m.audio, m.audio_samples, m.audio_rate) == DL_OK, "wav: %s", dl_last_error());
+    CHECK(dl_wav_write(path, m.audio, m.audio_samples, dl_media_audio_channels(&m), m.audio_rate) == DL_OK, "wav: %s",
+          dl_last_error());
     CHECK(probe("-show_entries stream=codec_name,sample_rate,channels,duration", path, out, sizeof out) &&
-              strstr(out, "codec_name=pcm_f32le") && strstr(out, "sample_rate=24000") && strstr(out, "duration=2.0"),
-          "float WAV, 24 kHz, 2 s: %s", out);
+              strstr(out, "codec_name=pcm_f32le") && strstr(out, "sample_rate=24000") && strstr(out, "channels=1") &&
+              strstr(out, "duration=2.0"),
+          "float mono WAV, 24 kHz, 2 s: %s", out);
     dl_media_free(&m), dl_media_free(&odd);
     dl_media_free(&v);
+}
+
+static uint32_t get16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
+static uint32_t get32(const uint8_t *p) { return get16(p) | get16(p + 2) << 16; }
+
+/* each channel's RMS of what ffmpeg decodes from `file`, as f32 at its own layout */
+static int decoded_rms(const char *file, int ch, double *rms) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ffmpeg -v error -i '%s' -map 0:a:0 -f f32le -acodec pcm_f32le -", file);
+    FILE *f = popen(cmd, "r");
+    if (!f) return 0;
+    double sum[2] = {0, 0};
+    int64_t n = 0;
+    float v[2];
+    while (fread(v, 4, (size_t)ch, f) == (size_t)ch) {
+        for (int c = 0; c < ch; c++) sum[c] += (double)v[c] * v[c];
+        n++;
+    }
+    int ok = pclose(f) == 0 && n > 0;
+    for (int c = 0; c < ch; c++) rms[c] = n ? sqrt(sum[c] / (double)n) : 0;
+    return ok;
+}
+
+static void test_stereo(void) {
+    char path[400], out[2048];
+    dl_media m = synthetic(64, 48, 24, 12.0, 2);
+    CHECK(dl_media_audio_channels(&m) == 2, "stereo media: %d channels", dl_media_audio_channels(&m));
+    snprintf(path, sizeof path, "%s/stereo.mp4", g_tmp);
+    CHECK(dl_media_write(path, &m, 100) == DL_OK, "mp4 with stereo audio: %s", dl_last_error());
+    CHECK(probe("-select_streams a:0 -show_entries stream=codec_name,sample_rate,channels,channel_layout", path, out,
+                sizeof out) &&
+              strstr(out, "codec_name=aac") && strstr(out, "sample_rate=24000") && strstr(out, "channels=2") &&
+              strstr(out, "channel_layout=stereo"),
+          "an AAC stereo 24 kHz track: %s", out);
+    CHECK(probe("-select_streams a:0 -show_entries stream=duration", path, out, sizeof out) && strchr(out, '=') &&
+              fabs(atof(strchr(out, '=') + 1) - 2.0) < 0.1,
+          "the audio stream two seconds long: %s", out);
+    /* the levels in: left 0.4 / sqrt 2 = 0.283, right 0.1 / sqrt 2 = 0.071 */
+    double rms[2] = {0, 0};
+    CHECK(decoded_rms(path, 2, rms) && fabs(rms[0] - 0.283) < 0.03 && fabs(rms[1] - 0.071) < 0.01,
+          "decoded levels left %.3f right %.3f, want 0.283 / 0.071", rms[0], rms[1]);
+    /* WAV: ffprobe, then the header and the first samples byte by byte */
+    snprintf(path, sizeof path, "%s/stereo.wav", g_tmp);
+    CHECK(dl_wav_write(path, m.audio, m.audio_samples, 2, m.audio_rate) == DL_OK, "stereo wav: %s", dl_last_error());
+    CHECK(probe("-show_entries stream=codec_name,sample_rate,channels,duration", path, out, sizeof out) &&
+              strstr(out, "codec_name=pcm_f32le") && strstr(out, "sample_rate=24000") && strstr(out, "channels=2") &&
+              strstr(out, "duration=2.0"),
+          "float stereo WAV, 24 kHz, 2 s: %s", out);
+    uint8_t h[58 + 40] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(h, 1, 58 + 16, f) : 0;
+    if (f) fclose(f);
+    const uint32_t data = (uint32_t)m.audio_samples * 8;
+    CHECK(got == 58 + 16 && !memcmp(h, "RIFF", 4) && get32(h + 4) == 50 + data && !memcmp(h + 8, "WAVE", 4) &&
+              get16(h + 20) == 3 && get16(h + 22) == 2 && get32(h + 24) == 24000 && get32(h + 28) == 24000 * 8 &&
+              get16(h + 32) == 8 && get16(h + 34) == 32 && get32(h + 46) == (uint32_t)m.audio_samples &&
+              !memcmp(h + 50, "data", 4) && get32(h + 54) == data,
+          "WAV header: float, 2 channels, 24000 Hz, %u bytes/s, block %u, %u frames, %u data bytes", get32(h + 28),
+          get16(h + 32), get32(h + 46), get32(h + 54));
+    int same = got == 58 + 16;
+    for (int i = 0; i < 4 && same; i++) { /* L0 R0 L1 R1 */
+        uint32_t u = get32(h + 58 + 4 * i), want;
+        memcpy(&want, m.audio + i, 4);
+        same = u == want;
+    }
+    CHECK(same, "WAV data: the first samples interleaved L R L R as given");
+    /* mono through the same writer: one channel, block 4 */
+    memset(h, 0, sizeof h);
+    CHECK(dl_wav_write(path, m.audio, 10, 1, 24000) == DL_OK, "mono wav: %s", dl_last_error());
+    f = fopen(path, "rb");
+    got = f ? fread(h, 1, sizeof h, f) : 0;
+    if (f) fclose(f);
+    CHECK(got == 58 + 40 && get16(h + 22) == 1 && get32(h + 28) == 24000 * 4 && get16(h + 32) == 4 && get32(h + 54) == 40,
+          "mono WAV: %zu bytes, %u channel(s), block %u, %u data bytes", got, get16(h + 22), get16(h + 32), get32(h + 54));
+    /* three channels: refused by name, nothing left behind */
+    CHECK(dl_wav_write(path, m.audio, 10, 3, 24000) == DL_ERR_UNSUPPORTED && strstr(dl_last_error(), "3 channels"),
+          "3-channel WAV refused: %s", dl_last_error());
+    m.audio_channels = 3;
+    m.audio_samples /= 3;
+    snprintf(path, sizeof path, "%s/three.mp4", g_tmp);
+    CHECK(dl_media_write(path, &m, 100) == DL_ERR_UNSUPPORTED && strstr(dl_last_error(), "3 audio channels"),
+          "3-channel MP4 refused: %s", dl_last_error());
+    CHECK(access(path, F_OK) != 0, "a refused stereo+ video leaves no file");
+    dl_media_free(&m);
 }
 
 static void test_images(void) {
@@ -141,6 +237,7 @@ int main(void) {
     }
     test_images();
     test_mp4();
+    test_stereo();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);

@@ -136,7 +136,7 @@ dl_status dl_image_prepare(const dl_image *in, dl_image_mode mode, int width, in
 /* ---- media (media.c) ------------------------------------------------------------
  * What one generation made: frames x height x width x 3 bytes of RGB (an image is
  * one frame), optionally the same unrounded in [0, 1], and for models that make
- * sound mono f32 samples. */
+ * sound f32 samples, interleaved when there are several channels. */
 typedef enum { DL_MEDIA_IMAGE = 0, DL_MEDIA_VIDEO, DL_MEDIA_VIDEO_AUDIO } dl_media_kind;
 const char *dl_media_kind_name(dl_media_kind k);
 typedef struct {
@@ -145,10 +145,13 @@ typedef struct {
     double fps;
     uint8_t *rgb;
     float *pixels; /* when asked for: the same in [0, 1] before rounding */
-    float *audio;
-    int64_t audio_samples;
-    int audio_rate;
+    float *audio;          /* [audio_samples, channels], interleaved (L R L R ... for stereo) */
+    int64_t audio_samples; /* per channel: the duration is audio_samples / audio_rate */
+    int audio_rate;        /* Hz */
+    int audio_channels;    /* 0 or 1: mono (what a zeroed dl_media says); 2: stereo */
 } dl_media;
+/* m's channel count: audio_channels, 1 when it is 0 */
+int dl_media_audio_channels(const dl_media *m);
 void dl_media_free(dl_media *m); /* frees the buffers (malloc'd) */
 
 typedef enum { DL_FMT_PNG = 0, DL_FMT_JPEG, DL_FMT_WEBP, DL_FMT_MP4 } dl_media_format;
@@ -160,14 +163,16 @@ dl_status dl_media_encode_image(const uint8_t *rgb, int w, int h, dl_media_forma
                                 size_t *len);
 dl_status dl_jpeg_encode(const uint8_t *rgb, int w, int h, int quality, uint8_t **out, size_t *len);
 dl_status dl_webp_encode(const uint8_t *rgb, int w, int h, int quality, uint8_t **out, size_t *len);
-/* H.264 (yuv420p, even sizes) at m->fps, with an AAC track when m has audio. */
+/* H.264 (yuv420p, even sizes) at m->fps, with an AAC track when m has audio (mono or
+ * stereo; more channels are refused). */
 dl_status dl_mp4_write(const char *path, const dl_media *m);
 /* By the extension of `path`; an image format needs exactly one frame. Atomic. */
 dl_status dl_media_write(const char *path, const dl_media *m, int quality);
 /* DIR/frame_0000.png, ... (DIR is created when missing). */
 dl_status dl_media_save_frames(const char *dir, const dl_media *m);
-/* Mono 32-bit float PCM WAV. */
-dl_status dl_wav_write(const char *path, const float *samples, int64_t n, int rate);
+/* 32-bit float PCM WAV of n samples per channel, `channels` (1 or 2) interleaved as
+ * dl_media's audio is. Atomic. */
+dl_status dl_wav_write(const char *path, const float *samples, int64_t n, int channels, int rate);
 
 /* ---- diffusers model folders ------------------------------------------------------ */
 

@@ -364,7 +364,8 @@ int cli_generate(int argc, char **argv) {
                     dl_media_kind_name(media.kind));
             rc = 1;
         } else if ((save_frames && dl_media_save_frames(save_frames, &media) != DL_OK) ||
-                   (save_audio && dl_wav_write(save_audio, media.audio, media.audio_samples, media.audio_rate) != DL_OK) ||
+                   (save_audio && dl_wav_write(save_audio, media.audio, media.audio_samples,
+                                               dl_media_audio_channels(&media), media.audio_rate) != DL_OK) ||
                    dl_media_write(path, &media, (int)quality) != DL_OK) {
             fprintf(stderr, "difflet: %s\n", dl_last_error());
             rc = 1;

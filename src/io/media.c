@@ -1,9 +1,13 @@
 /* Media outputs: what a pipeline made (dl_media) written as the user asked.
  *   image -> PNG (libpng), JPEG (libjpeg-turbo), WebP (libwebp);
  *   video -> MP4: H.264 (FFmpeg's libavcodec, libx264) in yuv420p at the request's
- *            frame rate, with an AAC track when the model made sound;
+ *            frame rate, with an AAC track when the model made sound (mono or stereo);
  *   frames -> DIR/frame_0000.png, ... (lossless, for parity);
- *   audio  -> WAV, 32-bit float PCM.
+ *   audio  -> WAV, 32-bit float PCM, mono or stereo.
+ * dl_media's audio is interleaved [samples, channels]; AAC wants planar channels, so
+ * each encoder frame is de-interleaved as it is filled. More than two channels are
+ * refused: dl_media names no layout for them (which channel is the LFE?), and a
+ * guessed one would be written as if it were known.
  * Every file is written atomically (temporary file beside the target, rename), so
  * a failed write never leaves a truncated file under the requested name. */
 #include <errno.h>
@@ -34,6 +38,8 @@ void dl_media_free(dl_media *m) {
     free(m->audio);
     memset(m, 0, sizeof *m);
 }
+
+int dl_media_audio_channels(const dl_media *m) { return m->audio_channels == 0 ? 1 : m->audio_channels; }
 
 const char *dl_media_kind_name(dl_media_kind k) {
     return k == DL_MEDIA_VIDEO ? "video" : k == DL_MEDIA_VIDEO_AUDIO ? "video+audio" : "image";
@@ -121,24 +127,28 @@ dl_status dl_webp_encode(const uint8_t *rgb, int w, int h, int quality, uint8_t 
 static void put16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
 static void put32(uint8_t *p, uint32_t v) { put16(p, v & 0xffff), put16(p + 2, v >> 16); }
 
-dl_status dl_wav_write(const char *path, const float *samples, int64_t n, int rate) {
-    if (n < 0 || rate <= 0 || (uint64_t)n * 4 > 0xffffff00u - 58)
+dl_status dl_wav_write(const char *path, const float *samples, int64_t n, int channels, int rate) {
+    if (channels < 1 || channels > 2)
+        return dl_fail(DL_ERR_UNSUPPORTED, "WAV: %d channels: difflet writes mono or stereo", channels);
+    if (n < 0 || rate <= 0 || (uint64_t)n * (uint64_t)channels * 4 > 0xffffff00u - 58 ||
+        (uint64_t)rate * (uint64_t)channels * 4 > 0xffffffffu)
         return dl_fail(DL_ERR_INVALID, "WAV: %lld samples at %d Hz cannot be written", (long long)n, rate);
-    uint32_t data = (uint32_t)n * 4;
+    const int64_t total = n * channels; /* f32 values, interleaved */
+    const uint32_t block = (uint32_t)channels * 4, data = (uint32_t)total * 4;
     uint8_t h[58];
     memcpy(h, "RIFF", 4), put32(h + 4, 50 + data), memcpy(h + 8, "WAVE", 4);
     memcpy(h + 12, "fmt ", 4), put32(h + 16, 18);
-    put16(h + 20, 3 /* WAVE_FORMAT_IEEE_FLOAT */), put16(h + 22, 1 /* mono */), put32(h + 24, (uint32_t)rate);
-    put32(h + 28, (uint32_t)rate * 4), put16(h + 32, 4), put16(h + 34, 32), put16(h + 36, 0);
-    memcpy(h + 38, "fact", 4), put32(h + 42, 4), put32(h + 46, (uint32_t)n);
+    put16(h + 20, 3 /* WAVE_FORMAT_IEEE_FLOAT */), put16(h + 22, (uint32_t)channels), put32(h + 24, (uint32_t)rate);
+    put32(h + 28, (uint32_t)rate * block), put16(h + 32, block), put16(h + 34, 32), put16(h + 36, 0);
+    memcpy(h + 38, "fact", 4), put32(h + 42, 4), put32(h + 46, (uint32_t)n); /* samples per channel */
     memcpy(h + 50, "data", 4), put32(h + 54, data);
     dl_atomic_file f;
     dl_status s = dl_atomic_open(&f, path);
     if (s != DL_OK) return s;
     if ((s = dl_atomic_write(&f, h, sizeof h)) == DL_OK) {
-        for (int64_t i = 0; i < n && s == DL_OK; i += 4096) { /* little-endian f32, whatever the host */
+        for (int64_t i = 0; i < total && s == DL_OK; i += 4096) { /* little-endian f32, whatever the host */
             uint8_t b[4096 * 4];
-            int64_t k = n - i < 4096 ? n - i : 4096;
+            int64_t k = total - i < 4096 ? total - i : 4096;
             for (int64_t j = 0; j < k; j++) {
                 uint32_t u;
                 memcpy(&u, samples + i + j, 4);
@@ -222,8 +232,9 @@ static dl_status mp4_open_audio(mp4 *x, const dl_media *m) {
         return dl_fail(DL_ERR_NOMEM, "MP4: out of memory");
     x->ac->sample_fmt = AV_SAMPLE_FMT_FLTP;
     x->ac->sample_rate = m->audio_rate;
-    x->ac->bit_rate = 128000;
-    av_channel_layout_default(&x->ac->ch_layout, 1);
+    x->ac->bit_rate = dl_media_audio_channels(m) == 2 ? 192000 : 128000; /* stereo: 96 kb/s a channel */
+    x->ac->ch_layout = dl_media_audio_channels(m) == 2 ? (AVChannelLayout)AV_CHANNEL_LAYOUT_STEREO
+                                                      : (AVChannelLayout)AV_CHANNEL_LAYOUT_MONO;
     x->ac->time_base = (AVRational){1, m->audio_rate};
     if (x->oc->oformat->flags & AVFMT_GLOBALHEADER) x->ac->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
     int rc = avcodec_open2(x->ac, codec, NULL);
@@ -251,10 +262,14 @@ static dl_status mp4_video_frame(mp4 *x, const dl_media *m, int i) {
 static dl_status mp4_audio_frame(mp4 *x, const dl_media *m, int64_t at) {
     int rc = av_frame_make_writable(x->af);
     if (rc < 0) return averr(rc, "audio frame buffer");
+    const int ch = dl_media_audio_channels(m);
     int64_t n = m->audio_samples - at < x->af->nb_samples ? m->audio_samples - at : x->af->nb_samples;
-    float *dst = (float *)x->af->data[0];
-    memcpy(dst, m->audio + at, (size_t)n * 4);
-    memset(dst + n, 0, (size_t)(x->af->nb_samples - n) * 4); /* the last frame: silence after the end */
+    for (int c = 0; c < ch; c++) { /* interleaved [samples, ch] into planar: one plane per channel */
+        float *dst = (float *)x->af->data[c];
+        const float *src = m->audio + at * ch + c;
+        for (int64_t i = 0; i < n; i++) dst[i] = src[i * ch];
+        memset(dst + n, 0, (size_t)(x->af->nb_samples - n) * 4); /* the last frame: silence after the end */
+    }
     x->af->pts = at;
     return encode(x, x->ac, x->as, x->af);
 }
@@ -277,6 +292,10 @@ dl_status dl_mp4_write(const char *path, const dl_media *m) {
     int audio = m->audio && m->audio_samples > 0;
     if (audio && (m->audio_rate < 8000 || m->audio_rate > 96000))
         return dl_fail(DL_ERR_INVALID, "MP4: audio rate %d Hz is outside 8000..96000", m->audio_rate);
+    if (audio && (dl_media_audio_channels(m) < 1 || dl_media_audio_channels(m) > 2))
+        return dl_fail(DL_ERR_UNSUPPORTED,
+                       "MP4: %d audio channels: the AAC track is mono or stereo (dl_media names no layout for more)",
+                       dl_media_audio_channels(m));
     if (dl_log_get_level() > DL_LOG_DEBUG) av_log_set_level(AV_LOG_ERROR); /* encoder statistics only when debugging */
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());

@@ -27,8 +27,9 @@
  *            conditioning ((1 - dns) z + dns noise, decode_timestep as temb), de-normalised
  *            (z std / sf + mean), the VAE, (x / 2 + 0.5) clamped; audio de-normalised,
  *            unpacked, the audio VAE, the vocoder: the waveform at the vocoder's rate.
- * The output is video with sound: dl_media carries one channel, so a stereo vocoder's
- * channels are averaged ((L + R) / 2).
+ * The output is video with sound: the vocoder's channels as they are (stereo for LTX-2's
+ * vocoder; no mixing), its [channels, samples] waveform interleaved into dl_media's
+ * [samples, channels].
  * The shared loop (denoise.h) is not used: it steps one latent buffer with at most two
  * CFG branches combined in velocity space, while LTX-2 steps two streams with up to
  * four passes per step combined in x0 space with per-stream scales and rescaling. So
@@ -318,6 +319,12 @@ static dl_status pipe_load(lt_pipe **out, const char *model_dir, const dl_gen_sh
                     (long long)dl_ltx2_audio_vae_mel_bins(p->avae));
         goto fail;
     }
+    if (dl_ltx2_vocoder_out_channels(p->voc) < 1 || dl_ltx2_vocoder_out_channels(p->voc) > 2) {
+        s = dl_fail(DL_ERR_UNSUPPORTED,
+                    "the vocoder makes %lld audio channels: difflet's outputs (MP4, WAV) are mono or stereo",
+                    (long long)dl_ltx2_vocoder_out_channels(p->voc));
+        goto fail;
+    }
     p->Fo = dl_ltx2_vae_frames(p->vae), p->Ho = p->lh * dl_ltx2_vae_scale_spatial(p->vae);
     p->Wo = p->lw * dl_ltx2_vae_scale_spatial(p->vae);
     if (p->Fo != p->frames)
@@ -532,16 +539,14 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
                                  dl_ltx2_audio_vae_mel_bins(p->avae), p->melv);
     if ((s = dl_ltx2_vocoder_run(p->voc, p->melv, p->wave))) return s;
     if ((s = dl_pipeline_media(out, DL_MEDIA_VIDEO_AUDIO, p->video, p->Fo, p->Ho, p->Wo, p->fps, r->want_pixels))) return s;
-    if (!(out->audio = malloc((size_t)p->wlen * sizeof(float)))) {
+    if (!(out->audio = malloc((size_t)(p->wch * p->wlen) * sizeof(float)))) {
         dl_media_free(out);
         return dl_fail(DL_ERR_NOMEM, "out of memory");
     }
-    for (int64_t i = 0; i < p->wlen; i++) { /* the channels' mean: dl_media is mono */
-        float a = 0;
-        for (int64_t c = 0; c < p->wch; c++) a += p->wave[c * p->wlen + i];
-        out->audio[i] = a / (float)p->wch;
-    }
-    out->audio_samples = p->wlen, out->audio_rate = (int)dl_ltx2_vocoder_sample_rate(p->voc);
+    for (int64_t c = 0; c < p->wch; c++) /* wave [wch, wlen] -> audio [wlen, wch] */
+        for (int64_t i = 0; i < p->wlen; i++) out->audio[i * p->wch + c] = p->wave[c * p->wlen + i];
+    out->audio_samples = p->wlen, out->audio_channels = (int)p->wch;
+    out->audio_rate = (int)dl_ltx2_vocoder_sample_rate(p->voc);
     tm.decode_s = dl_now() - t0;
     if (timing) *timing = tm;
     return DL_OK;
