@@ -134,6 +134,14 @@ if [[ "$got" == *"h264,video,96,96"* && "$got" == *"aac,audio,24000,2"* ]]; then
 got=$(ffprobe -v error -show_entries stream=codec_name,sample_rate,channels -of csv=p=0 "$tmpd/l.wav" 2>&1 | tr '\n' ' ')
 if [[ "$got" == *"pcm_f32le,24000,2"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: --save-audio's WAV for LTX-2 (want pcm_f32le,24000,2): '$got'"; fi
 expect 1 "multiples of" generate --model "$data/ltx2/pipe" --prompt x --width 80 --height 96 --frames 9 --steps 1 -o "$tmpd/x.mp4"
+# LTX-2's own step loop caches each guidance pass (2 steps x 4 passes here); a calibration with its probe program
+expect 0 "8 cached steps" "${lgen[@]}" --steps 6 --cache cadence:2 --cache-keep 1,1 -o "$tmpd/lc1.mp4"
+expect 0 "cached steps" "${lgen[@]}" --steps 6 --cache online-delta --cache-keep 1,1 -o "$tmpd/lc2.mp4"
+printf 'a red ball\na blue square moving\na cat walks\n' > "$tmpd/lprompts.txt"
+expect 0 "" calibrate --prompts "$tmpd/lprompts.txt" --model "$data/ltx2/pipe" --steps 8 --degree 2 --size 96x96 -o "$tmpd/lcal.json"
+expect 0 "cached steps" "${lgen[@]}" --steps 8 --cache "calibrated:$tmpd/lcal.json:0.3" --cache-keep 1,1 -o "$tmpd/lc3.mp4"
+out=$(DIFFLET_CACHE="$tmpd/lcache" "$bin" compile --model "$data/ltx2/pipe" --size 96x96 --frames 9 --max-sequence-length 16 --probe 2>/dev/null)
+if [[ "$out" == *"probe "* && "$out" == *"transformer "* && "$out" == *"7 compiled"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: compile --probe of LTX-2: $out"; fi
 # a FLUX folder whose transformer is a GGUF file (Q8_0, Black Forest Labs' names) instead of safetensors
 gg="$tmpd/flux-gguf"; mkdir -p "$gg/transformer"
 for c in model_index.json scheduler text_encoder text_encoder_2 tokenizer tokenizer_2 vae; do ln -s "$(readlink -f "$flux/$c")" "$gg/$c"; done

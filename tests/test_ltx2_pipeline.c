@@ -6,7 +6,12 @@
  * channel's SNR (dl_media's interleaved [samples, channels] against diffusers' stereo
  * [channels, samples] waveform, channel by channel: a mix or a swap fails) against
  * diffusers' f32 outputs. Also: the STG path of the transformer changes its output
- * (a test that STG is wired), parallel layouts are refused by name. */
+ * (a test that STG is wired), parallel layouts are refused by name.
+ * Step caching (the pipeline's own loop): off, and a cadence whose kept steps cover
+ * the whole run, leave the output byte-identical; cadence:2 with keep 1,1 on 6 steps
+ * runs 2 steps x 4 passes fewer and stays close to the uncached output; online-delta
+ * and calibrated run; the probe program scores 0 on a slot's first call and > 0 once
+ * the latents change. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +19,7 @@
 
 #include "difflet/io.h"
 #include "difflet/ltx2.h"
+#include "difflet/pipeline.h"
 #include "difflet/registry.h"
 #include "test_util.h"
 
@@ -128,6 +134,130 @@ static void test_stg(void) {
     dl_model_dir_free(dir);
 }
 
+/* the probe: 0 on a slot's first call and after a reset, > 0 once the latents change,
+ * 0 again for the same input; slots are independent */
+static void test_probe(void) {
+    dl_model_dir *dir;
+    dl_ltx2_probe *pr = NULL;
+    dl_ltx2_transformer *m = NULL;
+    dl_ltx2_transformer_shape sh = {3, 8, 8, 9, 16, 24.0};
+    if (dl_model_dir_open(&dir, PIPE) != DL_OK || dl_ltx2_probe_load(&pr, dir, "transformer", &sh, DL_F32, NULL) != DL_OK ||
+        dl_ltx2_transformer_load(&m, dir, "transformer", &sh, DL_F32, NULL) != DL_OK) {
+        CHECK(0, "probe: %s", dl_last_error());
+        return;
+    }
+    const dl_ltx2_transformer_info *in = dl_ltx2_transformer_get_info(m);
+    const int64_t n = in->video_tokens * in->video_in; /* the latents the probe takes: the transformer's */
+    dl_ltx2_transformer_free(m);
+    float *v = malloc(n * 4);
+    dl_randn(5, v, n);
+    double a = -1, b = -1, c = -1, d = -1, e = -1;
+    int ok = dl_ltx2_probe_run(pr, 0, v, 900.f, &a) == DL_OK;
+    ok = ok && dl_ltx2_probe_run(pr, 0, v, 900.f, &b) == DL_OK;
+    for (int64_t i = 0; i < n; i++) v[i] *= 0.9f;
+    ok = ok && dl_ltx2_probe_run(pr, 0, v, 800.f, &c) == DL_OK;
+    ok = ok && dl_ltx2_probe_run(pr, 1, v, 800.f, &d) == DL_OK;
+    dl_ltx2_probe_reset(pr);
+    ok = ok && dl_ltx2_probe_run(pr, 0, v, 800.f, &e) == DL_OK;
+    CHECK(ok, "probe runs: %s", dl_last_error());
+    printf("ltx2 probe: first %g, same input %g, changed %g, other slot's first %g, after reset %g\n", a, b, c, d, e);
+    CHECK(a == 0 && b == 0 && c > 1e-3 && isfinite(c) && d == 0 && e == 0, "probe scores %g %g %g %g %g", a, b, c, d, e);
+    CHECK(dl_ltx2_probe_run(pr, 2, v, 800.f, &a) != DL_OK && strstr(dl_last_error(), "slot"), "slot 2: %s", dl_last_error());
+    v[7] = NAN;
+    CHECK(dl_ltx2_probe_run(pr, 0, v, 800.f, &a) != DL_OK && strstr(dl_last_error(), "finite"), "NaN latents: %s", dl_last_error());
+    free(v);
+    dl_ltx2_probe_free(pr);
+    dl_model_dir_free(dir);
+}
+
+typedef struct {
+    int calls[2], scored;
+} probe_log;
+static void on_probe(void *ctx, int step, int branch, double probe, double change) {
+    probe_log *l = ctx;
+    (void)change;
+    if (branch == 0 || branch == 1) l->calls[branch]++;
+    l->scored += step > 0 && probe > 0;
+}
+
+/* one generation with caching spec (NULL: no config); 1 on success */
+static int gen_cached(dl_pipeline *p, const char *spec, int keep, int steps, dl_media *m, dl_gen_timing *tm, probe_log *pl) {
+    dl_stepcache_config c;
+    if (spec && dl_stepcache_parse(spec, &c) != DL_OK) return 0;
+    c.keep_first = c.keep_last = keep;
+    dl_gen_request r = {.prompt = "A red circle moves to the right.", .negative_prompt = "blurry, static", .steps = steps,
+                        .guidance = 3.0f, .seed = 7, .want_pixels = 1, .cache = spec ? &c : NULL};
+    if (pl) r.on_probe = on_probe, r.ctx = pl;
+    return dl_pipeline_generate(p, &r, m, tm) == DL_OK;
+}
+
+static void test_cache(void) {
+    dl_gen_shape shape = {.width = 96, .height = 96, .frames = 9, .max_sequence_length = 16, .dt = DL_F32};
+    dl_pipeline *p = NULL;
+    if (dl_pipeline_load(&p, PIPE, &shape) != DL_OK) {
+        CHECK(0, "pipeline load: %s", dl_last_error());
+        return;
+    }
+    dl_media ref = {0}, m = {0};
+    dl_gen_timing t0, tm;
+    if (!gen_cached(p, NULL, 1, 6, &ref, &t0, NULL)) {
+        CHECK(0, "uncached: %s", dl_last_error());
+        dl_pipeline_free(p);
+        return;
+    }
+    const int64_t np = (int64_t)ref.frames * ref.width * ref.height * 3;
+    CHECK(t0.denoiser_calls == 24 && t0.cached_steps == 0, "uncached: %d calls, %d cached", t0.denoiser_calls, t0.cached_steps);
+    /* same bytes: the output and the waveform */
+#define SAME(a, b) ((a).frames == (b).frames && !memcmp((a).pixels, (b).pixels, (size_t)np * 4) && \
+                    (a).audio_samples == (b).audio_samples && \
+                    !memcmp((a).audio, (b).audio, (size_t)((a).audio_samples * (a).audio_channels) * 4))
+    CHECK(gen_cached(p, "off", 1, 6, &m, &tm, NULL) && SAME(m, ref) && tm.denoiser_calls == 24, "cache off differs: %s",
+          dl_last_error());
+    dl_media_free(&m);
+    /* the estimator tracks every step but the kept steps cover them: nothing cached, nothing changed */
+    CHECK(gen_cached(p, "cadence:2", 3, 6, &m, &tm, NULL) && SAME(m, ref) && tm.cached_steps == 0, "cadence with keep 3,3: %s",
+          dl_last_error());
+    dl_media_free(&m);
+    /* cadence:2, keep 1,1 on 6 steps: steps 2 and 4 are estimated, 4 passes each */
+    if (gen_cached(p, "cadence:2", 1, 6, &m, &tm, NULL)) {
+        const double ps = test_psnr(m.pixels, ref.pixels, np, 1.0);
+        printf("ltx2 cadence:2 keep 1,1, 6 steps: %d transformer calls, %d cached passes, PSNR %.1f dB against uncached\n",
+               tm.denoiser_calls, tm.cached_steps, ps);
+        CHECK(tm.denoiser_calls == 16 && tm.cached_steps == 8, "cadence:2: %d calls, %d cached", tm.denoiser_calls, tm.cached_steps);
+        CHECK(ps >= 20.0 && isfinite(ps), "cadence:2: PSNR %.1f dB against uncached", ps);
+        CHECK(memcmp(m.pixels, ref.pixels, (size_t)np * 4), "cadence:2 changed nothing");
+        dl_media_free(&m);
+    } else
+        CHECK(0, "cadence:2: %s", dl_last_error());
+    CHECK(gen_cached(p, "online-delta", 1, 6, &m, &tm, NULL) && tm.denoiser_calls + tm.cached_steps == 24,
+          "online-delta: %s (%d calls, %d cached)", dl_last_error(), tm.denoiser_calls, tm.cached_steps);
+    dl_media_free(&m);
+    /* calibrate's hook: a probe score and a change per step for the two CFG branches */
+    probe_log pl = {{0, 0}, 0};
+    CHECK(gen_cached(p, "off", 1, 6, &m, &tm, &pl) && SAME(m, ref) && pl.calls[0] == 6 && pl.calls[1] == 6 && pl.scored >= 8 &&
+              tm.probe_s > 0,
+          "on_probe: %d / %d calls, %d scored: %s", pl.calls[0], pl.calls[1], pl.scored, dl_last_error());
+    dl_media_free(&m);
+    /* calibrated: a polynomial that estimates a tiny change caches every allowed step */
+    char path[] = "/tmp/difflet_ltx2_calXXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f) {
+        fputs("{\"coefficients\": [0.0, 0.001], \"threshold\": 0.5, \"accumulate\": true}", f);
+        fclose(f);
+        char spec[64];
+        snprintf(spec, sizeof spec, "calibrated:%s", path);
+        CHECK(gen_cached(p, spec, 1, 6, &m, &tm, NULL) && tm.cached_steps == 8 && tm.denoiser_calls == 16,
+              "calibrated: %s (%d calls, %d cached)", dl_last_error(), tm.denoiser_calls, tm.cached_steps);
+        dl_media_free(&m);
+        remove(path);
+    } else
+        CHECK(0, "temp file");
+#undef SAME
+    dl_media_free(&ref);
+    dl_pipeline_free(p);
+}
+
 int main(void) {
     char buf[256];
     dl_par_config c = {.dp = 1, .cfg = 2, .tp = 1, .cp = 1};
@@ -137,6 +267,8 @@ int main(void) {
     c.cfg = 1;
     CHECK(e && !e->split_check(PIPE, &c, buf, sizeof buf), "one rank refused: %s", buf);
     test_stg();
+    test_probe();
+    test_cache();
     test_pipeline(DL_F32);
     test_pipeline(DL_BF16);
     return test_done("test_ltx2_pipeline");

@@ -91,6 +91,21 @@ dl_status dl_ltx2_transformer_run(dl_ltx2_transformer *m, const dl_ltx2_transfor
                                   float *out_audio);
 void dl_ltx2_transformer_free(dl_ltx2_transformer *m);
 
+/* The step-caching probe (a program of its own, the pipeline's "probe" component; weights
+ * from the transformer's folder): the video patch embedding (proj_in), the timestep
+ * conditioning (time_embed) and block 0's modulated video input RMS(x)(1 + scale_msa) +
+ * shift_msa [video_tokens, D] (f32), scored as the relative L1 change against the
+ * slot's previous call (0 on a slot's first call after load or reset). The feature
+ * depends on the video latents and the timestep only, so every guidance pass of a step
+ * shares it. Built for the transformer's latent grid (shape's frames, height, width). */
+typedef struct dl_ltx2_probe dl_ltx2_probe;
+dl_status dl_ltx2_probe_load(dl_ltx2_probe **out, dl_model_dir *dir, const char *component,
+                             const dl_ltx2_transformer_shape *shape, dl_dtype dt, dl_wsrc *src);
+/* video [video_tokens, video_in] (packed latents), timestep 0..1000; slot 0 or 1 */
+dl_status dl_ltx2_probe_run(dl_ltx2_probe *p, int slot, const float *video, float timestep, double *score);
+void dl_ltx2_probe_reset(dl_ltx2_probe *p); /* every slot's next score is 0 */
+void dl_ltx2_probe_free(dl_ltx2_probe *p);
+
 #ifdef __cplusplus
 }
 #endif

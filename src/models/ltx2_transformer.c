@@ -845,3 +845,103 @@ dl_status dl_ltx2_transformer_run(dl_ltx2_transformer *m, const dl_ltx2_transfor
     RUN(&m->aproj_out, m->ha, out_audio);
     return DL_OK;
 }
+
+/* ---- the step-caching probe ------------------------------------------------------------
+ * A program of its own (the pipeline's "probe" component, weights from the transformer
+ * folder): proj_in, time_embed and block 0's scale_shift_table. Its feature is block 0's
+ * modulated video input RMS(proj_in(latents))(1 + scale_msa) + shift_msa, the
+ * modulation E(t) + table (the same arithmetic as the forward's first norm_mod, in f32);
+ * the score is its relative L1 change (dl_dit_probe_score, as the other probes). The
+ * feature depends on the latents and the timestep only: every guidance pass of a step
+ * sees the same value. */
+struct dl_ltx2_probe {
+    dl_dit c;          /* sizes for the score (one rank) */
+    int64_t Nv, Cin, D, nmod;
+    double eps;
+    dl_dtype dt;
+    lin proj_in;       /* [Nv, Cin] dt -> [Nv, D] f32 */
+    adaln te;          /* time_embed: [nmod D] */
+    float *sst;        /* transformer_blocks.0.scale_shift_table [nmod, D] */
+    float *mod;        /* [nmod D] */
+    float *x, *cur;    /* [Nv, D] f32 (arena) */
+    void *xin;         /* [Nv, Cin] dt (arena) */
+    float *prev[2];    /* [Nv, D] per slot */
+    int have[2];
+    void *arena;
+};
+
+void dl_ltx2_probe_free(dl_ltx2_probe *p) {
+    if (!p) return;
+    dl_lin_free(&p->proj_in);
+    adaln_free(&p->te);
+    free(p->sst), free(p->mod);
+    dl_aligned_free(p->prev[0]), dl_aligned_free(p->prev[1]), dl_aligned_free(p->arena);
+    free(p);
+}
+
+void dl_ltx2_probe_reset(dl_ltx2_probe *p) { p->have[0] = p->have[1] = 0; }
+
+dl_status dl_ltx2_probe_load(dl_ltx2_probe **out, dl_model_dir *dir, const char *component,
+                             const dl_ltx2_transformer_shape *sh, dl_dtype dt, dl_wsrc *src) {
+    *out = NULL;
+    char file[512];
+    snprintf(file, sizeof file, "%s/config.json", component);
+    const cJSON *cfg;
+    dl_status s = dl_model_dir_config(dir, component, &cfg);
+    if (s != DL_OK) return s;
+    tcfg k;
+    if ((s = read_config(&k, cfg, file))) return s;
+    if (dt != DL_F32 && dt != DL_BF16) return dl_fail(DL_ERR_UNSUPPORTED, "LTX-2 probe: %s matmuls are not supported (f32, bf16)", dl_dtype_name(dt));
+    if (sh->frames < 1 || sh->height < 1 || sh->width < 1 || sh->frames > 4096 || sh->height > 4096 || sh->width > 4096)
+        return dl_fail(DL_ERR_INVALID, "LTX-2 probe: latent grid %lld x %lld x %lld (each in 1..4096)", (long long)sh->frames,
+                       (long long)sh->height, (long long)sh->width);
+    const int64_t Nv = ((sh->frames + k.pt - 1) / k.pt) * ((sh->height + k.p - 1) / k.p) * ((sh->width + k.p - 1) / k.p);
+    if (Nv > (int64_t)1 << 22) return dl_fail(DL_ERR_INVALID, "LTX-2 probe: %lld video tokens (at most 4M)", (long long)Nv);
+    dl_ltx2_probe *p = calloc(1, sizeof *p);
+    if (!p) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    dl_wsrc *ck = NULL;
+    p->Nv = Nv, p->Cin = k.Cin, p->D = k.H * k.Dh, p->nmod = k.cmod ? 9 : 6, p->eps = k.eps, p->dt = dt;
+    p->c = (dl_dit){.sp = {.tp = 1, .cp = 1}, .dt = dt, .D = p->D};
+    const int64_t D = p->D, ss[2] = {p->nmod, D};
+    if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK ||
+        (s = lin1(&p->proj_in, ck, "proj_in", 1, Nv, k.Cin, D, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = adaln_load(&p->te, ck, "time_embed", D, p->nmod)) ||
+        (s = dl_param_f32(ck, "transformer_blocks.0.scale_shift_table", 2, ss, &p->sst)))
+        goto fail;
+    act_plan pl = {0};
+    dl_plan_add(&pl, &p->x, (size_t)(Nv * D) * 4, 0, 0);
+    dl_plan_add(&pl, &p->cur, (size_t)(Nv * D) * 4, 0, 0);
+    dl_plan_add(&pl, &p->xin, (size_t)(Nv * k.Cin) * dl_dtype_size(dt), 0, 0);
+    if ((s = dl_plan_commit(&pl, ck, &p->arena)) != DL_OK) goto fail;
+    p->mod = malloc((size_t)(p->nmod * D) * sizeof(float));
+    for (int i = 0; i < 2; i++) p->prev[i] = dl_aligned_alloc((size_t)(Nv * D) * 4);
+    if (!p->mod || !p->prev[0] || !p->prev[1]) {
+        s = dl_fail(DL_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    dl_ws_close(ck);
+    *out = p;
+    return DL_OK;
+fail:
+    dl_ws_close(ck);
+    dl_ltx2_probe_free(p);
+    return s;
+}
+
+dl_status dl_ltx2_probe_run(dl_ltx2_probe *p, int slot, const float *video, float timestep, double *score) {
+    const int64_t Nv = p->Nv, D = p->D;
+    dl_status s;
+    *score = 0;
+    if (slot < 0 || slot > 1) return dl_fail(DL_ERR_INVALID, "LTX-2 probe: slot %d (0 or 1)", slot);
+    if (!isfinite(timestep)) return dl_fail(DL_ERR_INVALID, "LTX-2 probe: the timestep is not finite");
+    if (!video || !all_finite(video, Nv * p->Cin)) return dl_fail(DL_ERR_INVALID, "LTX-2 probe: a latent value is not finite");
+    adaln_run(&p->te, timestep, p->mod, NULL);
+    add_rows(p->mod, p->sst, p->mod, 2, D); /* shift_msa, scale_msa */
+    to_dt(p->dt, p->xin, video, Nv * p->Cin);
+    RUN(&p->proj_in, p->xin, p->x);
+    norm_mod(DL_F32, p->cur, p->x, Nv, D, (float)p->eps, 0, p->mod + D, p->mod);
+    if (p->have[slot] && (s = dl_dit_probe_score(&p->c, p->cur, p->prev[slot], Nv * D, score))) return s;
+    memcpy(p->prev[slot], p->cur, (size_t)(Nv * D) * 4);
+    p->have[slot] = 1;
+    return DL_OK;
+}

@@ -34,6 +34,13 @@
  * CFG branches combined in velocity space, while LTX-2 steps two streams with up to
  * four passes per step combined in x0 space with per-stream scales and rescaling. So
  * the step loop is here, on one rank: parallel layouts are refused by name.
+ * Step caching (the modes of stepcache.c) caches what the shared loop caches: each
+ * denoiser evaluation's raw output, here each guidance pass's velocities (video and
+ * audio as one [Nv Cin + Na Cain] vector per pass), estimated before the x0-space
+ * combination, so the guidance, rescale and Euler step run every step on fresh latents.
+ * One decision per step for every pass and both streams (a step is a whole transformer
+ * sweep or none); the probe (dl_ltx2_probe, the "probe" program) scores the video
+ * latents at t once per step, shared by every pass.
  * The settings __call__ takes that a request has no field for come from the folder's
  * difflet.json `defaults` (keys named as __call__'s arguments), else __call__'s defaults:
  * stg_scale 1, modality_scale 3, guidance_rescale 0.7, audio_guidance_scale 7,
@@ -56,9 +63,11 @@
 #include "difflet/registry.h"
 #include "difflet/text.h"
 
-enum { C_TEXT = 0, C_CONN, C_VAE, C_AVAE, C_VOC, C_TRANSFORMER, NCOMP };
+enum { C_TEXT = 0, C_CONN, C_VAE, C_AVAE, C_VOC, C_PROBE, C_TRANSFORMER, NCOMP };
 static const char *const k_lt_components[NCOMP] = {"text_encoder", "connectors", "vae", "audio_vae", "vocoder",
-                                                   "transformer"};
+                                                   "probe", "transformer"};
+static const char *const k_lt_folders[NCOMP] = {"text_encoder", "connectors", "vae", "audio_vae", "vocoder",
+                                                "transformer", "transformer"};
 enum { MAX_STG = 64 };
 enum { P_COND = 0, P_UNCOND, P_STG, P_MOD, NPASS };
 
@@ -77,6 +86,7 @@ typedef struct {
     dl_ltx2_audio_vae *avae;
     dl_ltx2_vocoder *voc;
     dl_ltx2_transformer *tr;
+    dl_ltx2_probe *probe;
     dl_flowmatch fm;
     int64_t C, lf, lh, lw, p, pt, Nv, Cin;  /* video latent channels, grid, patches, tokens, features */
     int64_t Ca, La, M, Na, Cain;            /* audio latent channels, frames, mel bins, tokens, features */
@@ -92,7 +102,9 @@ typedef struct {
     float *sigmas, *tsteps;
     float *emb, *tv[2], *ta[2];             /* [T, emb_w]; text [T, Dv] / [T, Da]: 0 prompt, 1 negative */
     float *lat, *alat;                      /* [Nv, Cin], [Na, Cain] */
-    float *vo[NPASS], *ao[NPASS];           /* each pass's velocities, then x0 */
+    float *vo[NPASS], *ao[NPASS];           /* each pass's velocities, then x0: ao[k] = vo[k] + Nv Cin (one
+                                               [Nv Cin + Na Cain] buffer per pass, what the step cache keeps) */
+    float *sc_buf;                          /* step cache: prev and delta per pass, [2 NPASS, Nv Cin + Na Cain] */
     float *gv, *ga;                         /* the guided x0 of each stream */
     float *z, *video, *mel, *melv, *wave;
     dl_artifact *art[NCOMP];
@@ -104,12 +116,13 @@ static void pipe_free(lt_pipe *p) {
     dl_tokenizer_free(p->tok);
     dl_gemma3_text_free(p->te), dl_ltx2_connectors_free(p->cn), dl_ltx2_vae_free(p->vae);
     dl_ltx2_audio_vae_free(p->avae), dl_ltx2_vocoder_free(p->voc), dl_ltx2_transformer_free(p->tr);
+    dl_ltx2_probe_free(p->probe);
     for (int i = 0; i < NCOMP; i++) dl_artifact_close(p->art[i]);
     dl_model_dir_free(p->dir);
     free(p->sigmas), free(p->tsteps), free(p->emb);
     for (int i = 0; i < 2; i++) free(p->tv[i]), free(p->ta[i]);
-    free(p->lat), free(p->alat), free(p->gv), free(p->ga);
-    for (int i = 0; i < NPASS; i++) free(p->vo[i]), free(p->ao[i]);
+    free(p->lat), free(p->alat), free(p->gv), free(p->ga), free(p->sc_buf);
+    for (int i = 0; i < NPASS; i++) free(p->vo[i]);
     free(p->z), free(p->video), free(p->mel), free(p->melv), free(p->wave);
     free(p);
 }
@@ -131,6 +144,7 @@ static dl_status build_component(void *ctx, dl_wsrc *ws) {
     case C_VOC: return dl_ltx2_vocoder_load(&p->voc, p->dir, "vocoder", dl_ltx2_audio_vae_mel_frames(p->avae), dt, ws);
     default: {
         dl_ltx2_transformer_shape sh = {p->lf, p->lh, p->lw, p->La, p->T, p->fps};
+        if (b->which == C_PROBE) return dl_ltx2_probe_load(&p->probe, p->dir, "transformer", &sh, dt, ws);
         return dl_ltx2_transformer_load(&p->tr, p->dir, "transformer", &sh, dt, ws);
     }
     }
@@ -280,11 +294,14 @@ static dl_status pipe_load(lt_pipe **out, const char *model_dir, const dl_gen_sh
             snprintf(shp, sizeof shp, "{\"frames\":%lld,\"height\":%lld,\"width\":%lld}", (long long)p->lf, (long long)p->lh,
                      (long long)p->lw);
         else if (c == C_AVAE || c == C_VOC) snprintf(shp, sizeof shp, "{\"audio_frames\":%lld}", (long long)p->La);
+        else if (c == C_PROBE)
+            snprintf(shp, sizeof shp, "{\"frames\":%lld,\"height\":%lld,\"width\":%lld}", (long long)p->lf, (long long)p->lh,
+                     (long long)p->lw);
         else
             snprintf(shp, sizeof shp, "{\"audio\":%lld,\"fps\":%.17g,\"frames\":%lld,\"height\":%lld,\"text\":%lld,\"width\":%lld}",
                      (long long)p->La, p->fps, (long long)p->lf, (long long)p->lh, (long long)p->T, (long long)p->lw);
         build_ctx b = {p, c};
-        s = dl_pipeline_program(p->dir, k_lt_components[c], shp, shape, 0, 0, build_component, &b, &p->art[c],
+        s = dl_pipeline_program(p->dir, k_lt_folders[c], shp, shape, c == C_PROBE, 0, build_component, &b, &p->art[c],
                                 p->prog_id[c]);
     }
     if (s == DL_OK) s = dl_flowmatch_load(p->dir, &p->fm);
@@ -341,10 +358,14 @@ static dl_status pipe_load(lt_pipe **out, const char *model_dir, const dl_gen_sh
         ok = ok && p->tv[i] && p->ta[i];
     }
     p->lat = malloc((size_t)(p->Nv * p->Cin) * sizeof(float)), p->alat = malloc((size_t)(p->Na * p->Cain) * sizeof(float));
+    const size_t nva = (size_t)(p->Nv * p->Cin + p->Na * p->Cain);
     for (int i = 0; i < NPASS; i++) {
-        p->vo[i] = malloc((size_t)(p->Nv * p->Cin) * sizeof(float)), p->ao[i] = malloc((size_t)(p->Na * p->Cain) * sizeof(float));
-        ok = ok && p->vo[i] && p->ao[i];
+        p->vo[i] = malloc(nva * sizeof(float));
+        ok = ok && p->vo[i];
+        if (p->vo[i]) p->ao[i] = p->vo[i] + p->Nv * p->Cin;
     }
+    p->sc_buf = malloc(2 * NPASS * nva * sizeof(float));
+    ok = ok && p->sc_buf;
     p->z = malloc((size_t)(p->Nv * p->Cin) * sizeof(float));
     p->gv = malloc((size_t)(p->Nv * p->Cin) * sizeof(float)), p->ga = malloc((size_t)(p->Na * p->Cain) * sizeof(float));
     ok = ok && p->gv && p->ga;
@@ -471,8 +492,6 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
     if (r->fps > 0 && fabs(r->fps - p->fps) > 1e-9 * p->fps)
         return dl_fail(DL_ERR_INVALID, "LTX-2 is loaded for frame_rate %g (RoPE positions and the audio length depend on it); "
                                        "%g fps asked: set `fps` in the model's difflet.json", p->fps, r->fps);
-    if (r->cache && r->cache->mode != DL_STEPCACHE_OFF)
-        return dl_fail(DL_ERR_UNSUPPORTED, "step caching is not built for LTX-2");
     stream_scales vs = {p->stg, p->mod, p->rescale, r->guidance}, as = p->audio_s;
     if (as.cfg == 0) as.cfg = r->guidance; /* `audio_guidance_scale or guidance_scale` */
     const int cfg = vs.cfg > 1.f || as.cfg > 1.f, stg = vs.stg > 0 || as.stg > 0, mod = vs.mod > 1.f || as.mod > 1.f;
@@ -497,20 +516,48 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
     for (int i = 0; i < r->steps; i++) p->tsteps[i] = p->sigmas[i] * (float)p->fm.num_train_timesteps;
     if ((s = initial_latents(p, r))) return s;
     t0 = dl_now();
-    const int64_t nv = p->Nv * p->Cin, na = p->Na * p->Cain;
+    const int64_t nv = p->Nv * p->Cin, na = p->Na * p->Cain, nva = nv + na;
+    /* step cache: one estimator per pass over its [video | audio] velocities, one
+     * decision per step (the cond pass's state decides; the others follow) */
+    static const dl_stepcache_config off = {0};
+    const dl_stepcache_config *sc = r->cache ? r->cache : &off;
+    const int probing = sc->mode == DL_STEPCACHE_CALIBRATED || r->on_probe;
+    const int track = sc->mode != DL_STEPCACHE_OFF || r->on_probe;
+    dl_stepcache_state st[NPASS];
+    for (int k = 0; k < NPASS; k++) {
+        st[k] = (dl_stepcache_state){.prev = p->sc_buf + 2 * k * nva, .delta = p->sc_buf + (2 * k + 1) * nva, .n = nva};
+        dl_stepcache_reset(&st[k]);
+    }
+    if (probing) dl_ltx2_probe_reset(p->probe);
     for (int i = 0; i < r->steps; i++) {
         if (r->cancel && atomic_load(r->cancel)) return dl_fail(DL_ERR_CANCELLED, "cancelled");
         const float t = p->tsteps[i];
         int on[NPASS] = {1, cfg, stg, mod};
-        if ((s = pass(p, 0, t, 0, 0, p->vo[P_COND], p->ao[P_COND]))) return s;
-        if (cfg && (s = pass(p, 1, t, 0, 0, p->vo[P_UNCOND], p->ao[P_UNCOND]))) return s;
-        if (stg && stg_live && (s = pass(p, 0, t, 1, 0, p->vo[P_STG], p->ao[P_STG]))) return s;
-        if (stg && !stg_live) {
-            memcpy(p->vo[P_STG], p->vo[P_COND], (size_t)nv * sizeof(float));
-            memcpy(p->ao[P_STG], p->ao[P_COND], (size_t)na * sizeof(float));
+        const int runs[NPASS] = {1, cfg, stg && stg_live, mod}; /* the passes that are transformer forwards */
+        double score = 0;
+        if (probing) { /* one score per step: the probe sees the latents and t, the same for every pass */
+            double tp = dl_now();
+            if ((s = dl_ltx2_probe_run(p->probe, 0, p->lat, t, &score))) return s;
+            tm.probe_s += dl_now() - tp;
         }
-        if (mod && (s = pass(p, 0, t, 0, 1, p->vo[P_MOD], p->ao[P_MOD]))) return s;
-        tm.denoiser_calls += 1 + cfg + (stg && stg_live) + mod;
+        const int cached = dl_stepcache_decide(sc, &st[P_COND], i, r->steps, score);
+        for (int k = 0; k < NPASS; k++) {
+            if (!runs[k]) continue;
+            double change = -1;
+            if (cached) {
+                double tc = dl_now();
+                dl_stepcache_estimate(&st[k], p->vo[k]);
+                tm.cached_s += dl_now() - tc;
+                tm.cached_steps++;
+            } else {
+                if ((s = pass(p, k == P_UNCOND, t, k == P_STG, k == P_MOD, p->vo[k], p->ao[k]))) return s;
+                tm.denoiser_calls++;
+                if (track) change = dl_stepcache_full(sc, &st[k], p->vo[k]);
+            }
+            /* calibrate's branches: 0 the prompt (cond pass), 1 the negative prompt */
+            if (r->on_probe && k <= P_UNCOND) r->on_probe(r->ctx, i, k, score, change);
+        }
+        if (stg && !stg_live) memcpy(p->vo[P_STG], p->vo[P_COND], (size_t)nva * sizeof(float));
         guide_step(p->lat, p->vo, on, &vs, nv, p->sigmas[i], p->sigmas[i + 1], p->gv);
         guide_step(p->alat, p->ao, on, &as, na, p->sigmas[i], p->sigmas[i + 1], p->ga);
         if (r->on_step) r->on_step(r->ctx, i + 1, r->steps, dl_now() - t0);
