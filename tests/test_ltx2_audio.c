@@ -8,11 +8,14 @@
  * block per level. Vocoders: a leaky_relu (the released LTX-2 kernels 16 / 15 at
  * strides 6 / 5), b snakebeta anti-aliased with an odd k - s upsampler, c snake
  * with clamp, d leaky_relu slope 0.2, one stage. Plus the pipeline's audio tail
- * (packed latents -> VAE a -> vocoder a).
+ * (packed latents -> VAE a -> vocoder a). LTX2VocoderWithBWE (tests/data/ltx2_audio/
+ * {e,f}/vocoder): e snakebeta generators, STFT 64 / hop 16, 16 -> 48 kHz (56
+ * samples padded to 64 for the STFT; 2 frames: one STFT frame); f leaky_relu stage
+ * 1 with tanh, snake BWE generator, one channel, STFT 32 / 8, 24 -> 48 kHz.
  * Bars: f32 max|err| <= 1e-4 max|ref| per component; waveform SNR >= 40 dB f32,
  * >= 20 dB bf16; bf16 mel SNR >= 20 dB. Also: a second run gives the same bytes,
- * non-finite input refused, refusals with messages for broken configs (among them
- * LTX2VocoderWithBWE by name). */
+ * non-finite input refused, refusals with messages for broken configs (an unknown
+ * class name; BWE configs whose generator sizes disagree with the STFT). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,11 +184,12 @@ out:
     dl_model_dir_free(md);
 }
 
-/* A folder whose component `comp` is config `cfg` over fixture a's weights; load
+/* A folder whose component `comp` is config `cfg` over fixture fx's weights; load
  * gives `want` and a message containing `says`. */
-static void bad_folder(const char *tmp, const char *comp, const char *cfg, dl_status want, const char *says) {
+static void bad_folder_in(const char *fx, const char *tmp, const char *comp, const char *cfg, dl_status want,
+                          const char *says) {
     char w[512];
-    snprintf(w, sizeof w, DATA_DIR "/ltx2_audio/a/%s/diffusion_pytorch_model.safetensors", comp);
+    snprintf(w, sizeof w, DATA_DIR "/ltx2_audio/%s/%s/diffusion_pytorch_model.safetensors", fx, comp);
     if (!test_write_folder(
             tmp,
             "{\"_class_name\": \"LTX2Pipeline\", \"audio_vae\": [\"diffusers\", \"AutoencoderKLLTX2Audio\"], "
@@ -216,6 +220,10 @@ static void bad_folder(const char *tmp, const char *comp, const char *cfg, dl_st
     dl_model_dir_free(md);
 }
 
+static void bad_folder(const char *tmp, const char *comp, const char *cfg, dl_status want, const char *says) {
+    bad_folder_in("a", tmp, comp, cfg, want, says);
+}
+
 #define VAE(extra)                                                                                                   \
     "{\"_class_name\": \"AutoencoderKLLTX2Audio\", \"base_channels\": 8, \"latent_channels\": 2, \"mel_bins\": 16, " \
     "\"num_res_blocks\": 1, \"attn_resolutions\": [64]" extra "}"
@@ -224,6 +232,14 @@ static void bad_folder(const char *tmp, const char *comp, const char *cfg, dl_st
     "{\"_class_name\": \"LTX2Vocoder\", \"in_channels\": 32, \"hidden_channels\": 16, \"out_channels\": 2, "           \
     "\"resnet_kernel_sizes\": [3, 7], \"resnet_dilations\": [[1, 3, 5], [1, 3]]" extra "}"
 #define VOC_A VOC(", \"upsample_kernel_sizes\": [16, 15], \"upsample_factors\": [6, 5]")
+/* fixture e's LTX2VocoderWithBWE config with its BWE upsample factors, hop and mel channels */
+#define BWE_E(uf, hop, nmel)                                                                                           \
+    "{\"_class_name\": \"LTX2VocoderWithBWE\", \"in_channels\": 16, \"hidden_channels\": 16, \"out_channels\": 2, "    \
+    "\"upsample_kernel_sizes\": [8, 4], \"upsample_factors\": [4, 2], \"resnet_kernel_sizes\": [3], "                 \
+    "\"resnet_dilations\": [[1, 3]], \"bwe_in_channels\": 16, \"bwe_hidden_channels\": 16, \"bwe_out_channels\": 2, " \
+    "\"bwe_upsample_kernel_sizes\": [12, 8, 4], \"bwe_upsample_factors\": " uf ", \"bwe_resnet_kernel_sizes\": [3, 5], "\
+    "\"bwe_resnet_dilations\": [[1, 2], [1]], \"filter_length\": 64, \"hop_length\": " hop ", \"window_length\": 64, "  \
+    "\"num_mel_channels\": " nmel "}"
 
 static void test_refusals(void) {
     dl_model_dir *md = open_dir("a");
@@ -266,7 +282,12 @@ static void test_refusals(void) {
                "\"mid_block_add_attention\": true}", DL_ERR_UNSUPPORTED, "mel_bins");
     bad_folder(tmp, "audio_vae", "{\"_class_name\": \"AutoencoderKLLTX2Video\"}", DL_ERR_UNSUPPORTED, "AutoencoderKLLTX2Video");
     bad_folder(tmp, "vocoder", VOC_A, DL_OK, "");
-    bad_folder(tmp, "vocoder", "{\"_class_name\": \"LTX2VocoderWithBWE\"}", DL_ERR_UNSUPPORTED, "LTX2VocoderWithBWE");
+    bad_folder(tmp, "vocoder", "{\"_class_name\": \"LTX2VocoderV3\"}", DL_ERR_UNSUPPORTED, "LTX2VocoderV3");
+    bad_folder(tmp, "vocoder", "{\"_class_name\": \"LTX2VocoderWithBWE\"}", DL_ERR_FORMAT, "vocoder.conv_in.weight");
+    bad_folder_in("e", tmp, "vocoder", BWE_E("[6, 4, 2]", "16", "8"), DL_OK, "");
+    bad_folder_in("e", tmp, "vocoder", BWE_E("[6, 4, 1]", "16", "8"), DL_ERR_FORMAT, "bwe_upsample_factors");
+    bad_folder_in("e", tmp, "vocoder", BWE_E("[6, 4, 2]", "8", "8"), DL_ERR_FORMAT, "bwe_upsample_factors");
+    bad_folder_in("e", tmp, "vocoder", BWE_E("[6, 4, 2]", "16", "4"), DL_ERR_FORMAT, "bwe_in_channels");
     bad_folder(tmp, "vocoder", VOC(", \"upsample_kernel_sizes\": [16, 15, 4], \"upsample_factors\": [6, 5, 2]"),
                DL_ERR_FORMAT, "upsamplers.2");
     bad_folder(tmp, "vocoder", VOC(", \"upsample_kernel_sizes\": [16], \"upsample_factors\": [6]"), DL_ERR_FORMAT,
@@ -318,6 +339,9 @@ int main(void) {
         test_vocoder("c", "vc.nine", 9, 12, 1, 9 * 8, 8000, dt);
         test_vocoder("d", "vd.five", 5, 16, 2, 10, 22050, dt);
         test_pipeline(dt);
+        test_vocoder("e", "we.seven", 7, 16, 2, 7 * 8 * 3, 48000, dt);
+        test_vocoder("e", "we.two", 2, 16, 2, 2 * 8 * 3, 48000, dt);
+        test_vocoder("f", "wf.six", 6, 12, 1, 6 * 10 * 2, 48000, dt);
     }
     test_refusals();
     dl_ckpt_free(g_vec);

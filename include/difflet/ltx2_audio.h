@@ -1,5 +1,6 @@
 /* LTX-2's audio tail (diffusers 0.42): the AutoencoderKLLTX2Audio decoder
- * (src/models/ltx2_audio.c) and the LTX2Vocoder (src/models/ltx2_vocoder.c).
+ * (src/models/ltx2_audio.c) and the LTX2Vocoder or LTX2VocoderWithBWE
+ * (src/models/ltx2_vocoder.c).
  *
  * LTX2Pipeline ends its audio branch with
  *     z   = unpack(latents * latents_std + latents_mean)   [L, C M] -> [C, L, M]
@@ -10,8 +11,8 @@
  * norms, activations, residual sums and outputs in f32), every buffer is made at
  * load, and running allocates nothing.
  *
- * Refused by name: LTX2VocoderWithBWE (LTX-2.3's bandwidth-extension vocoder),
- * a vocoder with act_fn leaky_relu and antialias (diffusers nests its anti-aliased
+ * Refused by name: a vocoder class other than those two, a generator with act_fn
+ * leaky_relu and antialias (diffusers nests its anti-aliased
  * activations there), norm_type, causality_axis and act_fn values diffusers
  * does not define, mel_bins null. */
 #ifndef DIFFLET_LTX2_AUDIO_H
@@ -71,24 +72,32 @@ void dl_ltx2_audio_vae_free(dl_ltx2_audio_vae *m);
  * [C B, T] (row c B + b), as LTX2Vocoder.forward's transpose(2, 3).flatten(1, 2). */
 void dl_ltx2_audio_mel_to_vocoder(const float *mel, int64_t channels, int64_t frames, int64_t bins, float *out);
 
-/* ---- LTX2Vocoder ------------------------------------------------------------------- */
+/* ---- LTX2Vocoder / LTX2VocoderWithBWE ------------------------------------------------ */
 
 typedef struct dl_ltx2_vocoder dl_ltx2_vocoder;
 
 /* Reads <component>/config.json and weights (as above) and builds the vocoder for
- * mel_frames input frames. Supports act_fn leaky_relu (without antialias), snake
- * and snakebeta (with or without the anti-aliased activation in the resnets; the
- * output activation is always anti-aliased, as diffusers builds it), final_act_fn
- * tanh, clamp or none, with or without the output bias. */
+ * mel_frames input frames; _class_name picks LTX2Vocoder or LTX2VocoderWithBWE
+ * (LTX-2.3: a first generator at input_sampling_rate, a causal STFT log-mel of its
+ * output from the checkpoint's forward_basis / mel_basis, a second generator on
+ * that mel, plus the Hann-sinc resampled first output, clamped to [-1, 1]). Each
+ * generator supports act_fn leaky_relu (without antialias), snake and snakebeta
+ * (with or without the anti-aliased activation in the resnets; the output
+ * activation is always anti-aliased, as diffusers builds it), final_act_fn tanh,
+ * clamp or none, with or without the output bias. The BWE's STFT, mel and
+ * resampler run in f32 whatever dt. */
 dl_status dl_ltx2_vocoder_load(dl_ltx2_vocoder **out, dl_model_dir *dir, const char *component, int64_t mel_frames,
                                dl_dtype dt, dl_wsrc *src);
 /* Config in_channels (= the VAE's out_channels x mel_bins), out_channels,
- * output_sampling_rate. */
+ * output_sampling_rate (for the BWE class: the rate of its output, the pipeline's
+ * audio rate). */
 int64_t dl_ltx2_vocoder_in_channels(const dl_ltx2_vocoder *v);
 int64_t dl_ltx2_vocoder_out_channels(const dl_ltx2_vocoder *v);
 int64_t dl_ltx2_vocoder_sample_rate(const dl_ltx2_vocoder *v);
 /* Samples per channel for mel_frames frames: each upsampler maps T to
- * (T - 1) s - 2 ((k - s) / 2) + k (s T for the released configs). */
+ * (T - 1) s - 2 ((k - s) / 2) + k (s T for the released configs); for the BWE
+ * class n1 output_sampling_rate / input_sampling_rate with n1 the first
+ * generator's samples. */
 int64_t dl_ltx2_vocoder_samples(const dl_ltx2_vocoder *v);
 size_t dl_ltx2_vocoder_activation_bytes(const dl_ltx2_vocoder *v);
 /* mel: [in_channels, mel_frames] f32 (time last; dl_ltx2_audio_mel_to_vocoder

@@ -21,7 +21,11 @@
  * [k, 1] kernel (Tq the padded length rounded up to a multiple of d), so every
  * conv is one oneDNN call with no kernel change; its output [To / d, d] is the
  * signal in order (To >= T; positions past T are never read). The anti-aliased
- * activation and the snakes are plain C loops (per channel, per-thread scratch). */
+ * activation and the snakes are plain C loops (per channel, per-thread scratch).
+ *
+ * LTX2VocoderWithBWE (LTX-2.3) is two such generators (weights under `vocoder.`
+ * and `bwe_generator.`, config keys plain and `bwe_`-prefixed) joined by a causal
+ * STFT log-mel and a Hann-sinc resampler: see its section at the end. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -59,8 +63,15 @@ typedef struct {
     rblock rb[MAX_RK];
 } stage;
 
+typedef struct bwe_part bwe_part;
+
+/* one generator (LTX2Vocoder), or with bwe set an LTX2VocoderWithBWE whose
+ * generators are bwe->g1, bwe->g2 (then only dt, T, in_ch, out_ch, rate, samples
+ * and arena_bytes of this struct are used) */
 struct dl_ltx2_vocoder {
     dl_dtype dt;
+    char wp[32]; /* weight name prefix: "", "vocoder.", "bwe_generator." */
+    bwe_part *bwe;
     int64_t in_ch, out_ch, rate, T, samples;
     act_kind kind;
     int anti, R, K, nst, nrk;
@@ -90,8 +101,11 @@ size_t dl_ltx2_vocoder_activation_bytes(const dl_ltx2_vocoder *v) { return v->ar
 
 static void act_free(act *a) { free(a->ea), free(a->inv), free(a->fup), free(a->fdown); }
 
+static void bwe_free(bwe_part *b);
+
 void dl_ltx2_vocoder_free(dl_ltx2_vocoder *v) {
     if (!v) return;
+    bwe_free(v->bwe);
     dl_conv_free(v->cin.c), dl_conv_free(v->cout.c);
     for (int i = 0; i < MAX_STAGES; i++) {
         stage *s = &v->st[i];
@@ -133,9 +147,9 @@ static dl_status conv1_load(dl_ltx2_vocoder *v, conv1 *c, dl_wsrc *ws, const cha
     const int64_t wsh[3] = {cout, cin, k}, bsh[1] = {cout};
     float *w = NULL, *b = NULL;
     dl_status s;
-    snprintf(n, sizeof n, "%s.weight", base);
+    snprintf(n, sizeof n, "%s%s.weight", v->wp, base);
     if ((s = dl_param_f32(ws, n, 3, wsh, &w))) return s;
-    snprintf(n, sizeof n, "%s.bias", base);
+    snprintf(n, sizeof n, "%s%s.bias", v->wp, base);
     if (bias) {
         s = dl_param_f32(ws, n, 1, bsh, &b);
     } else if (dl_ws_find(ws, n)) {
@@ -157,9 +171,9 @@ static dl_status act_load(dl_ltx2_vocoder *v, act *a, dl_wsrc *ws, const char *p
     if (kind == ACT_LEAKY) return DL_OK;
     const int64_t csh[1] = {C}, fsh[3] = {1, 1, v->K};
     float *al = NULL, *be = NULL;
-    snprintf(n, sizeof n, "%s%salpha", pre, anti ? "act." : "");
+    snprintf(n, sizeof n, "%s%s%salpha", v->wp, pre, anti ? "act." : "");
     if ((s = dl_param_f32(ws, n, 1, csh, &al))) return s;
-    snprintf(n, sizeof n, "%s%sbeta", pre, anti ? "act." : "");
+    snprintf(n, sizeof n, "%s%s%sbeta", v->wp, pre, anti ? "act." : "");
     if (use_beta && (s = dl_param_f32(ws, n, 1, csh, &be))) {
         free(al);
         return s;
@@ -172,93 +186,110 @@ static dl_status act_load(dl_ltx2_vocoder *v, act *a, dl_wsrc *ws, const char *p
     }
     free(al), free(be);
     if (s || !anti) return s;
-    snprintf(n, sizeof n, "%supsample.filter", pre);
+    snprintf(n, sizeof n, "%s%supsample.filter", v->wp, pre);
     if ((s = dl_param_f32(ws, n, 3, fsh, &a->fup))) return s;
-    snprintf(n, sizeof n, "%sdownsample.filter", pre);
+    snprintf(n, sizeof n, "%s%sdownsample.filter", v->wp, pre);
     return dl_param_f32(ws, n, 3, fsh, &a->fdown);
 }
 
 /* resnet_dilations: a list of n lists of 1..MAX_DIL integers */
-static dl_status read_dilations(const cJSON *cfg, const char *file, int n, int64_t dil[][MAX_DIL], int *nd) {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(cfg, "resnet_dilations");
+static dl_status read_dilations(const cJSON *cfg, const char *file, const char *key, int n, int64_t dil[][MAX_DIL],
+                                int *nd) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(cfg, key);
     if (!a) { /* diffusers' default [[1, 3, 5]] * 3 */
-        if (n != 3) return dl_fail(DL_ERR_FORMAT, "`%s`: resnet_dilations is absent but resnet_kernel_sizes has %d entries", file, n);
+        if (n != 3) return dl_fail(DL_ERR_FORMAT, "`%s`: %s is absent but its kernel sizes have %d entries", file, key, n);
         for (int i = 0; i < 3; i++) dil[i][0] = 1, dil[i][1] = 3, dil[i][2] = 5, nd[i] = 3;
         return DL_OK;
     }
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
-        return dl_fail(DL_ERR_FORMAT, "`%s`: resnet_dilations must be a list of %d lists (one per resnet kernel size)", file, n);
+        return dl_fail(DL_ERR_FORMAT, "`%s`: %s must be a list of %d lists (one per resnet kernel size)", file, key, n);
     for (int i = 0; i < n; i++) {
         const cJSON *e = cJSON_GetArrayItem(a, i);
         if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) < 1 || cJSON_GetArraySize(e) > MAX_DIL)
-            return dl_fail(DL_ERR_FORMAT, "`%s`: resnet_dilations[%d] must be a list of 1 to %d integers", file, i, MAX_DIL);
+            return dl_fail(DL_ERR_FORMAT, "`%s`: %s[%d] must be a list of 1 to %d integers", file, key, i, MAX_DIL);
         nd[i] = cJSON_GetArraySize(e);
         for (int j = 0; j < nd[i]; j++) {
             const cJSON *x = cJSON_GetArrayItem(e, j);
             if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble > 64 || x->valuedouble != (int)x->valuedouble)
-                return dl_fail(DL_ERR_FORMAT, "`%s`: resnet_dilations[%d][%d] must be an integer in [1, 64]", file, i, j);
+                return dl_fail(DL_ERR_FORMAT, "`%s`: %s[%d][%d] must be an integer in [1, 64]", file, key, i, j);
             dil[i][j] = (int64_t)x->valuedouble;
         }
     }
     return DL_OK;
 }
 
-dl_status dl_ltx2_vocoder_load(dl_ltx2_vocoder **out, dl_model_dir *dir, const char *component, int64_t mel_frames,
-                               dl_dtype dt, dl_wsrc *src) {
-    *out = NULL;
-    char file[512], p[300];
-    snprintf(file, sizeof file, "%s/config.json", component);
-    if (mel_frames < 1 || mel_frames > (1 << 20))
-        return dl_fail(DL_ERR_INVALID, "LTX-2 vocoder: %lld mel frames is out of range [1, 2^20]", (long long)mel_frames);
-    if (dt != DL_F32 && dt != DL_BF16)
-        return dl_fail(DL_ERR_UNSUPPORTED, "LTX-2 vocoder: dtype %s is not supported (f32, bf16)", dl_dtype_name(dt));
-    const cJSON *cfg;
-    dl_status s = dl_model_dir_config(dir, component, &cfg);
-    if (s != DL_OK) return s;
-    const char *cls, *actn, *fin = NULL;
-    if ((s = dl_cfg_str(cfg, file, "_class_name", "LTX2Vocoder", &cls))) return s;
-    if (!strcmp(cls, "LTX2VocoderWithBWE"))
-        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: LTX2VocoderWithBWE (LTX-2.3's vocoder with bandwidth extension: a "
-                       "second generator over a causal STFT mel of the first's output) is not supported; LTX2Vocoder is", file);
-    if (strcmp(cls, "LTX2Vocoder"))
-        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: _class_name \"%s\" is not LTX2Vocoder", file, cls);
-    dl_ltx2_vocoder *v = calloc(1, sizeof *v);
-    if (!v) return dl_fail(DL_ERR_NOMEM, "out of memory");
-    dl_wsrc *ws = NULL;
+/* one generator's config defaults: diffusers' LTX2Vocoder, and the two that
+ * LTX2VocoderWithBWE builds (its stage-1 `vocoder`, its `bwe_generator`) */
+typedef struct {
+    int64_t in, hid, out;
+    const int64_t *uk, *uf;
+    int nuk;
+    const char *act, *fin;
+    int anti, fbias;
+    const char *rate_key; /* not prefixed */
+    int64_t rate;
+} gen_def;
+
+static const int64_t voc_uk[] = {16, 15, 8, 4, 4}, voc_uf[] = {6, 5, 2, 2, 2};
+static const int64_t s1_uk[] = {11, 4, 4, 4, 4, 4}, s1_uf[] = {5, 2, 2, 2, 2, 2};
+static const int64_t bwe_uk[] = {12, 11, 4, 4, 4}, bwe_uf[] = {6, 5, 2, 2, 2};
+static const gen_def DEF_VOC = {128, 1024, 2, voc_uk, voc_uf, 5, "leaky_relu", "tanh", 0, 1, "output_sampling_rate", 24000};
+static const gen_def DEF_S1 = {128, 1536, 2, s1_uk, s1_uf, 6, "snakebeta", NULL, 1, 0, "input_sampling_rate", 16000};
+static const gen_def DEF_BWE = {128, 512, 2, bwe_uk, bwe_uf, 5, "snakebeta", NULL, 1, 0, "output_sampling_rate", 48000};
+
+/* "<kp><key>" into b */
+static const char *pk(char *b, const char *kp, const char *key) {
+    snprintf(b, 64, "%s%s", kp, key);
+    return b;
+}
+
+/* Builds generator v (v->dt, v->T, v->wp set) from config keys prefixed kp
+ * ("" or "bwe_") with defaults df, weights under v->wp; opens *ws from (src, dir,
+ * component) once the config is checked, unless already open. */
+static dl_status gen_load(dl_ltx2_vocoder *v, const cJSON *cfg, const char *file, const char *kp, const gen_def *df,
+                          dl_wsrc **wsp, dl_wsrc *src, dl_model_dir *dir, const char *component) {
+    char p[300], kb[16][64];
+    const dl_dtype dt = v->dt;
+    const char *actn, *fin = NULL;
+    dl_status s;
+    dl_wsrc *ws = *wsp;
     need nds = {0}, *nd = &nds;
     int64_t hid, ar, ak, uk[MAX_STAGES], uf[MAX_STAGES], rk[MAX_RK], dil[MAX_RK][MAX_DIL];
     int nuk = 0, nuf = 0, nrk = 0, ndil[MAX_RK], fbias;
     double slope;
-    static const int64_t uk_def[] = {16, 15, 8, 4, 4}, uf_def[] = {6, 5, 2, 2, 2}, rk_def[] = {3, 7, 11};
-    v->dt = dt, v->T = mel_frames;
-    if ((s = dl_cfg_int(cfg, file, "in_channels", 128, &v->in_ch)) || (s = dl_cfg_int(cfg, file, "hidden_channels", 1024, &hid)) ||
-        (s = dl_cfg_int(cfg, file, "out_channels", 2, &v->out_ch)) ||
-        (s = la_cfg_ints(cfg, file, "upsample_kernel_sizes", uk_def, 5, MAX_STAGES, uk, &nuk)) ||
-        (s = la_cfg_ints(cfg, file, "upsample_factors", uf_def, 5, MAX_STAGES, uf, &nuf)) ||
-        (s = la_cfg_ints(cfg, file, "resnet_kernel_sizes", rk_def, 3, MAX_RK, rk, &nrk)) ||
-        (s = read_dilations(cfg, file, nrk, dil, ndil)) || (s = dl_cfg_str(cfg, file, "act_fn", "leaky_relu", &actn)) ||
-        (s = dl_cfg_float(cfg, file, "leaky_relu_negative_slope", 0.1, &slope)) ||
-        (s = dl_cfg_bool(cfg, file, "antialias", 0, &v->anti)) || (s = dl_cfg_int(cfg, file, "antialias_ratio", 2, &ar)) ||
-        (s = dl_cfg_int(cfg, file, "antialias_kernel_size", 12, &ak)) || (s = dl_cfg_bool(cfg, file, "final_bias", 1, &fbias)) ||
-        (s = dl_cfg_int(cfg, file, "output_sampling_rate", 24000, &v->rate)))
+    static const int64_t rk_def[] = {3, 7, 11};
+    if ((s = dl_cfg_int(cfg, file, pk(kb[0], kp, "in_channels"), df->in, &v->in_ch)) ||
+        (s = dl_cfg_int(cfg, file, pk(kb[1], kp, "hidden_channels"), df->hid, &hid)) ||
+        (s = dl_cfg_int(cfg, file, pk(kb[2], kp, "out_channels"), df->out, &v->out_ch)) ||
+        (s = la_cfg_ints(cfg, file, pk(kb[3], kp, "upsample_kernel_sizes"), df->uk, df->nuk, MAX_STAGES, uk, &nuk)) ||
+        (s = la_cfg_ints(cfg, file, pk(kb[4], kp, "upsample_factors"), df->uf, df->nuk, MAX_STAGES, uf, &nuf)) ||
+        (s = la_cfg_ints(cfg, file, pk(kb[5], kp, "resnet_kernel_sizes"), rk_def, 3, MAX_RK, rk, &nrk)) ||
+        (s = read_dilations(cfg, file, pk(kb[6], kp, "resnet_dilations"), nrk, dil, ndil)) ||
+        (s = dl_cfg_str(cfg, file, pk(kb[7], kp, "act_fn"), df->act, &actn)) ||
+        (s = dl_cfg_float(cfg, file, pk(kb[8], kp, "leaky_relu_negative_slope"), 0.1, &slope)) ||
+        (s = dl_cfg_bool(cfg, file, pk(kb[9], kp, "antialias"), df->anti, &v->anti)) ||
+        (s = dl_cfg_int(cfg, file, pk(kb[10], kp, "antialias_ratio"), 2, &ar)) ||
+        (s = dl_cfg_int(cfg, file, pk(kb[11], kp, "antialias_kernel_size"), 12, &ak)) ||
+        (s = dl_cfg_bool(cfg, file, pk(kb[12], kp, "final_bias"), df->fbias, &fbias)) ||
+        (s = dl_cfg_int(cfg, file, df->rate_key, df->rate, &v->rate)))
         goto fail;
-    const cJSON *fa = cJSON_GetObjectItemCaseSensitive(cfg, "final_act_fn");
-    if (!fa) fin = "tanh";
+    const cJSON *fa = cJSON_GetObjectItemCaseSensitive(cfg, pk(kb[13], kp, "final_act_fn"));
+    if (!fa) fin = df->fin;
     else if (cJSON_IsString(fa)) fin = fa->valuestring;
     else if (!cJSON_IsNull(fa)) {
-        s = dl_fail(DL_ERR_FORMAT, "`%s`: final_act_fn must be a string or null", file);
+        s = dl_fail(DL_ERR_FORMAT, "`%s`: %sfinal_act_fn must be a string or null", file, kp);
         goto fail;
     }
     v->fin = !fin ? FIN_NONE : !strcmp(fin, "tanh") ? FIN_TANH : !strcmp(fin, "clamp") ? FIN_CLAMP : FIN_NONE;
     if (fin && v->fin == FIN_NONE) {
-        s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: final_act_fn \"%s\" is not supported (tanh, clamp, null)", file, fin);
+        s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: %sfinal_act_fn \"%s\" is not supported (tanh, clamp, null)", file, kp, fin);
         goto fail;
     }
     if (!strcmp(actn, "leaky_relu")) v->kind = ACT_LEAKY;
     else if (!strcmp(actn, "snake")) v->kind = ACT_SNAKE;
     else if (!strcmp(actn, "snakebeta")) v->kind = ACT_SNAKEBETA;
     else {
-        s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: act_fn \"%s\" is not supported (snakebeta, snake, leaky_relu)", file, actn);
+        s = dl_fail(DL_ERR_UNSUPPORTED, "`%s`: %sact_fn \"%s\" is not supported (snakebeta, snake, leaky_relu)", file, kp, actn);
         goto fail;
     }
     if (v->kind == ACT_LEAKY && v->anti) {
@@ -267,7 +298,7 @@ dl_status dl_ltx2_vocoder_load(dl_ltx2_vocoder **out, dl_model_dir *dir, const c
         goto fail;
     }
     if (nuk != nuf) {
-        s = dl_fail(DL_ERR_FORMAT, "`%s`: upsample_kernel_sizes has %d entries, upsample_factors %d", file, nuk, nuf);
+        s = dl_fail(DL_ERR_FORMAT, "`%s`: %supsample_kernel_sizes has %d entries, %supsample_factors %d", file, kp, nuk, kp, nuf);
         goto fail;
     }
     if (v->in_ch < 1 || v->in_ch > 8192 || hid < (1 << nuk) || hid > 16384 || v->out_ch < 1 || v->out_ch > 16 || ar < 1 ||
@@ -284,12 +315,13 @@ dl_status dl_ltx2_vocoder_load(dl_ltx2_vocoder **out, dl_model_dir *dir, const c
         }
     for (int j = 0; j < nrk; j++)
         if (rk[j] < 1 || rk[j] > 64) {
-            s = dl_fail(DL_ERR_FORMAT, "`%s`: resnet_kernel_sizes[%d] must be in [1, 64]", file, j);
+            s = dl_fail(DL_ERR_FORMAT, "`%s`: %sresnet_kernel_sizes[%d] must be in [1, 64]", file, kp, j);
             goto fail;
         }
     v->nst = nuk, v->nrk = nrk, v->R = (int)ar, v->K = (int)ak, v->slope = (float)slope;
     v->nthreads = omp_get_max_threads();
-    if ((s = dl_ws_open(&ws, src, dir, component)) != DL_OK) goto fail;
+    if (!ws && (s = dl_ws_open(&ws, src, dir, component)) != DL_OK) goto fail;
+    *wsp = ws;
     const int anti = v->anti, snake = v->kind != ACT_LEAKY, beta = v->kind == ACT_SNAKEBETA;
     if ((s = conv1_load(v, &v->cin, ws, "conv_in", v->in_ch, hid, 7, 1, v->T, 1, nd))) goto fail;
     GROW(x, hid * v->T);
@@ -306,9 +338,9 @@ dl_status dl_ltx2_vocoder_load(dl_ltx2_vocoder **out, dl_model_dir *dir, const c
         }
         const int64_t wsh[3] = {C, C / 2, uk[i]}, bsh[1] = {C / 2};
         float *w = NULL, *b = NULL;
-        snprintf(p, sizeof p, "upsamplers.%d.weight", i);
+        snprintf(p, sizeof p, "%supsamplers.%d.weight", v->wp, i);
         if (!(s = dl_param_f32(ws, p, 3, wsh, &w))) {
-            snprintf(p, sizeof p, "upsamplers.%d.bias", i);
+            snprintf(p, sizeof p, "%supsamplers.%d.bias", v->wp, i);
             if (!(s = dl_param_f32(ws, p, 1, bsh, &b))) s = dl_deconv_new(&st->up, &d, w, DL_F32, b);
         }
         free(w), free(b);
@@ -332,7 +364,7 @@ dl_status dl_ltx2_vocoder_load(dl_ltx2_vocoder **out, dl_model_dir *dir, const c
                 snprintf(b1, sizeof b1, "resnets.%d.acts2.%d.", r, k);
                 if ((s = act_load(v, &rb->a2[k], ws, b1, v->kind, beta, anti, v->slope, C))) goto fail;
             }
-            snprintf(p, sizeof p, "resnets.%d.convs1.%d.weight", r, rb->nd);
+            snprintf(p, sizeof p, "%sresnets.%d.convs1.%d.weight", v->wp, r, rb->nd);
             if (dl_ws_find(ws, p)) {
                 s = dl_fail(DL_ERR_FORMAT, "`%s`: unexpected %s (resnet_dilations[%d] has %d entries)", dl_ws_label(ws), p,
                             j, rb->nd);
@@ -340,7 +372,7 @@ dl_status dl_ltx2_vocoder_load(dl_ltx2_vocoder **out, dl_model_dir *dir, const c
             }
         }
     }
-    snprintf(p, sizeof p, "upsamplers.%d.weight", v->nst);
+    snprintf(p, sizeof p, "%supsamplers.%d.weight", v->wp, v->nst);
     if (dl_ws_find(ws, p)) {
         s = dl_fail(DL_ERR_FORMAT, "`%s`: unexpected %s (upsample_factors has %d entries)", dl_ws_label(ws), p, v->nst);
         goto fail;
@@ -360,12 +392,8 @@ dl_status dl_ltx2_vocoder_load(dl_ltx2_vocoder **out, dl_model_dir *dir, const c
     dl_plan_add(&pl, &v->scr, (size_t)v->nthreads * (size_t)v->scr_n * 4, 0, 0);
     if ((s = dl_plan_commit(&pl, ws, &v->arena)) != DL_OK) goto fail;
     v->arena_bytes = pl.total;
-    dl_ws_close(ws);
-    *out = v;
     return DL_OK;
 fail:
-    dl_ws_close(ws);
-    dl_ltx2_vocoder_free(v);
     return s;
 }
 #undef GROW
@@ -469,7 +497,7 @@ static void add_y(dl_ltx2_vocoder *v, float *dst, int64_t C, int64_t T, int64_t 
     });
 }
 
-dl_status dl_ltx2_vocoder_run(dl_ltx2_vocoder *v, const float *mel, float *wave) {
+static dl_status gen_run(dl_ltx2_vocoder *v, const float *mel, float *wave) {
     const int64_t n = v->in_ch * v->T;
     dl_status s;
     for (int64_t i = 0; i < n; i++)
@@ -524,5 +552,224 @@ dl_status dl_ltx2_vocoder_run(dl_ltx2_vocoder *v, const float *mel, float *wave)
             else if (v->fin == FIN_CLAMP) w = w < -1.f ? -1.f : w > 1.f ? 1.f : w;
             wave[c * T + t] = w;
         }
+    return DL_OK;
+}
+
+/* ---- LTX2VocoderWithBWE ------------------------------------------------------------
+ *
+ *   x    = g1(mel)                                 [oc, n1] at input_sampling_rate
+ *   xp   = x zero-padded right to np = hop ceil(n1 / hop)
+ *   spec = conv1d(left-pad(xp, max(0, win - hop)), forward_basis [2F, 1, N], stride hop)
+ *   mag  = sqrt(re^2 + im^2)                       [F, frames] per channel
+ *   lmel = log(max(mel_basis [nmel, F] @ mag, 1e-5)) -> [oc nmel, frames] (row c nmel + m)
+ *   res  = g2(lmel)                                [oc, R np], R = out_rate // in_rate
+ *   skip = UpSample1d(R, hann)(xp): replicate-pad by w = ceil(6 / 0.99), transposed
+ *          conv with the Hann-windowed sinc filter (2 w R + 1 taps) at stride R, times
+ *          R, cut [2 w R, -(2 w R + 1 - R))
+ *   wave = clamp(res + skip, -1, 1)[:, : n1 out_rate // in_rate]
+ * The generators run in the model dtype; the STFT (a plain DFT-basis dot product
+ * per frame, as diffusers' conv1d with the checkpoint's forward_basis), the mel,
+ * the resampler and the sum in f32 with double accumulation of each dot product,
+ * so the error against diffusers' f32 is rounding order only (the test fixtures:
+ * max|err| about 3e-7 of max|ref|, SNR about 130 dB, in f32; 47-52 dB in bf16).
+ * inverse_basis is stored but unused by diffusers' forward, and is not read. The
+ * resampler's filter is not stored: it is rebuilt here in f32, as at diffusers'
+ * load. O(oc frames F N) for the STFT: about 0.5 G multiply-adds for 10 s of the
+ * released config (N 512, hop 80), parallel over (channel, frame). */
+
+struct bwe_part {
+    dl_ltx2_vocoder *g1, *g2;
+    int64_t hop, N, F, lpad, nmel, frames, n1, np, R, K, w, pl;
+    float *fb;   /* [2F, N] forward_basis: real rows, then imaginary */
+    float *mb;   /* [nmel, F] mel_basis */
+    float *rf;   /* [K] resampler filter */
+    float *x1;   /* [oc, np] stage-1 waveform, zero-padded */
+    float *lmel; /* [oc nmel, frames] */
+    float *res;  /* [oc, R np] */
+    float *mag;  /* [threads, F] */
+    int nthreads;
+};
+
+static void bwe_free(bwe_part *b) {
+    if (!b) return;
+    dl_ltx2_vocoder_free(b->g1), dl_ltx2_vocoder_free(b->g2);
+    free(b->fb), free(b->mb), free(b->rf), free(b->x1), free(b->lmel), free(b->res), free(b->mag);
+    free(b);
+}
+
+/* UpSample1d(ratio R, window_type "hann"): the filter as diffusers computes it in f32 */
+static void hann_sinc(float *f, int64_t K, int64_t R, int64_t w) {
+    const float rolloff = 0.99f, pi = (float)M_PI;
+    for (int64_t k = 0; k < K; k++) {
+        const float t = ((float)k / (float)R - (float)w) * rolloff;
+        const float tc = t < -6.f ? -6.f : t > 6.f ? 6.f : t;
+        const float c = cosf(tc * pi / 6.f / 2.f), win = c * c;
+        const float sinc = t == 0.f ? 1.f : sinf(pi * t) / (pi * t);
+        f[k] = sinc * win * rolloff / (float)R;
+    }
+}
+
+static dl_status bwe_load(dl_ltx2_vocoder *v, const cJSON *cfg, const char *file, dl_wsrc **ws, dl_wsrc *src,
+                          dl_model_dir *dir, const char *component) {
+    dl_status s;
+    bwe_part *b = calloc(1, sizeof *b);
+    if (!b) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    v->bwe = b;
+    int64_t win, in_rate, out_rate;
+    if ((s = dl_cfg_int(cfg, file, "filter_length", 512, &b->N)) || (s = dl_cfg_int(cfg, file, "hop_length", 80, &b->hop)) ||
+        (s = dl_cfg_int(cfg, file, "window_length", 512, &win)) ||
+        (s = dl_cfg_int(cfg, file, "num_mel_channels", 64, &b->nmel)) ||
+        (s = dl_cfg_int(cfg, file, "input_sampling_rate", 16000, &in_rate)) ||
+        (s = dl_cfg_int(cfg, file, "output_sampling_rate", 48000, &out_rate)))
+        return s;
+    if (b->N < 2 || b->N > 8192 || b->hop < 1 || b->hop > 8192 || win < 1 || win > 8192 || b->nmel < 1 || b->nmel > 1024 ||
+        in_rate < 1 || out_rate < in_rate || out_rate / in_rate > 16)
+        return dl_fail(DL_ERR_FORMAT, "`%s`: needs filter_length in [2, 8192], hop_length and window_length in [1, 8192], "
+                       "num_mel_channels in [1, 1024], 1 <= output_sampling_rate / input_sampling_rate <= 16", file);
+    if (!(b->g1 = calloc(1, sizeof *b->g1)) || !(b->g2 = calloc(1, sizeof *b->g2)))
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    b->g1->dt = b->g2->dt = v->dt;
+    b->g1->T = v->T;
+    snprintf(b->g1->wp, sizeof b->g1->wp, "vocoder.");
+    snprintf(b->g2->wp, sizeof b->g2->wp, "bwe_generator.");
+    if ((s = gen_load(b->g1, cfg, file, "", &DEF_S1, ws, src, dir, component))) return s;
+    const int64_t oc = b->g1->out_ch;
+    b->F = b->N / 2 + 1, b->n1 = b->g1->samples, b->np = (b->n1 + b->hop - 1) / b->hop * b->hop;
+    b->lpad = win > b->hop ? win - b->hop : 0;
+    if (b->np + b->lpad < b->N)
+        return dl_fail(DL_ERR_INVALID, "LTX-2 BWE vocoder: %lld mel frames give %lld samples, under one STFT window (%lld)",
+                       (long long)v->T, (long long)b->np, (long long)(b->N - b->lpad));
+    b->frames = (b->np + b->lpad - b->N) / b->hop + 1;
+    b->g2->T = b->frames;
+    if ((s = gen_load(b->g2, cfg, file, "bwe_", &DEF_BWE, ws, src, dir, component))) return s;
+    if (b->g2->in_ch != oc * b->nmel || b->g2->out_ch != oc)
+        return dl_fail(DL_ERR_FORMAT, "`%s`: bwe_in_channels %lld must be out_channels x num_mel_channels (%lld) and "
+                       "bwe_out_channels %lld out_channels (%lld)", file, (long long)b->g2->in_ch,
+                       (long long)(oc * b->nmel), (long long)b->g2->out_ch, (long long)oc);
+    b->R = out_rate / in_rate;
+    if (b->g2->samples != b->R * b->np)
+        return dl_fail(DL_ERR_FORMAT, "`%s`: the BWE generator makes %lld samples from %lld frames, the resampler %lld "
+                       "(bwe_upsample_factors must multiply to hop_length x output / input rate)", file,
+                       (long long)b->g2->samples, (long long)b->frames, (long long)(b->R * b->np));
+    const int64_t fsh[3] = {2 * b->F, 1, b->N}, msh[2] = {b->nmel, b->F};
+    if ((s = dl_param_f32(*ws, "mel_stft.stft_fn.forward_basis", 3, fsh, &b->fb)) ||
+        (s = dl_param_f32(*ws, "mel_stft.mel_basis", 2, msh, &b->mb)))
+        return s;
+    b->w = 7; /* ceil(lowpass_filter_width 6 / rolloff 0.99) */
+    b->K = 2 * b->w * b->R + 1, b->pl = 2 * b->w * b->R;
+    b->nthreads = omp_get_max_threads();
+    const int64_t want = b->n1 * out_rate / in_rate;
+    v->in_ch = b->g1->in_ch, v->out_ch = oc, v->rate = out_rate;
+    v->samples = want < b->R * b->np ? want : b->R * b->np;
+    b->rf = malloc((size_t)b->K * 4);
+    b->x1 = malloc((size_t)(oc * b->np) * 4);
+    b->lmel = malloc((size_t)(oc * b->nmel * b->frames) * 4);
+    b->res = malloc((size_t)(oc * b->R * b->np) * 4);
+    b->mag = malloc((size_t)b->nthreads * (size_t)b->F * 4);
+    if (!b->rf || !b->x1 || !b->lmel || !b->res || !b->mag) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    hann_sinc(b->rf, b->K, b->R, b->w);
+    v->arena_bytes = b->g1->arena_bytes + b->g2->arena_bytes +
+                     (size_t)(b->K + oc * b->np + oc * b->nmel * b->frames + oc * b->R * b->np) * 4 +
+                     (size_t)b->nthreads * (size_t)b->F * 4;
+    return DL_OK;
+}
+
+static dl_status bwe_run(dl_ltx2_vocoder *v, const float *mel, float *wave) {
+    bwe_part *b = v->bwe;
+    dl_status s;
+    const int64_t oc = v->out_ch, np = b->np, n1 = b->n1, F = b->F, N = b->N, hop = b->hop, lpad = b->lpad;
+    const int64_t nmel = b->nmel, frames = b->frames;
+    if ((s = gen_run(b->g1, mel, b->res))) return s; /* res as scratch: [oc, n1] */
+    for (int64_t c = 0; c < oc; c++) {
+        memcpy(b->x1 + c * np, b->res + c * n1, (size_t)n1 * 4);
+        memset(b->x1 + c * np + n1, 0, (size_t)(np - n1) * 4);
+    }
+    { /* causal STFT magnitude and log-mel, one (channel, frame) per task */
+        const float *x1 = b->x1, *fb = b->fb, *mb = b->mb;
+        float *lmel = b->lmel, *mag = b->mag;
+        const int nthr = b->nthreads;
+        DL_PAR({
+            int64_t i0, i1;
+            dl_split(oc * frames, ith, nth, &i0, &i1);
+            DL_ASSERT(ith < nthr);
+            float *m = mag + (size_t)ith * (size_t)F;
+            for (int64_t i = i0; i < i1; i++) {
+                const int64_t c = i / frames, f = i % frames, o = f * hop - lpad;
+                const float *x = x1 + c * np;
+                const int64_t j0 = o < 0 ? -o : 0;
+                for (int64_t k = 0; k < F; k++) {
+                    double re = 0, im = 0;
+                    const float *br = fb + k * N, *bi = fb + (F + k) * N;
+                    for (int64_t j = j0; j < N; j++) re += (double)x[o + j] * br[j], im += (double)x[o + j] * bi[j];
+                    m[k] = (float)sqrt(re * re + im * im);
+                }
+                for (int64_t q = 0; q < nmel; q++) {
+                    double a = 0;
+                    for (int64_t k = 0; k < F; k++) a += (double)mb[q * F + k] * m[k];
+                    const float mf = (float)a;
+                    lmel[(c * nmel + q) * frames + f] = logf(mf > 1e-5f ? mf : 1e-5f);
+                }
+            }
+        });
+    }
+    if ((s = gen_run(b->g2, b->lmel, b->res))) return s; /* res: [oc, R np] */
+    { /* wave = clamp(res + UpSample1d(xp), -1, 1) over the kept samples */
+        const int64_t R = b->R, K = b->K, w = b->w, pl = b->pl, S = v->samples, L = R * np;
+        const float *x1 = b->x1, *rf = b->rf, *res = b->res;
+        DL_PAR({
+            int64_t i0, i1;
+            dl_split(oc * S, ith, nth, &i0, &i1);
+            for (int64_t i = i0; i < i1; i++) {
+                const int64_t c = i / S, n = i % S, o = n + pl; /* index in the full transposed conv */
+                int64_t jlo = o - K + 1 > 0 ? (o - K + 1 + R - 1) / R : 0, jhi = o / R;
+                if (jhi > np + 2 * w - 1) jhi = np + 2 * w - 1;
+                double acc = 0;
+                for (int64_t j = jlo; j <= jhi; j++) {
+                    int64_t t = j - w;
+                    t = t < 0 ? 0 : t >= np ? np - 1 : t;
+                    acc += (double)x1[c * np + t] * rf[o - R * j];
+                }
+                const float y = res[c * L + n] + (float)R * (float)acc;
+                wave[c * S + n] = y < -1.f ? -1.f : y > 1.f ? 1.f : y;
+            }
+        });
+    }
+    return DL_OK;
+}
+
+dl_status dl_ltx2_vocoder_run(dl_ltx2_vocoder *v, const float *mel, float *wave) {
+    return v->bwe ? bwe_run(v, mel, wave) : gen_run(v, mel, wave);
+}
+
+dl_status dl_ltx2_vocoder_load(dl_ltx2_vocoder **out, dl_model_dir *dir, const char *component, int64_t mel_frames,
+                               dl_dtype dt, dl_wsrc *src) {
+    *out = NULL;
+    char file[512];
+    snprintf(file, sizeof file, "%s/config.json", component);
+    if (mel_frames < 1 || mel_frames > (1 << 20))
+        return dl_fail(DL_ERR_INVALID, "LTX-2 vocoder: %lld mel frames is out of range [1, 2^20]", (long long)mel_frames);
+    if (dt != DL_F32 && dt != DL_BF16)
+        return dl_fail(DL_ERR_UNSUPPORTED, "LTX-2 vocoder: dtype %s is not supported (f32, bf16)", dl_dtype_name(dt));
+    const cJSON *cfg;
+    dl_status s = dl_model_dir_config(dir, component, &cfg);
+    if (s != DL_OK) return s;
+    const char *cls;
+    if ((s = dl_cfg_str(cfg, file, "_class_name", "LTX2Vocoder", &cls))) return s;
+    const int with_bwe = !strcmp(cls, "LTX2VocoderWithBWE");
+    if (!with_bwe && strcmp(cls, "LTX2Vocoder"))
+        return dl_fail(DL_ERR_UNSUPPORTED, "`%s`: _class_name \"%s\" is neither LTX2Vocoder nor LTX2VocoderWithBWE", file,
+                       cls);
+    dl_ltx2_vocoder *v = calloc(1, sizeof *v);
+    if (!v) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    v->dt = dt, v->T = mel_frames;
+    dl_wsrc *ws = NULL;
+    s = with_bwe ? bwe_load(v, cfg, file, &ws, src, dir, component)
+                 : gen_load(v, cfg, file, "", &DEF_VOC, &ws, src, dir, component);
+    dl_ws_close(ws);
+    if (s) {
+        dl_ltx2_vocoder_free(v);
+        return s;
+    }
+    *out = v;
     return DL_OK;
 }

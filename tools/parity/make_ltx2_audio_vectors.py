@@ -21,6 +21,12 @@ and for each vocoder case <c>:
     <c>.wave    [out_channels, samples] vocoder(mel, time_last=True)
 and the pipeline case pipe (VAE a then vocoder a, as LTX2Pipeline's audio tail):
     pipe.packed, pipe.wave
+and for each LTX2VocoderWithBWE case <c> (fixtures e, f: tests/data/ltx2_audio/<f>/vocoder
+only, bf16 likewise; mel_stft.stft_fn.forward_basis a Hann-windowed DFT basis and
+mel_stft.mel_basis a random non-negative filterbank, as the real checkpoint stores them;
+the resampler's Hann-sinc filter is not stored and stays f32 in the reference):
+    <c>.mel     [in_channels, T] the input with time last
+    <c>.wave    [out_channels, samples] the clamped, cut BWE output
 Fixtures (M = mel_bins / 4 latent mel bins; base_channels = C M, the size of the
 latents_mean / latents_std the pipeline applies to packed latents):
     a  VAE causality_axis height, pixel norm, ch_mult (1, 2, 4), 1 res block, mid
@@ -38,6 +44,13 @@ latents_mean / latents_std the pipeline applies to packed latents):
     d  VAE causality_axis width-compatibility, pixel norm, ch_mult (1, 2), no
        extra res blocks (num_res_blocks 0), C 2, mel_bins 8; vocoder leaky_relu
        with slope 0.2 and one stage
+    e  LTX2VocoderWithBWE: stage 1 snakebeta anti-aliased, factors [4, 2]; STFT
+       filter 64 / hop 16 / window 64, 8 mel bins; BWE generator snakebeta with
+       factors [6, 4, 2] (= 3 x hop), 16000 -> 48000 Hz (resampler ratio 3); 7 frames
+       give 56 samples, padded to 64 for the STFT
+    f  LTX2VocoderWithBWE: stage 1 leaky_relu with tanh and bias, one output
+       channel; STFT 32 / 8 / 32, 6 mel bins; BWE generator snake without
+       antialias, tanh and bias, factors [4, 4]; 24000 -> 48000 Hz (ratio 2)
 Every norm-free parameter and the latent statistics are random.
 """
 import json
@@ -46,7 +59,7 @@ import os
 import torch
 from diffusers import AutoencoderKLLTX2Audio
 from diffusers.pipelines.ltx2.pipeline_ltx2 import LTX2Pipeline
-from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
 from safetensors.torch import load_file, save_file
 
 ROOT = "tests/data/ltx2_audio"
@@ -79,6 +92,24 @@ VOCODERS = {
               leaky_relu_negative_slope=0.2, antialias=False, final_act_fn="tanh", final_bias=True,
               output_sampling_rate=22050, seed=8),
 }
+BWES = {
+    "e": dict(in_channels=16, hidden_channels=16, out_channels=2, upsample_kernel_sizes=[8, 4], upsample_factors=[4, 2],
+              resnet_kernel_sizes=[3], resnet_dilations=[[1, 3]], act_fn="snakebeta", antialias=True,
+              final_act_fn=None, final_bias=False, bwe_in_channels=16, bwe_hidden_channels=16, bwe_out_channels=2,
+              bwe_upsample_kernel_sizes=[12, 8, 4], bwe_upsample_factors=[6, 4, 2], bwe_resnet_kernel_sizes=[3, 5],
+              bwe_resnet_dilations=[[1, 2], [1]], bwe_act_fn="snakebeta", bwe_antialias=True, bwe_final_act_fn=None,
+              bwe_final_bias=False, filter_length=64, hop_length=16, window_length=64, num_mel_channels=8,
+              input_sampling_rate=16000, output_sampling_rate=48000, seed=41, scale=0.5),
+    "f": dict(in_channels=12, hidden_channels=8, out_channels=1, upsample_kernel_sizes=[11, 4], upsample_factors=[5, 2],
+              resnet_kernel_sizes=[3, 5], resnet_dilations=[[1], [1, 2]], act_fn="leaky_relu", antialias=False,
+              final_act_fn="tanh", final_bias=True, bwe_in_channels=6, bwe_hidden_channels=8, bwe_out_channels=1,
+              bwe_upsample_kernel_sizes=[8, 8], bwe_upsample_factors=[4, 4], bwe_resnet_kernel_sizes=[3],
+              bwe_resnet_dilations=[[1, 2]], bwe_act_fn="snake", bwe_antialias=False, bwe_final_act_fn="tanh",
+              bwe_final_bias=True, filter_length=32, hop_length=8, window_length=32, num_mel_channels=6,
+              input_sampling_rate=24000, output_sampling_rate=48000, seed=42),
+}
+# BWE case: (fixture, mel frames, seed)
+BWE_CASES = {"we.seven": ("e", 7, 51), "we.two": ("e", 2, 52), "wf.six": ("f", 6, 53)}
 # VAE case: (fixture, latent frames L, seed); the latent mel bins are mel_bins / 4
 VAE_CASES = {"a.five": ("a", 5, 11), "a.one": ("a", 1, 12), "b.three": ("b", 3, 13), "b.one": ("b", 1, 14),
              "c.four": ("c", 4, 15), "d.six": ("d", 6, 16)}
@@ -121,6 +152,50 @@ def make_vocoder(cfg):
             elif name.endswith(".weight"):  # the default init is small: keep the signal alive (but unclamped)
                 p.mul_(scale)
     return bf16_round(voc)
+
+
+def make_bwe(cfg):
+    cfg = dict(cfg)
+    torch.manual_seed(cfg.pop("seed"))
+    scale = cfg.pop("scale", 1.0)
+    m = LTX2VocoderWithBWE(**cfg).float().eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith(".alpha") or name.endswith(".beta"):
+                p.copy_(0.5 * torch.randn_like(p))
+            elif name.endswith(".weight"):
+                p.mul_(scale)
+        # the checkpoint's STFT buffers: a periodic-Hann-windowed DFT basis (real rows, then imaginary)
+        # and a non-negative filterbank
+        N, W = cfg["filter_length"], cfg["window_length"]
+        F_ = N // 2 + 1
+        win = torch.zeros(N, dtype=torch.float64)
+        off = (N - W) // 2
+        win[off:off + W] = torch.hann_window(W, periodic=True, dtype=torch.float64)
+        n = torch.arange(N, dtype=torch.float64)
+        k = torch.arange(F_, dtype=torch.float64)[:, None]
+        ang = 2 * torch.pi * k * n / N
+        basis = torch.cat([torch.cos(ang) * win, -torch.sin(ang) * win], 0)
+        m.mel_stft.stft_fn.forward_basis.copy_(basis.float()[:, None, :])
+        m.mel_stft.stft_fn.inverse_basis.copy_(basis.float()[:, None, :] / N)
+        m.mel_stft.mel_basis.copy_(0.2 * torch.rand_like(m.mel_stft.mel_basis))
+    keep = m.resampler.filter.clone()  # not stored: diffusers rebuilds it in f32 at load
+    bf16_round(m)
+    m.resampler.filter.copy_(keep)
+    return m
+
+
+def save_bwe_folder(f, m):
+    path = os.path.join(ROOT, f)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "model_index.json"), "w") as fh:
+        json.dump({"_class_name": "LTX2Pipeline", "_diffusers_version": "0.42.1",
+                   "vocoder": ["ltx2", "LTX2VocoderWithBWE"]}, fh, indent=2)
+        fh.write("\n")
+    keep = m.resampler.filter.clone()
+    m.to(torch.bfloat16).save_pretrained(os.path.join(path, "vocoder"))
+    m.float()
+    m.resampler.filter.copy_(keep)
 
 
 def save_folder(f, vae, voc):
@@ -179,6 +254,16 @@ def main():
         wave = vocs["a"](mel)
         out["pipe.packed"], out["pipe.wave"] = packed[0], wave[0]
         meta["pipe"] = "a L=3, vocoder a"
+        bwes = {k: make_bwe(c) for k, c in BWES.items()}
+        for f, m in bwes.items():
+            save_bwe_folder(f, m)
+        for key, (f, T, seed) in BWE_CASES.items():
+            m = bwes[f]
+            g = torch.Generator().manual_seed(seed)
+            mel = 2 * torch.randn(1, m.config.in_channels, T, generator=g) - 3
+            wave = m(mel.unsqueeze(1).transpose(2, 3))  # forward takes [B, 1, T, in_channels]
+            out[key + ".mel"], out[key + ".wave"] = mel[0], wave[0]
+            meta[key] = f"{f} T={T}"
     out = {k: v.contiguous().float() for k, v in out.items()}
     save_file(out, os.path.join(ROOT, "vectors.safetensors"), metadata={k: str(v) for k, v in meta.items()})
     total = 0
