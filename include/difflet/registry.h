@@ -84,10 +84,17 @@ struct dl_model_entry {
                                    0: guidance is distilled, CFG is true_cfg_scale > 1 with a negative prompt (FLUX) */
     const char *const *components; /* its programs, in load order; the denoiser (the one every rank runs) last */
     int ncomponents;
-    /* the size (and frame count) a model was made for */
+    /* the size (and frame count) a model was made for: default_shape when the model
+     * computes it, else the pipeline __call__'s default_width x default_height and
+     * default_frames (1 for images), each overridable by the folder's difflet.json
+     * `defaults` (width, height, num_frames); see dl_registry_default_shape */
     void (*default_shape)(const char *model_dir, int *width, int *height, int *frames);
-    /* model-specific feasibility of a split (heads, tokens per rank, modes); NULL: feasible */
+    int default_width, default_height, default_frames;
+    /* model-specific feasibility of a split (heads, tokens per rank, modes); NULL: the
+     * shared heads check against transformer/config.json's num_attention_heads
+     * (default_heads when it does not say) */
     const char *(*split_check)(const char *model_dir, const dl_par_config *c, char *buf, size_t n);
+    int64_t default_heads;
     dl_status (*load)(void **impl, const char *model_dir, const dl_gen_shape *shape);
     void (*free)(void *impl);
     int (*is_host)(const void *impl);
@@ -96,6 +103,8 @@ struct dl_model_entry {
     const char *(*program_id)(const void *impl, int component);
 };
 
+/* A model folder's default shape by its entry (see default_shape above). */
+void dl_registry_default_shape(const dl_model_entry *e, const char *model_dir, int *width, int *height, int *frames);
 /* The DiT split check every entry shares: `c` against the transformer's
  * num_attention_heads (transformer/config.json; default_heads when it does not say)
  * by dl_dit_split_check. NULL when feasible, else the reason in buf. */

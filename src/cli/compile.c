@@ -84,7 +84,7 @@ int cli_compile(int argc, char **argv) {
         return 2;
     }
     int dw, dh, dframes;
-    entry->default_shape(model, &dw, &dh, &dframes);
+    dl_registry_default_shape(entry, model, &dw, &dh, &dframes);
     if (!w) w = dw, h = dh;
     if (frames && entry->output == DL_MEDIA_IMAGE && frames != 1) {
         fprintf(stderr, "difflet: compile: %s makes images: --frames must be 1\n", entry->pipeline_class);

@@ -204,7 +204,7 @@ static int parse_opts(int argc, char **argv, opts *o, const char *cmd) {
         return 0;
     }
     int dw, dh, df;
-    e->default_shape(o->model, &dw, &dh, &df);
+    dl_registry_default_shape(e, o->model, &dw, &dh, &df);
     if (!o->w) o->w = dw, o->h = dh;
     if (!o->frames) o->frames = df;
     dl_model_defaults md;

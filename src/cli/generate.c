@@ -288,7 +288,7 @@ int cli_generate(int argc, char **argv) {
         }
     }
     int dw, dh, dframes;
-    entry->default_shape(model, &dw, &dh, &dframes);
+    dl_registry_default_shape(entry, model, &dw, &dh, &dframes);
     if (!width) width = height ? height : dw;
     if (!height) height = width;
     dl_gen_shape shape = {.width = (int)width, .height = (int)height, .frames = frames ? (int)frames : dframes,

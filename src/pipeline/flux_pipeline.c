@@ -455,10 +455,6 @@ static void entry_default_shape(const char *dir, int *w, int *h, int *frames) {
     *frames = 1;
 }
 
-static const char *entry_split_check(const char *dir, const dl_par_config *c, char *buf, size_t n) {
-    return dl_registry_heads_check(dir, c, 24, buf, n); /* 24: diffusers' default when the config does not say */
-}
-
 static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) {
     if (g->frames > 1)
         return dl_fail(DL_ERR_INVALID, "FluxPipeline makes images: %d frames asked for", g->frames);
@@ -529,7 +525,7 @@ const dl_model_entry dl_flux_entry = {
     .components = k_flux_components,
     .ncomponents = 4,
     .default_shape = entry_default_shape,
-    .split_check = entry_split_check,
+    .default_heads = 24, /* diffusers' default when the config does not say */
     .load = entry_load,
     .free = entry_free,
     .is_host = entry_is_host,

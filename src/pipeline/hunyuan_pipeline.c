@@ -360,22 +360,7 @@ static dl_status generate(hv_pipe *p, const dl_gen_request *r, dl_media *out, dl
 
 /* ---- the registry entry ------------------------------------------------------------ */
 
-/* HunyuanVideoPipeline's 1280 x 720, 129 frames, unless the folder's difflet.json says otherwise */
-static void entry_default_shape(const char *dir, int *w, int *h, int *frames) {
-    *w = (int)dl_model_default_int(dir, "width", 16, 8192, 1280);
-    *h = (int)dl_model_default_int(dir, "height", 16, 8192, 720);
-    *frames = (int)dl_model_default_int(dir, "num_frames", 1, 100000, 129);
-}
-
-static const char *entry_split_check(const char *dir, const dl_par_config *c, char *buf, size_t n) {
-    return dl_registry_heads_check(dir, c, 24, buf, n); /* 24: diffusers' default */
-}
-
-static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) {
-    dl_gen_shape sh = *g;
-    if (!sh.frames) sh.frames = (int)dl_model_default_int(dir, "num_frames", 1, 100000, 129);
-    return pipe_load((hv_pipe **)impl, dir, &sh);
-}
+static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) { return pipe_load((hv_pipe **)impl, dir, g); }
 static void entry_free(void *impl) { pipe_free(impl); }
 static int entry_is_host(const void *impl) { return ((const hv_pipe *)impl)->host; }
 static dl_status entry_worker_one(void *impl, int *stopped) { return dl_denoise_worker_one(((hv_pipe *)impl)->loop, stopped); }
@@ -401,8 +386,10 @@ const dl_model_entry dl_hunyuan_entry = {
     .guidance_cfg = 0,
     .components = k_hv_components,
     .ncomponents = NCOMP,
-    .default_shape = entry_default_shape,
-    .split_check = entry_split_check,
+    .default_width = 1280, /* HunyuanVideoPipeline's __call__: 1280 x 720, 129 frames */
+    .default_height = 720,
+    .default_frames = 129,
+    .default_heads = 24,
     .load = entry_load,
     .free = entry_free,
     .is_host = entry_is_host,

@@ -601,13 +601,6 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
 
 /* ---- the registry entry ------------------------------------------------------------ */
 
-/* LTX2Pipeline's 768 x 512, 121 frames (no duration head), unless difflet.json says otherwise */
-static void entry_default_shape(const char *dir, int *w, int *h, int *frames) {
-    *w = (int)dl_model_default_int(dir, "width", 32, 8192, 768);
-    *h = (int)dl_model_default_int(dir, "height", 32, 8192, 512);
-    *frames = (int)dl_model_default_int(dir, "num_frames", 1, 100000, 121);
-}
-
 static const char *entry_split_check(const char *dir, const dl_par_config *c, char *buf, size_t n) {
     (void)dir;
     if (dl_par_ranks(c) <= 1 && !c->sp) return NULL;
@@ -615,11 +608,7 @@ static const char *entry_split_check(const char *dir, const dl_par_config *c, ch
     return buf;
 }
 
-static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) {
-    dl_gen_shape sh = *g;
-    if (!sh.frames) sh.frames = (int)dl_model_default_int(dir, "num_frames", 1, 100000, 121);
-    return pipe_load((lt_pipe **)impl, dir, &sh);
-}
+static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) { return pipe_load((lt_pipe **)impl, dir, g); }
 static void entry_free(void *impl) { pipe_free(impl); }
 static int entry_is_host(const void *impl) { return (void)impl, 1; }
 static dl_status entry_worker_one(void *impl, int *stopped) {
@@ -644,7 +633,9 @@ const dl_model_entry dl_ltx2_entry = {
     .guidance_cfg = 1,
     .components = k_lt_components,
     .ncomponents = NCOMP,
-    .default_shape = entry_default_shape,
+    .default_width = 768, /* LTX2Pipeline's __call__: 768 x 512, 121 frames (no duration head) */
+    .default_height = 512,
+    .default_frames = 121,
     .split_check = entry_split_check,
     .load = entry_load,
     .free = entry_free,

@@ -269,17 +269,6 @@ static dl_status generate(qi_pipe *p, const dl_gen_request *r, dl_media *out, dl
 
 /* ---- the registry entry ------------------------------------------------------------ */
 
-/* QwenImagePipeline's default: default_sample_size 128 x the VAE's 8 = 1024 */
-static void entry_default_shape(const char *dir, int *w, int *h, int *frames) {
-    (void)dir;
-    *w = *h = 1024;
-    *frames = 1;
-}
-
-static const char *entry_split_check(const char *dir, const dl_par_config *c, char *buf, size_t n) {
-    return dl_registry_heads_check(dir, c, 24, buf, n); /* 24: diffusers' default */
-}
-
 static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) { return pipe_load((qi_pipe **)impl, dir, g); }
 static void entry_free(void *impl) { pipe_free(impl); }
 static int entry_is_host(const void *impl) { return ((const qi_pipe *)impl)->host; }
@@ -304,8 +293,9 @@ const dl_model_entry dl_qwenimage_entry = {
     .default_true_cfg = 4.0f,
     .components = k_qi_components,
     .ncomponents = NCOMP,
-    .default_shape = entry_default_shape,
-    .split_check = entry_split_check,
+    .default_width = 1024, /* default_sample_size 128 x the VAE's 8 */
+    .default_height = 1024,
+    .default_heads = 24,
     .load = entry_load,
     .free = entry_free,
     .is_host = entry_is_host,

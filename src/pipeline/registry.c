@@ -77,7 +77,12 @@ dl_status dl_pipeline_load(dl_pipeline **out, const char *model_dir, const dl_ge
     dl_pipeline *p = calloc(1, sizeof *p);
     if (!p) return dl_fail(DL_ERR_NOMEM, "out of memory");
     p->e = e;
-    if ((s = e->load(&p->impl, model_dir, shape)) != DL_OK) {
+    dl_gen_shape sh = *shape;
+    if (!sh.frames) { /* 0: the model's default frame count */
+        int w, h;
+        dl_registry_default_shape(e, model_dir, &w, &h, &sh.frames);
+    }
+    if ((s = e->load(&p->impl, model_dir, &sh)) != DL_OK) {
         free(p);
         return s;
     }
@@ -130,7 +135,20 @@ const char *dl_pipeline_layout_check(const char *model_dir, const dl_par_config 
         snprintf(buf, n, "%s", dl_last_error());
         return buf;
     }
-    return e->split_check ? e->split_check(model_dir, c, buf, n) : NULL;
+    if (e->split_check) return e->split_check(model_dir, c, buf, n);
+    return e->default_heads > 0 ? dl_registry_heads_check(model_dir, c, e->default_heads, buf, n) : NULL;
+}
+
+void dl_registry_default_shape(const dl_model_entry *e, const char *model_dir, int *w, int *h, int *frames) {
+    if (e->default_shape) {
+        e->default_shape(model_dir, w, h, frames);
+        return;
+    }
+    *w = (int)dl_model_default_int(model_dir, "width", 16, 8192, e->default_width);
+    *h = (int)dl_model_default_int(model_dir, "height", 16, 8192, e->default_height);
+    *frames = e->output == DL_MEDIA_IMAGE ? 1
+                                          : (int)dl_model_default_int(model_dir, "num_frames", 1, 100000,
+                                                                      e->default_frames > 0 ? e->default_frames : 1);
 }
 
 const char *dl_registry_heads_check(const char *dir, const dl_par_config *c, int64_t default_heads, char *buf, size_t n) {

@@ -353,23 +353,7 @@ static dl_status generate(wan_pipe *p, const dl_gen_request *r, dl_media *out, d
 
 /* ---- the registry entry ------------------------------------------------------------ */
 
-/* WanPipeline's __call__ defaults: 832 x 480, 81 frames */
-/* WanPipeline's 832x480, 81 frames, unless the folder's difflet.json says otherwise */
-static void entry_default_shape(const char *dir, int *w, int *h, int *frames) {
-    *w = (int)dl_model_default_int(dir, "width", 16, 8192, 832);
-    *h = (int)dl_model_default_int(dir, "height", 16, 8192, 480);
-    *frames = (int)dl_model_default_int(dir, "num_frames", 1, 100000, 81);
-}
-
-static const char *entry_split_check(const char *dir, const dl_par_config *c, char *buf, size_t n) {
-    return dl_registry_heads_check(dir, c, 40, buf, n); /* 40: diffusers' default */
-}
-
-static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) {
-    dl_gen_shape sh = *g;
-    if (!sh.frames) sh.frames = (int)dl_model_default_int(dir, "num_frames", 1, 100000, 81);
-    return pipe_load((wan_pipe **)impl, dir, &sh);
-}
+static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) { return pipe_load((wan_pipe **)impl, dir, g); }
 static void entry_free(void *impl) { pipe_free(impl); }
 static int entry_is_host(const void *impl) { return ((const wan_pipe *)impl)->host; }
 static dl_status entry_worker_one(void *impl, int *stopped) { return dl_denoise_worker_one(((wan_pipe *)impl)->loop, stopped); }
@@ -394,8 +378,10 @@ const dl_model_entry dl_wan_entry = {
     .guidance_cfg = 1,
     .components = k_wan_components,
     .ncomponents = NCOMP,
-    .default_shape = entry_default_shape,
-    .split_check = entry_split_check,
+    .default_width = 832, /* WanPipeline's __call__: 832 x 480, 81 frames */
+    .default_height = 480,
+    .default_frames = 81,
+    .default_heads = 40,
     .load = entry_load,
     .free = entry_free,
     .is_host = entry_is_host,

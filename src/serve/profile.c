@@ -157,7 +157,7 @@ static dl_status resolve_frames(dl_deployment *p) {
     }
     if (!p->frames_given) { /* the model's own: 81 frames for Wan, one for an image */
         int w, h, f = 1;
-        if (p->video) e->default_shape(p->model, &w, &h, &f);
+        if (p->video) dl_registry_default_shape(e, p->model, &w, &h, &f);
         p->nframes = 1, p->frames[0] = f > 0 ? f : 1;
     }
     int n = 0;
