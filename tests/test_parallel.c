@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "difflet/artifact.h"
 #include "difflet/comm.h"
 #include "difflet/pipeline.h"
 #include "difflet/program.h"
@@ -17,6 +18,7 @@
 #include "test_util.h"
 #include "difflet/flux.h"
 #include "difflet/hunyuan.h"
+#include "difflet/opensora.h"
 #include "difflet/wan.h"
 #include "difflet/qwenimage.h"
 
@@ -642,6 +644,114 @@ static void hunyuan_model(dl_comm *world, const char *dir, const char *name, int
     dl_model_dir_free(md);
 }
 
+/* STDiT3 (OpenSora 1.2): every layout of the world size (tp, cp = OpenSora's dynamic
+ * sequence parallelism, tp x cp) against the unsplit transformer, one branch and
+ * batched CFG (two captions of different valid lengths); uneven frame / position
+ * shards included. Refused by name: tp not dividing the heads, sp, more cp ranks than
+ * frames or positions after patching (frames x positions: tf x ts). */
+static void stdit3_model(dl_comm *world, const char *dir, const char *name, int64_t lf, int64_t lh, int64_t lw, int64_t tf,
+                         int64_t ts) {
+    const int n = dl_comm_size(world);
+    dl_model_dir *md;
+    if (dl_model_dir_open(&md, dir) != DL_OK) {
+        CHECK(0, "%s: %s", name, dl_last_error());
+        return;
+    }
+    dl_stdit3 *ref = NULL;
+    const int64_t T = 12;
+    if (dl_stdit3_load(&ref, md, "transformer", lf, lh, lw, T, DL_F32, NULL, NULL, 1) != DL_OK) {
+        CHECK(0, "%s: %s", name, dl_last_error());
+        dl_model_dir_free(md);
+        return;
+    }
+    const int64_t ni = dl_stdit3_in_channels(ref) * lf * lh * lw, no = dl_stdit3_out_channels(ref) * lf * lh * lw;
+    const int64_t ny = T * dl_stdit3_caption_channels(ref), heads = dl_stdit3_heads(ref);
+    float *lat = malloc((size_t)ni * 4), *y0 = malloc((size_t)ny * 4), *y1 = malloc((size_t)ny * 4);
+    float *a0 = malloc((size_t)no * 4), *a1 = malloc((size_t)no * 4), *b0 = malloc((size_t)no * 4), *b1 = malloc((size_t)no * 4);
+    fill(lat, ni, 21), fill(y0, ny, 22), fill(y1, ny, 23);
+    const dl_stdit3_cond c0 = {.y = y0, .valid = 9, .timestep = 640.f, .fps = 24.f, .height = 8.f * lh, .width = 8.f * lw};
+    dl_stdit3_cond c1 = c0;
+    c1.y = y1, c1.valid = 3;
+    int ok = dl_stdit3_run(ref, lat, &c0, a0) == DL_OK && dl_stdit3_run(ref, lat, &c1, a1) == DL_OK;
+    CHECK(ok, "%s: unsplit run: %s", name, dl_last_error());
+    char spec[4][64];
+    int ns = 0;
+    if (n > 1) {
+        snprintf(spec[ns++], 64, "tp=%d", n);
+        snprintf(spec[ns++], 64, "cp=%d", n);
+        if (n == 2) snprintf(spec[ns++], 64, "tp=2,sp");
+        if (n == 4) snprintf(spec[ns++], 64, "tp=2,cp=2");
+    }
+    for (int k = 0; ok && k < ns; k++) {
+        dl_par_config pc;
+        dl_par_place pl;
+        if (dl_par_parse(spec[k], &pc) != DL_OK || dl_par_place_new(world, &pc, &pl) != DL_OK) {
+            CHECK(0, "%s %s: place: %s", name, spec[k], dl_last_error());
+            continue;
+        }
+        const char *bad = heads % pc.tp ? "heads" : pc.sp ? "sp" : pc.cp > tf || pc.cp > ts ? "frames" : NULL;
+        dl_stdit3 *m1 = NULL, *m2 = NULL;
+        dl_status s = dl_stdit3_load(&m1, md, "transformer", lf, lh, lw, T, DL_F32, NULL, &pl.split, 1);
+        if (bad) {
+            CHECK(s != DL_OK && strstr(dl_last_error(), "refused"), "%s %s: loaded despite %s", name, spec[k], bad);
+            if (g_rank == 0) printf("  %-10s %-22s refused: %s\n", name, spec[k], dl_last_error());
+        } else {
+            CHECK(s == DL_OK, "%s %s: load: %s", name, spec[k], dl_last_error());
+            int r = s == DL_OK && dl_stdit3_load(&m2, md, "transformer", lf, lh, lw, T, DL_F32, NULL, &pl.split, 2) == DL_OK;
+            r = r && dl_stdit3_run(m1, lat, &c0, b0) == DL_OK;
+            double mr = max_abs(a0, no), e = r ? max_diff(a0, b0, no) / mr : INFINITY;
+            r = r && dl_stdit3_run2(m2, lat, &c0, &c1, b0, b1) == DL_OK;
+            double e2 = r ? fmax(max_diff(a0, b0, no) / mr, max_diff(a1, b1, no) / max_abs(a1, no)) : INFINITY;
+            CHECK(r, "%s %s: run: %s", name, spec[k], dl_last_error());
+            CHECK(e <= 1e-5 && e2 <= 1e-5, "%s %s: max rel err %.3g (batched CFG %.3g) > 1e-5", name, spec[k], e, e2);
+            /* the probe: this rank's frames, the score summed over the cp group */
+            dl_stdit3_probe *p1 = NULL, *p2 = NULL;
+            double sc[4] = {-1, -1, -1, -1};
+            int pr = dl_stdit3_probe_load(&p1, md, "transformer", lf, lh, lw, DL_F32, NULL, NULL) == DL_OK &&
+                     dl_stdit3_probe_load(&p2, md, "transformer", lf, lh, lw, DL_F32, NULL, &pl.split) == DL_OK &&
+                     dl_stdit3_probe_run(p1, 0, lat, &c0, &sc[0]) == DL_OK && dl_stdit3_probe_run(p2, 0, lat, &c0, &sc[1]) == DL_OK;
+            dl_stdit3_cond cl = c0;
+            cl.timestep = 600.f;
+            pr = pr && dl_stdit3_probe_run(p1, 0, lat, &cl, &sc[2]) == DL_OK && dl_stdit3_probe_run(p2, 0, lat, &cl, &sc[3]) == DL_OK;
+            CHECK(pr && sc[0] == 0 && sc[1] == 0 && sc[2] > 0 && fabs(sc[3] - sc[2]) <= 1e-6 * sc[2], "%s %s probe: %s; %g %g %g %g",
+                  name, spec[k], dl_last_error(), sc[0], sc[1], sc[2], sc[3]);
+            dl_stdit3_probe_free(p1), dl_stdit3_probe_free(p2);
+            /* this rank's program (compiled into an artifact, loaded from it) gives the same bytes:
+             * the TP slices of the fused qkv / kv_linear are recorded under names of their own */
+            char pdir[64];
+            snprintf(pdir, sizeof pdir, "/tmp/difflet_par_stdit3_XXXXXX");
+            dl_checkpoint *ck = NULL;
+            dl_artifact_writer *aw = NULL;
+            dl_artifact *art = NULL;
+            dl_stdit3 *m3 = NULL, *m4 = NULL;
+            int pg = mkdtemp(pdir) && dl_model_dir_checkpoint(md, "transformer", &ck) == DL_OK &&
+                     dl_artifact_writer_open(&aw, pdir) == DL_OK;
+            dl_wsrc rec = {.ck = ck, .rec = aw};
+            pg = pg && dl_stdit3_load(&m3, md, "transformer", lf, lh, lw, T, DL_F32, &rec, &pl.split, 1) == DL_OK;
+            if (aw) pg = dl_artifact_writer_finish(aw, "{}", rec.arena, 0) == DL_OK && pg;
+            pg = pg && dl_artifact_open(&art, pdir, 1) == DL_OK;
+            dl_wsrc from = {.art = art};
+            pg = pg && dl_stdit3_load(&m4, md, "transformer", lf, lh, lw, T, DL_F32, &from, &pl.split, 1) == DL_OK &&
+                 dl_stdit3_run(m1, lat, &c0, b0) == DL_OK && dl_stdit3_run(m4, lat, &c0, b1) == DL_OK;
+            CHECK(pg && !memcmp(b0, b1, (size_t)no * 4), "%s %s: program: %s", name, spec[k], dl_last_error());
+            dl_stdit3_free(m3), dl_stdit3_free(m4);
+            dl_artifact_close(art);
+            dl_ckpt_free(ck);
+            char cmd[128];
+            snprintf(cmd, sizeof cmd, "rm -rf %s", pdir);
+            CHECK(system(cmd) == 0, "%s", cmd);
+            if (all_ok(world, r && pr && pg && e <= 1e-5 && e2 <= 1e-5) && g_rank == 0)
+                printf("  %-10s %-22s ok: max rel err %.2e, batched CFG %.2e; probe score %.6g (one rank %.6g); program = checkpoint\n",
+                       name, spec[k], e, e2, sc[3], sc[2]);
+        }
+        dl_stdit3_free(m1), dl_stdit3_free(m2);
+        dl_par_place_free(&pl);
+    }
+    free(lat), free(y0), free(y1), free(a0), free(a1), free(b0), free(b1);
+    dl_stdit3_free(ref);
+    dl_model_dir_free(md);
+}
+
 int main(void) {
     dl_comm *world;
     if (dl_comm_world(&world) != DL_OK) {
@@ -661,6 +771,8 @@ int main(void) {
     qwen_model(world, DATA_DIR "/qwenimage/b", "qwen-b", 4, 2);
     hunyuan_model(world, DATA_DIR "/hunyuan/a", "hunyuan-a", 2, 4, 6);
     hunyuan_model(world, DATA_DIR "/hunyuan/b", "hunyuan-b", 4, 3, 5);
+    stdit3_model(world, DATA_DIR "/opensora/a", "stdit3-a", 10, 8, 12, 10, 24);
+    stdit3_model(world, DATA_DIR "/opensora/b", "stdit3-b", 5, 6, 6, 3, 9);
     /* layouts the parser refuses, by name */
     dl_par_config pc;
     CHECK(dl_par_parse("tp=0", &pc) != DL_OK, "tp=0 accepted");

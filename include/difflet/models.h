@@ -88,6 +88,14 @@ const char *dl_dit_split_check(const dl_dit_split *split, int64_t heads, char *b
 typedef struct dl_vae_decoder dl_vae_decoder;
 dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const char *component, int64_t lat_h,
                               int64_t lat_w, dl_dtype dt, dl_wsrc *src);
+/* The same decoder inside another model's checkpoint (OpenSora's VAE holds it as
+ * `spatial_vae.module.*`): architecture from the diffusers AutoencoderKL config `cfg`
+ * (named `file` in messages) instead of <component>/config.json, every tensor name
+ * under `prefix` ("" for none). dl_vae_decoder_load is this with the component's
+ * config and no prefix. */
+dl_status dl_vae_decoder_load_from(dl_vae_decoder **out, dl_model_dir *dir, const char *component,
+                                   const struct cJSON *cfg, const char *file, const char *prefix, int64_t lat_h,
+                                   int64_t lat_w, dl_dtype dt, dl_wsrc *src);
 int64_t dl_vae_latent_channels(const dl_vae_decoder *m);
 /* 2^(levels - 1): image pixels per latent pixel along each axis */
 int dl_vae_scale(const dl_vae_decoder *m);

@@ -132,6 +132,12 @@ dl_status dl_pipeline_read_latents(const dl_checkpoint *ck, int64_t n, const cha
  * the buffers the caller's to free (dl_media_free). */
 dl_status dl_pipeline_media(dl_media *out, dl_media_kind kind, const float *planar, int64_t frames, int64_t height,
                             int64_t width, double fps, int want_pixels);
+/* How a decoded [-1, 1] value becomes a byte: diffusers' (x / 2 + 0.5 clamped, x255
+ * rounded to nearest) or OpenSora's save_sample ((clamp(x, -1, 1) + 1) / 2,
+ * x255 + 0.5 truncated) */
+typedef enum { DL_TO_BYTES_ROUND = 0, DL_TO_BYTES_TRUNC } dl_to_bytes;
+dl_status dl_pipeline_media_opts(dl_media *out, dl_media_kind kind, const float *planar, int64_t frames, int64_t height,
+                                 int64_t width, double fps, int want_pixels, dl_to_bytes how);
 
 /* A model folder's request defaults: its entry's (the pipeline __call__'s) unless the
  * folder's difflet.json says otherwise, for a model trained for other settings

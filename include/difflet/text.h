@@ -106,6 +106,21 @@ enum {
  * ftfy might have re-decoded part of it, which this function does not do. Always
  * 0 with DL_CLEAN_NO_FTFY. */
 dl_status dl_text_clean_wan_opts(const char *text, unsigned flags, char **out, int *maybe_mojibake);
+
+/* OpenSora 1.2's prompt cleaning before T5 (Open-Sora v1.2.0 text_preprocessing:
+ * DeepFloyd IF / PixArt's clean_caption applied twice, on Python 3.11 with ftfy
+ * 6.3.1 and beautifulsoup4 4.15.0): unquote_plus, strip and lower case, URLs,
+ * BeautifulSoup(html.parser).text, @names, CJK blocks, dashes and quotes
+ * normalised, IP addresses, ids, file names and shop boilerplate removed,
+ * punctuation spacing, whitespace collapsed, quotes and punctuation at the ends
+ * stripped. *out malloc'd. Invalid UTF-8 and prompts over DL_TOK_MAX_TEXT bytes
+ * (also text grown past it before ftfy runs) are DL_ERR_INVALID, and so is markup
+ * the reference's HTML parser rejects (a "<![" that opens no known marked
+ * section: Python raises ParserRejectedMarkup).
+ * Known divergence: ftfy's mojibake repair (fix_encoding) is not reproduced (see
+ * dl_text_clean_wan_opts), so text ftfy would re-decode comes out un-repaired;
+ * and NFC is utf8proc's (Unicode 15). */
+dl_status dl_text_clean_caption(const char *text, char **out);
 /* 1 when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points past
  * U+10FFFF). */
 int dl_utf8_valid(const char *s, size_t n);

@@ -439,10 +439,8 @@ fail:
 /* ---- running ---------------------------------------------------------------------- */
 
 
-/* Where element (c, t, i, j) of a [C, T, h, w] tensor goes: off + c sc + t st + i si + j sj. */
-typedef struct {
-    int64_t off, sc, st, si, sj;
-} layout;
+/* strided activations: layers.c's dl_vlayout */
+typedef dl_vlayout layout;
 
 /* [C, tm, h, w] */
 static layout flat(const level *L) { return (layout){0, L->tm * L->hw, L->hw, L->w, 1}; }
@@ -454,62 +452,17 @@ static layout pad_in(const level *L) {
 /* token-major [tm hw, C] */
 static layout tokens(const level *L, int64_t C) { return (layout){0, 1, L->hw * C, L->w * C, C}; }
 
-static inline int64_t at(const layout *o, int64_t c, int64_t t, int64_t i, int64_t j) {
-    return o->off + c * o->sc + t * o->st + i * o->si + j * o->sj;
-}
-
-/* dst (ddt, layout o) = src [C, T frames, h, w] (sdt, channel stride lds, frames hw apart) */
+/* dst (ddt, layout o) = src [C, T frames, h, w] at level L (sdt, channel stride lds) */
 static void copy_to(dl_dtype ddt, void *dst, layout o, dl_dtype sdt, const void *src, int64_t lds, int64_t C, int64_t T,
                     const level *L) {
-    const int64_t h = L->h, w = L->w, hw = L->hw;
-    DL_PAR({
-        int64_t r0, r1;
-        dl_split(C * T, ith, nth, &r0, &r1);
-        for (int64_t r = r0; r < r1; r++) {
-            const int64_t c = r / T, t = r % T, so = c * lds + t * hw;
-            for (int64_t i = 0; i < h; i++)
-                for (int64_t j = 0; j < w; j++) dl_st(ddt, dst, at(&o, c, t, i, j), dl_ld(sdt, src, so + i * w + j));
-        }
-    });
+    dl_vcopy(ddt, dst, o, sdt, src, lds, C, T, L->h, L->w);
 }
 
-/* dst (model dtype, layout o) = act(GroupNorm(x)) over T frames of x [C, T, h, w] (xdt,
- * channel stride ldx): per group, mean and variance (biased) over its channels x T h w
- * (accumulated in double), y = x (rstd w[c]) + (b[c] - mean rstd w[c]), eps 1e-6 */
+/* dst (model dtype, layout o) = act(GroupNorm(x)) over T frames of x [C, T, h, w] at
+ * level L (xdt, channel stride ldx), eps 1e-6 */
 static void group_norm(dl_hunyuan_vae *m, void *dst, layout o, dl_dtype xdt, const void *x, int64_t ldx, int64_t C,
                        int64_t T, const level *L, const float *w, const float *b, int silu) {
-    const int64_t G = m->G, cg = C / G, n = T * L->hw, h = L->h, wd = L->w, hw = L->hw;
-    const dl_dtype dt = m->dt;
-    double *st = m->gst;
-    DL_PAR({
-        int64_t g0, g1;
-        dl_split(G, ith, nth, &g0, &g1);
-        for (int64_t g = g0; g < g1; g++) {
-            double sum = 0, sq = 0;
-            for (int64_t c = g * cg; c < (g + 1) * cg; c++)
-                for (int64_t i = 0; i < n; i++) sum += dl_ld(xdt, x, c * ldx + i);
-            const double mean = sum / (double)(cg * n);
-            for (int64_t c = g * cg; c < (g + 1) * cg; c++)
-                for (int64_t i = 0; i < n; i++) {
-                    const double d = dl_ld(xdt, x, c * ldx + i) - mean;
-                    sq += d * d;
-                }
-            st[2 * g] = mean, st[2 * g + 1] = 1.0 / sqrt(sq / (double)(cg * n) + 1e-6);
-        }
-    });
-    DL_PAR({
-        int64_t r0, r1;
-        dl_split(C * T, ith, nth, &r0, &r1);
-        for (int64_t r = r0; r < r1; r++) {
-            const int64_t c = r / T, t = r % T, g = c / cg, so = c * ldx + t * hw;
-            const float a = (float)(st[2 * g + 1] * w[c]), sh = (float)(b[c] - st[2 * g] * st[2 * g + 1] * w[c]);
-            for (int64_t i = 0; i < h; i++)
-                for (int64_t j = 0; j < wd; j++) {
-                    float v = dl_ld(xdt, x, so + i * wd + j) * a + sh;
-                    dl_st(dt, dst, at(&o, c, t, i, j), silu ? v / (1.f + expf(-v)) : v);
-                }
-        }
-    });
+    dl_vgroup_norm(m->dt, dst, o, xdt, x, ldx, C, T, L->h, L->w, m->G, w, b, 1e-6, silu, m->gst);
 }
 
 /* Replicate padding of p (padded layout of L, interior of T frames set): borders of
@@ -545,17 +498,6 @@ static dl_status cconv_run(dl_hunyuan_vae *m, cconv *cc, int64_t T) {
     return dl_conv_run(cc->c, m->p, m->y);
 }
 
-/* x[c, 0:n) = a[c, 0:n) + (b ? b : x)[c, 0:n); x f32, a and b the model dtype; stride ld */
-static void residual(float *x, dl_dtype dt, const void *a, const void *b, int64_t ld, int64_t C, int64_t n) {
-    DL_PAR({
-        int64_t c0, c1;
-        dl_split(C, ith, nth, &c0, &c1);
-        for (int64_t c = c0; c < c1; c++)
-            for (int64_t i = 0; i < n; i++)
-                x[c * ld + i] = dl_ld(dt, a, c * ld + i) + (b ? dl_ld(dt, b, c * ld + i) : x[c * ld + i]);
-    });
-}
-
 /* residual block on the stream x [cin, tm, hw] (T real frames) -> [cout, tm, hw] in place */
 static dl_status res_run(dl_hunyuan_vae *m, hres *r, int64_t T) {
     const level *L = &m->lev[r->lv];
@@ -570,7 +512,7 @@ static dl_status res_run(dl_hunyuan_vae *m, hres *r, int64_t T) {
     if ((s = cconv_run(m, &r->c1, T))) return s;
     group_norm(m, m->p, pad_in(L), m->dt, m->y, ld, r->cout, T, L, r->n2w, r->n2b, 1);
     if ((s = cconv_run(m, &r->c2, T))) return s;
-    residual(m->x, m->dt, m->y, r->sc ? m->s : NULL, ld, r->cout, T * L->hw);
+    dl_vresidual(m->x, m->dt, m->y, r->sc ? m->s : NULL, ld, r->cout, T * L->hw);
     return DL_OK;
 }
 
@@ -613,7 +555,7 @@ static dl_status up_run(dl_hunyuan_vae *m, hup *u, int lv, int64_t *T) {
         for (int64_t r = r0; r < r1; r++) {
             const int64_t c = r / T2, t2 = r % T2, ts = t2 == 0 ? 0 : 1 + (t2 - 1) / tf, so = c * ld + ts * hw;
             for (int64_t i = 0; i < L2->h; i++)
-                for (int64_t j = 0; j < L2->w; j++) dl_st(dt, p, at(&o, c, t2, i, j), x[so + i / sf * w + j / sf]);
+                for (int64_t j = 0; j < L2->w; j++) dl_st(dt, p, dl_vat(&o, c, t2, i, j), x[so + i / sf * w + j / sf]);
         }
     });
     dl_status s = cconv_run(m, &u->conv, T2); /* y: [C, tm', hw'] */

@@ -2,6 +2,7 @@
  * load asks for parameters and layers by checkpoint name; the source reads the
  * checkpoint (converting and packing; recording into an artifact when compiling)
  * or reads an artifact compiled earlier (packed weights used in place). */
+#include <math.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -359,4 +360,63 @@ void dl_expand_kv(dl_dtype dt, const void *qkv, void *kv, int64_t H, int64_t KV,
             memcpy(dv + (size_t)h * hb, v + (size_t)(h / grp) * hb, hb);
         }
     }
+}
+
+void dl_vcopy(dl_dtype ddt, void *dst, dl_vlayout o, dl_dtype sdt, const void *src, int64_t lds, int64_t C, int64_t T,
+              int64_t h, int64_t w) {
+    const int64_t hw = h * w;
+    DL_PAR({
+        int64_t r0, r1;
+        dl_split(C * T, ith, nth, &r0, &r1);
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t c = r / T, t = r % T, so = c * lds + t * hw;
+            for (int64_t i = 0; i < h; i++)
+                for (int64_t j = 0; j < w; j++) dl_st(ddt, dst, dl_vat(&o, c, t, i, j), dl_ld(sdt, src, so + i * w + j));
+        }
+    });
+}
+
+void dl_vgroup_norm(dl_dtype dt, void *dst, dl_vlayout o, dl_dtype xdt, const void *x, int64_t ldx, int64_t C,
+                    int64_t T, int64_t h, int64_t w, int64_t G, const float *gw, const float *gb, double eps, int silu,
+                    double *st) {
+    const int64_t cg = C / G, hw = h * w, n = T * hw;
+    DL_PAR({
+        int64_t g0, g1;
+        dl_split(G, ith, nth, &g0, &g1);
+        for (int64_t g = g0; g < g1; g++) {
+            double sum = 0, sq = 0;
+            for (int64_t c = g * cg; c < (g + 1) * cg; c++)
+                for (int64_t i = 0; i < n; i++) sum += dl_ld(xdt, x, c * ldx + i);
+            const double mean = sum / (double)(cg * n);
+            for (int64_t c = g * cg; c < (g + 1) * cg; c++)
+                for (int64_t i = 0; i < n; i++) {
+                    const double d = dl_ld(xdt, x, c * ldx + i) - mean;
+                    sq += d * d;
+                }
+            st[2 * g] = mean, st[2 * g + 1] = 1.0 / sqrt(sq / (double)(cg * n) + eps);
+        }
+    });
+    DL_PAR({
+        int64_t r0, r1;
+        dl_split(C * T, ith, nth, &r0, &r1);
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t c = r / T, t = r % T, g = c / cg, so = c * ldx + t * hw;
+            const float a = (float)(st[2 * g + 1] * gw[c]), sh = (float)(gb[c] - st[2 * g] * st[2 * g + 1] * gw[c]);
+            for (int64_t i = 0; i < h; i++)
+                for (int64_t j = 0; j < w; j++) {
+                    float v = dl_ld(xdt, x, so + i * w + j) * a + sh;
+                    dl_st(dt, dst, dl_vat(&o, c, t, i, j), silu ? v / (1.f + expf(-v)) : v);
+                }
+        }
+    });
+}
+
+void dl_vresidual(float *x, dl_dtype dt, const void *a, const void *b, int64_t ld, int64_t C, int64_t n) {
+    DL_PAR({
+        int64_t c0, c1;
+        dl_split(C, ith, nth, &c0, &c1);
+        for (int64_t c = c0; c < c1; c++)
+            for (int64_t i = 0; i < n; i++)
+                x[c * ld + i] = dl_ld(dt, a, c * ld + i) + (b ? dl_ld(dt, b, c * ld + i) : x[c * ld + i]);
+    });
 }

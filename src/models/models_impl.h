@@ -126,6 +126,32 @@ static inline void dl_st(dl_dtype dt, void *p, int64_t i, float v) {
     ((uint16_t *)p)[i] = (uint16_t)u;
 }
 
+/* ---- strided video activations (the causal video VAEs: hunyuan_vae.c, opensora_vae.c)
+ * Element (c, t, i, j) of a [C, T, h, w] tensor stored at off + c sc + t st + i si + j sj:
+ * a plain tensor, the interior of a padded conv input, or token-major rows. */
+typedef struct {
+    int64_t off, sc, st, si, sj;
+} dl_vlayout;
+
+static inline int64_t dl_vat(const dl_vlayout *o, int64_t c, int64_t t, int64_t i, int64_t j) {
+    return o->off + c * o->sc + t * o->st + i * o->si + j * o->sj;
+}
+
+/* dst (ddt, layout o) = src [C, T frames, h, w] (sdt, channel stride lds, frames h w
+ * apart), on the pool */
+void dl_vcopy(dl_dtype ddt, void *dst, dl_vlayout o, dl_dtype sdt, const void *src, int64_t lds, int64_t C, int64_t T,
+              int64_t h, int64_t w);
+/* dst (dt, layout o) = act(GroupNorm(x)) over T frames of x [C, T, h, w] (xdt, channel
+ * stride ldx): per group of C / G channels, mean and biased variance over its channels
+ * x T h w (accumulated in double), y = x (rstd gw[c]) + (gb[c] - mean rstd gw[c]),
+ * rstd = 1 / sqrt(var + eps), then SiLU when silu. st: [2 G] doubles of scratch. */
+void dl_vgroup_norm(dl_dtype dt, void *dst, dl_vlayout o, dl_dtype xdt, const void *x, int64_t ldx, int64_t C,
+                    int64_t T, int64_t h, int64_t w, int64_t G, const float *gw, const float *gb, double eps, int silu,
+                    double *st);
+/* x[c, 0:n) = a[c, 0:n) + (b ? b : x)[c, 0:n) for C channels of stride ld; x f32, a and
+ * b in dt (a residual block's sum) */
+void dl_vresidual(float *x, dl_dtype dt, const void *a, const void *b, int64_t ld, int64_t C, int64_t n);
+
 /* y = x W^T for the first nch chunks of C rows (row strides l->k and l->n): a text
  * encoder's matmuls over just the chunks that hold tokens */
 dl_status dl_lin_chunks(lin *l, const void *x, size_t xes, void *y, size_t yes, int64_t C, int64_t nch);

@@ -157,13 +157,9 @@ static dl_status resnet_load(resnet *r, dl_wsrc *ck, const char *p, int64_t cin,
     return DL_OK;
 }
 
-/* the configuration of `component` (both halves read the same keys) */
-static dl_status cfg_read(dl_model_dir *dir, const char *component, vae_cfg *v) {
-    char file[512];
-    snprintf(file, sizeof file, "%s/config.json", component);
-    const cJSON *cfg;
-    dl_status s = dl_model_dir_config(dir, component, &cfg);
-    if (s != DL_OK) return s;
+/* the configuration cfg (read from `file`; both halves read the same keys) */
+static dl_status cfg_parse(const cJSON *cfg, const char *file, vae_cfg *v) {
+    dl_status s;
     const char *act;
     const cJSON *boc = cJSON_GetObjectItemCaseSensitive(cfg, "block_out_channels");
     if ((s = dl_cfg_int(cfg, file, "latent_channels", 4, &v->zc)) || (s = dl_cfg_int(cfg, file, "layers_per_block", 1, &v->lpb)) ||
@@ -194,10 +190,19 @@ static dl_status cfg_read(dl_model_dir *dir, const char *component, vae_cfg *v) 
     return DL_OK;
 }
 
+/* the configuration of `component` */
+static dl_status cfg_read(dl_model_dir *dir, const char *component, vae_cfg *v) {
+    char file[512];
+    snprintf(file, sizeof file, "%s/config.json", component);
+    const cJSON *cfg;
+    dl_status s = dl_model_dir_config(dir, component, &cfg);
+    return s != DL_OK ? s : cfg_parse(cfg, file, v);
+}
+
 /* the mid block's single-head attention `<half>.mid_block.attentions.0.` over h x w
  * tokens of `top` channels */
 static dl_status attn_load(vae_core *k, dl_wsrc *ck, const char *half, int64_t top, int64_t h, int64_t w) {
-    char pa[64], q[3][256], qb[3][256], o[256], ob[256], g[256];
+    char pa[192], q[3][256], qb[3][256], o[256], ob[256], g[256];
     snprintf(pa, sizeof pa, "%s.mid_block.attentions.0.", half);
     snprintf(q[0], 256, "%sto_q.weight", pa), snprintf(q[1], 256, "%sto_k.weight", pa), snprintf(q[2], 256, "%sto_v.weight", pa);
     snprintf(qb[0], 256, "%sto_q.bias", pa), snprintf(qb[1], 256, "%sto_k.bias", pa), snprintf(qb[2], 256, "%sto_v.bias", pa);
@@ -227,10 +232,22 @@ static void core_plan(act_plan *pl, vae_core *k, size_t maxel, int64_t HW, int64
 
 dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const char *component, int64_t lat_h,
                               int64_t lat_w, dl_dtype dt, dl_wsrc *src) {
+    char file[512];
+    snprintf(file, sizeof file, "%s/config.json", component);
+    const cJSON *cfg;
     *out = NULL;
-    char p[128];
+    dl_status s = dl_model_dir_config(dir, component, &cfg);
+    if (s != DL_OK) return s;
+    return dl_vae_decoder_load_from(out, dir, component, cfg, file, "", lat_h, lat_w, dt, src);
+}
+
+dl_status dl_vae_decoder_load_from(dl_vae_decoder **out, dl_model_dir *dir, const char *component,
+                                   const struct cJSON *cfg, const char *file, const char *prefix, int64_t lat_h,
+                                   int64_t lat_w, dl_dtype dt, dl_wsrc *src) {
+    *out = NULL;
+    char p[256], n[256];
     vae_cfg v;
-    dl_status s = cfg_read(dir, component, &v);
+    dl_status s = cfg_parse(cfg, file, &v);
     if (s != DL_OK) return s;
     if (lat_h <= 0 || lat_w <= 0) return dl_fail(DL_ERR_INVALID, "VAE decoder: bad latent size %lldx%lld", (long long)lat_h, (long long)lat_w);
     dl_vae_decoder *m = calloc(1, sizeof *m);
@@ -241,8 +258,11 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
     m->h0 = lat_h, m->w0 = lat_w;
     if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t top = v.ch[m->levels - 1];
-    if (v.post_quant && (s = vconv(&m->pq, ck, "post_quant_conv", m->zc, m->zc, 1, lat_h, lat_w, dt))) goto fail;
-    if ((s = vconv(&m->cin, ck, "decoder.conv_in", m->zc, top, 3, lat_h, lat_w, dt))) goto fail;
+    if (v.post_quant &&
+        (s = vconv(&m->pq, ck, dl_pname(n, sizeof n, prefix, "post_quant_conv"), m->zc, m->zc, 1, lat_h, lat_w, dt)))
+        goto fail;
+    if ((s = vconv(&m->cin, ck, dl_pname(n, sizeof n, prefix, "decoder.conv_in"), m->zc, top, 3, lat_h, lat_w, dt)))
+        goto fail;
     m->nres = 2 + m->levels * (m->lpb + 1);
     m->res = calloc((size_t)m->nres, sizeof *m->res);
     m->up = calloc((size_t)m->levels, sizeof *m->up);
@@ -250,10 +270,11 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
         s = dl_fail(DL_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if ((s = resnet_load(&m->res[0], ck, "decoder.mid_block.resnets.0.", top, top, lat_h, lat_w, dt)) ||
-        (s = resnet_load(&m->res[1], ck, "decoder.mid_block.resnets.1.", top, top, lat_h, lat_w, dt)))
-        goto fail;
-    if (v.mid_attn && (s = attn_load(&m->k, ck, "decoder", top, lat_h, lat_w))) goto fail;
+    for (int i = 0; i < 2; i++) {
+        dl_pname(n, sizeof n, prefix, "decoder.mid_block.resnets.%d.", i);
+        if ((s = resnet_load(&m->res[i], ck, n, top, top, lat_h, lat_w, dt))) goto fail;
+    }
+    if (v.mid_attn && (s = attn_load(&m->k, ck, dl_pname(n, sizeof n, prefix, "decoder"), top, lat_h, lat_w))) goto fail;
     /* up blocks: channels reversed; each but the last doubles the size */
     int64_t h = lat_h, w = lat_w, prev = top;
     size_t maxel = (size_t)(top * h * w);
@@ -261,14 +282,14 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
     for (int i = 0; i < m->levels; i++) {
         int64_t oc = v.ch[m->levels - 1 - i];
         for (int j = 0; j <= m->lpb; j++) {
-            snprintf(p, sizeof p, "decoder.up_blocks.%d.resnets.%d.", i, j);
+            dl_pname(p, sizeof p, prefix, "decoder.up_blocks.%d.resnets.%d.", i, j);
             if ((s = resnet_load(&m->res[ri++], ck, p, j == 0 ? prev : oc, oc, h, w, dt))) goto fail;
         }
         prev = oc;
         if ((size_t)(oc * h * w) > maxel) maxel = (size_t)(oc * h * w);
         if (i < m->levels - 1) {
             h *= 2, w *= 2;
-            snprintf(p, sizeof p, "decoder.up_blocks.%d.upsamplers.0.conv", i);
+            dl_pname(p, sizeof p, prefix, "decoder.up_blocks.%d.upsamplers.0.conv", i);
             if ((s = vconv(&m->up[i], ck, p, oc, oc, 3, h, w, dt))) goto fail;
             if ((size_t)(oc * h * w) > maxel) maxel = (size_t)(oc * h * w);
         }
@@ -276,8 +297,8 @@ dl_status dl_vae_decoder_load(dl_vae_decoder **out, dl_model_dir *dir, const cha
     m->nres = ri;
     m->c_last = prev;
     m->out_h = h, m->out_w = w;
-    if ((s = gn_load(ck, "decoder.conv_norm_out", prev, &m->gow, &m->gob)) ||
-        (s = vconv(&m->cout, ck, "decoder.conv_out", prev, 3, 3, h, w, dt)))
+    if ((s = gn_load(ck, dl_pname(n, sizeof n, prefix, "decoder.conv_norm_out"), prev, &m->gow, &m->gob)) ||
+        (s = vconv(&m->cout, ck, dl_pname(p, sizeof p, prefix, "decoder.conv_out"), prev, 3, 3, h, w, dt)))
         goto fail;
     size_t es = dl_dtype_size(dt);
     if ((size_t)(3 * h * w) > maxel) maxel = (size_t)(3 * h * w);

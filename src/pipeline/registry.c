@@ -14,8 +14,9 @@ extern const dl_model_entry dl_wan_entry;
 extern const dl_model_entry dl_hunyuan_entry;
 extern const dl_model_entry dl_qwenimage_entry;
 extern const dl_model_entry dl_ltx2_entry;
+extern const dl_model_entry dl_opensora_entry;
 
-static const dl_model_entry *const k_entries[] = {&dl_flux_entry, &dl_wan_entry, &dl_qwenimage_entry, &dl_hunyuan_entry, &dl_ltx2_entry};
+static const dl_model_entry *const k_entries[] = {&dl_flux_entry, &dl_wan_entry, &dl_qwenimage_entry, &dl_hunyuan_entry, &dl_ltx2_entry, &dl_opensora_entry};
 enum { NENTRIES = sizeof k_entries / sizeof k_entries[0] };
 
 const dl_model_entry *dl_registry_find(const char *cls) {
@@ -202,6 +203,11 @@ dl_status dl_pipeline_read_latents(const dl_checkpoint *ck, int64_t n, const cha
 
 dl_status dl_pipeline_media(dl_media *out, dl_media_kind kind, const float *planar, int64_t F, int64_t H, int64_t W,
                             double fps, int want_pixels) {
+    return dl_pipeline_media_opts(out, kind, planar, F, H, W, fps, want_pixels, DL_TO_BYTES_ROUND);
+}
+
+dl_status dl_pipeline_media_opts(dl_media *out, dl_media_kind kind, const float *planar, int64_t F, int64_t H, int64_t W,
+                                 double fps, int want_pixels, dl_to_bytes how) {
     const size_t n = (size_t)(F * H * W * 3);
     *out = (dl_media){.kind = kind, .width = (int)W, .height = (int)H, .frames = (int)F, .fps = fps};
     if (!(out->rgb = malloc(n)) || (want_pixels && !(out->pixels = malloc(n * sizeof(float))))) {
@@ -212,11 +218,19 @@ dl_status dl_pipeline_media(dl_media *out, dl_media_kind kind, const float *plan
         for (int64_t y = 0; y < H; y++)
             for (int64_t x = 0; x < W; x++)
                 for (int c = 0; c < 3; c++) {
-                    float v = planar[((c * F + f) * H + y) * W + x] / 2.f + 0.5f;
-                    v = v < 0.f ? 0.f : v > 1.f ? 1.f : v;
+                    float v = planar[((c * F + f) * H + y) * W + x];
                     int64_t at = ((f * H + y) * W + x) * 3 + c;
+                    if (how == DL_TO_BYTES_TRUNC) {
+                        v = (v < -1.f ? -1.f : v > 1.f ? 1.f : v) + 1.f;
+                        v /= 2.f;
+                        float b = v * 255.f + 0.5f;
+                        out->rgb[at] = (uint8_t)(b < 0.f ? 0.f : b > 255.f ? 255.f : b);
+                    } else {
+                        v = v / 2.f + 0.5f;
+                        v = v < 0.f ? 0.f : v > 1.f ? 1.f : v;
+                        out->rgb[at] = (uint8_t)lrintf(v * 255.f);
+                    }
                     if (out->pixels) out->pixels[at] = v;
-                    out->rgb[at] = (uint8_t)lrintf(v * 255.f);
                 }
     return DL_OK;
 }
