@@ -124,6 +124,30 @@ expect 0 "" calibrate --prompts "$tmpd/hprompts.txt" --model "$data/hunyuan/a" -
 expect 0 "cached steps" "${hgen[@]}" --steps 8 --cache "calibrated:$tmpd/hcal.json:0.3" --cache-keep 1,1 -o "$tmpd/hc3.mp4"
 out=$(DIFFLET_CACHE="$tmpd/hcache" "$bin" compile --model "$data/hunyuan/a" --size 48x32 --frames 9 --max-sequence-length 48 --probe 2>/dev/null)
 if [[ "$out" == *"probe "* && "$out" == *"transformer "* && "$out" == *"5 compiled"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: compile --probe of HunyuanVideo: $out"; fi
+# OpenSora 1.2 (tests/data/opensora/a): an MP4 through generate (ffprobe: the 8-pixel-floored
+# size, 24 fps), CFG against the null caption (two calls a step, one batched), a negative prompt
+# refused, dynamic sequence parallelism / TP / CFG groups, step caching, compile --probe
+ogen=(generate --model "$data/opensora/a" --prompt "a red fox runs through the snow" --width 60 --height 40 --frames 34
+      --steps 2 --seed 3)
+expect 0 "4 transformer calls" "${ogen[@]}" -o "$tmpd/o.mp4"
+got=$(ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=codec_name,width,height,r_frame_rate,nb_read_frames \
+      -of default=nw=1 "$tmpd/o.mp4" 2>&1 | sort | tr '\n' ' ')
+want="codec_name=h264 height=40 nb_read_frames=34 r_frame_rate=24/1 width=56 "
+if [ "$got" = "$want" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: o.mp4 reads back as '$got', not '$want'"; fi
+expect 0 "2 transformer calls" "${ogen[@]}" --guidance 1 -o "$tmpd/o1.mp4"
+expect 0 "4 transformer calls" "${ogen[@]}" --cfg-batch -o "$tmpd/ob.mp4"
+expect 1 "null caption" "${ogen[@]}" --negative-prompt "blurry" -o "$tmpd/x.mp4"
+expect 2 "makes videos: write .mp4" "${ogen[@]}" -o "$tmpd/o.png"
+if command -v mpirun >/dev/null; then
+    expect 0 "2 ranks ran exactly the decided steps" "${ogen[@]}" --parallel cp=2 -o "$tmpd/ocp.mp4"
+    expect 0 "2 ranks ran exactly the decided steps" "${ogen[@]}" --parallel tp=2 -o "$tmpd/otp.mp4"
+    expect 0 "2 ranks ran exactly the decided steps" "${ogen[@]}" --parallel cfg=2 -o "$tmpd/ocfg.mp4"
+    expect 2 "sequence parallelism" "${ogen[@]}" --parallel tp=2,sp -o "$tmpd/x.mp4"
+    expect 2 "tp=3 does not divide" "${ogen[@]}" --parallel tp=3 -o "$tmpd/x.mp4"
+fi
+expect 0 "cached steps" "${ogen[@]}" --steps 6 --cache cadence:2 --cache-keep 1,1 -o "$tmpd/oc.mp4"
+out=$(DIFFLET_CACHE="$tmpd/ocache" "$bin" compile --model "$data/opensora/a" --size 60x40 --frames 34 --probe 2>/dev/null)
+if [[ "$out" == *"probe "* && "$out" == *"transformer "* && "$out" == *"4 compiled"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: compile --probe of OpenSora: $out"; fi
 # LTX-2 (tests/data/ltx2/pipe): video with sound: an MP4 with an H.264 and a stereo AAC stream (ffprobe), the
 # WAV (stereo float: the vocoder's two channels, not a mono mix)
 lgen=(generate --model "$data/ltx2/pipe" --prompt "a red ball bounces" --negative-prompt "blurry" --width 96 --height 96

@@ -334,6 +334,19 @@ if done and done["status"] == "completed":
           f"the LTX-2 MP4 has H.264 and AAC streams: {streams} {probe(mp4)}")
 lx.stop()
 
+# OpenSora 1.2 behind the same videos API: an MP4 at 24 fps of the requested frame count
+OS = os.path.join(DATA, "opensora", "a")
+os_ = Server(os.path.join(tmp, "opensora"), model=OS, sizes=["56x40"], frames=[34], max_sequence_length=None)
+check(os_.wait_ready(), "the OpenSora model process gets ready")
+st, v = os_.json("POST", "/v1/videos", {"prompt": "a red fox runs through the snow", "model": "a", "size": "56x40",
+                                        "frames": 34, "steps": 2, "seed": 1})
+done = os_.wait_video(v["id"]) if st == 200 else None
+check(done and done["status"] == "completed", f"OpenSora video: {st} {v} {done}")
+if done and done["status"] == "completed":
+    st, mp4, _ = os_.req("GET", f"/v1/videos/{v['id']}/content")
+    check(st == 200 and probe(mp4) == "h264,56,40,24/1,34", f"ffprobe: H.264, 56x40, 24 fps, 34 frames: {probe(mp4)}")
+os_.stop()
+
 # ---- OpenAI's SDK -------------------------------------------------------------------------------
 try:
     import warnings

@@ -80,6 +80,8 @@ struct dl_model_entry {
     float default_true_cfg;     /* its true_cfg_scale default (0: none, 1 is used) */
     double default_fps;         /* video pipelines: the export rate (0: images) */
     int image_to_image;         /* 1: requests may carry an init image and a mask (dl_gen_request.image) */
+    int any_frames;             /* video: every frame count is valid (OpenSora); 0: k s + 1, s the VAE's
+                                   scale_factor_temporal (4 when it does not say), as diffusers' pipelines round */
     int guidance_cfg;           /* 1: classifier-free guidance whenever guidance_scale > 1 (Wan);
                                    0: guidance is distilled, CFG is true_cfg_scale > 1 with a negative prompt (FLUX) */
     const char *const *components; /* its programs, in load order; the denoiser (the one every rank runs) last */

@@ -396,6 +396,7 @@ const dl_model_entry dl_opensora_entry = {
     .default_guidance = 7.0f,
     .default_fps = DEFAULT_FPS,
     .guidance_cfg = 1,
+    .any_frames = 1, /* 17 frames make 5 latent frames, the remainder its own */
     .components = k_os_components,
     .ncomponents = NCOMP,
     .default_width = 426,

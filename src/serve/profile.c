@@ -139,11 +139,11 @@ static dl_status resolve_frames(dl_deployment *p) {
     p->video = 0, p->frame_step = 1;
     if (dl_registry_lookup(p->model, &e) == DL_OK && e->output != DL_MEDIA_IMAGE) {
         p->video = 1;
-        p->frame_step = 4; /* diffusers' video pipelines: the VAE's temporal scale factor */
+        p->frame_step = e->any_frames ? 1 : 4; /* diffusers' video pipelines: the VAE's temporal scale factor */
         dl_model_dir *d;
         const cJSON *vae;
         int64_t ts;
-        if (dl_model_dir_open(&d, p->model) == DL_OK) {
+        if (!e->any_frames && dl_model_dir_open(&d, p->model) == DL_OK) {
             if (dl_model_dir_config(d, "vae", &vae) == DL_OK &&
                 dl_cfg_int(vae, "vae/config.json", "scale_factor_temporal", 4, &ts) == DL_OK && ts >= 1 && ts <= 64)
                 p->frame_step = (int)ts;
