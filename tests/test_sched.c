@@ -1,8 +1,10 @@
 /* DDiT scheduling: the buddy allocator under long random operation sequences, the
  * optimal DoP of the reference profile, every policy's invariants in simulation
  * (every request completes, FCFS starts, DoP never above B, no device held twice,
- * no device idle while DDiT has a request waiting), determinism per seed, and the
- * M/D/1 model against a simulated single-server queue. */
+ * no device idle while DDiT has a request waiting), determinism per seed, the queue
+ * models against simulated queues (and W >= d over a grid), the makespan-based cost,
+ * the static-DoP decoupling ablation (Fig. 13), and the sweeps' invariants (latency
+ * monotone in load for a static DoP, p99 growing with the length past capacity). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,13 @@ static void test_buddy(void) {
     CHECK(dl_buddy_largest(&b) == 8 && dl_buddy_free_count(&b) == 16, "every free merges back: a whole node is free again");
     int g = dl_buddy_alloc(&b, 2);
     CHECK(dl_buddy_grow(&b, g, 2, 4) == g / 4 * 4 && dl_buddy_free_count(&b) == 12, "grow in place to 4");
+    dl_buddy_init(&b, 1, 8); /* any-device groups: two lone free devices form a pair */
+    for (int k = 0; k < 4; k++) dl_buddy_alloc(&b, 2);
+    dl_buddy_free(&b, 1, 1), dl_buddy_free(&b, 3, 1);
+    uint64_t mask;
+    CHECK(dl_buddy_alloc(&b, 2) < 0 && dl_buddy_alloc_any(&b, 2, &mask) == 0 && mask == 0xa && dl_buddy_free_count(&b) == 0,
+          "any-device pair from devices 1 and 3 (mask %#llx)", (unsigned long long)mask);
+    CHECK(dl_buddy_alloc_any(&b, 1, &mask) < 0 && mask == 0, "a full pool refuses");
 }
 
 static void test_profile(void) {
@@ -88,6 +97,10 @@ static void test_policies(void) {
                       r.errors_idle == 0 && r.cost > 0 && r.utilization <= 1.0 + 1e-9,
                   "%s%d rate %.2f: completed %d, fcfs %d, dop %d, double %d, idle %d, util %.3f", dl_policy_name(pol[k]), sd[k],
                   c.rate, r.completed, r.errors_fcfs, r.errors_dop, r.errors_double, r.errors_idle, r.utilization);
+            /* the makespan-based cost rents every device for the whole trace: never below
+             * the device-seconds requests hold */
+            CHECK(r.reserved_cost == 8 * r.makespan && r.reserved_cost >= r.cost * (1 - 1e-12),
+                  "%s%d rate %.2f: devices x makespan %.1f, held %.1f", dl_policy_name(pol[k]), sd[k], c.rate, r.reserved_cost, r.cost);
         }
     { /* SPCI's static DoP-1 instances against DPCI's B-sized ones: under a burst more,
          smaller instances hold fewer device-seconds (DoP 1 is the most efficient here) and
@@ -163,15 +176,139 @@ static void test_md1(void) {
         double simc = tot / n, w = dl_mdc_time(lam, dd, c);
         CHECK(fabs(simc - w) / simc < 0.05, "M/D/%d at lambda %.1f: simulated %.4f, approximation %.4f", c, lam, simc, w);
     }
-    for (double lam = 0.001; lam < 8; lam *= 1.5)
-        for (int c = 2; c <= 8; c++) {
-            double w = dl_mdc_time(lam, 1.0, c);
-            CHECK(isinf(w) || w >= 1.0, "M/D/%d at lambda %.3f: %.4f is below the service time", c, lam, w);
-        }
+    /* W >= d over a grid of service times, arrival rates up to saturation and servers */
+    int below = 0, points = 0;
+    for (double sd = 0.5; sd < 30; sd *= 2.2)
+        for (double lam = 0.001; lam < 8 / sd; lam *= 1.25)
+            for (int c = 1; c <= 8; c++, points++) {
+                double w = c == 1 ? dl_md1_time(lam, sd) : dl_mdc_time(lam, sd, c);
+                if (!(isinf(w) ? lam * sd / c >= 1 - 1e-12 : w >= sd && lam * sd / c < 1) && !below++)
+                    CHECK(0, "M/D/%d at lambda %.4f, d %.2f: %.4f (below the service time or wrongly infinite)", c, lam, sd, w);
+            }
+    CHECK(below == 0 && points > 1000, "W >= d at all %d grid points (%d violations)", points, below);
     double printed = dl_mdc_time_printed(0.05, 20.04, 2);
     CHECK(fabs(printed - 13.38) < 0.01 && dl_mdc_time(0.05, 20.04, 2) >= 20.04,
           "Eq. 7 as printed at lambda 0.05, d 20.04, c 2: %.2f s (below d); textbook %.2f s", printed,
           dl_mdc_time(0.05, 20.04, 2));
+}
+
+/* The paper's Fig. 13 ablation: static DoP with the VAE decoupled from the DiT group.
+ * One resolution (DiT 6 s at DoP 2, VAE 1 s) makes the device-seconds exact: 2 x 7 per
+ * request coupled, 2 x 6 + 1 decoupled. With aligned buddy pairs the returned device
+ * can never join a pair while its buddy runs the VAE, so the latencies are identical;
+ * with any-device placement two returned devices can form a pair, which shortens the
+ * queue under Poisson arrivals (the paper's "odd number of GPUs released" limits it).
+ * Without decoupling, any-device placement changes nothing. */
+static void test_static_decouple(void) {
+    dl_profile q;
+    const char *csv = "x,dit,1,10\nx,dit,2,6\nx,vae,1,1\nx,vae,2,1\n";
+    CHECK(dl_profile_parse_csv(&q, csv, strlen(csv)) == DL_OK, "one-resolution profile: %s", dl_last_error());
+    for (int rate = 0; rate < 2; rate++) {
+        dl_sim_config c = {.policy = DL_POLICY_SDOP, .static_dop = 2, .vae_dop = 1, .nodes = 1, .per_node = 8,
+                           .rate = rate ? 0.5 : 0, .mix = {1}, .nreq = 300, .seed = 9};
+        dl_sim_result off, on, any, any_off;
+        int ok = dl_simulate(&q, &c, &off) == DL_OK;
+        c.static_decouple = 1;
+        ok &= dl_simulate(&q, &c, &on) == DL_OK;
+        c.place_any = 1;
+        ok &= dl_simulate(&q, &c, &any) == DL_OK;
+        c.static_decouple = 0;
+        ok &= dl_simulate(&q, &c, &any_off) == DL_OK;
+        CHECK(ok, "%s", dl_last_error());
+        CHECK(fabs(off.cost - 14.0 * 300) < 1e-6 && fabs(on.cost - 13.0 * 300) < 1e-6 && fabs(any.cost - 13.0 * 300) < 1e-6,
+              "rate %.1f: held device-seconds coupled %.3f (14 x 300), decoupled %.3f and %.3f (13 x 300)", c.rate, off.cost, on.cost,
+              any.cost);
+        CHECK(on.avg_latency == off.avg_latency && on.p99_latency == off.p99_latency && on.makespan == off.makespan,
+              "rate %.1f: aligned pairs: decoupling returns a device nobody can use (avg %.3f vs %.3f)", c.rate, on.avg_latency,
+              off.avg_latency);
+        CHECK(any_off.avg_latency == off.avg_latency && any_off.p99_latency == off.p99_latency && any_off.cost == off.cost,
+              "rate %.1f: without decoupling any-device placement is the aligned one", c.rate);
+        CHECK(any.completed == 300 && any.errors_double == 0 && any.errors_fcfs == 0, "rate %.1f: any-device placement invariants",
+              c.rate);
+        if (!rate) /* lockstep: the 4 devices returned at 6 s form 2 pairs, but later ones come
+                      back an odd number at a time and wait for a partner: still 7 s per 4 requests */
+            CHECK(any.makespan == off.makespan && any.makespan >= 13.0 * 300 / 8, "burst: any-device placement drains in %.1f s (coupled %.1f s)",
+                  any.makespan, off.makespan);
+    }
+    dl_profile p;
+    dl_profile_reference(&p);
+    double p99[3] = {0, 0, 0}; /* fig17, rate 0.75, 1:1:1, 3 seeds: coupled, aligned, any */
+    for (int seed = 1; seed <= 3; seed++)
+        for (int v = 0; v < 3; v++) {
+            dl_sim_config c = {.policy = DL_POLICY_SDOP, .static_dop = 2, .static_decouple = v > 0, .place_any = v == 2, .vae_dop = 1,
+                               .nodes = 1, .per_node = 8, .rate = 0.75, .mix = {1, 1, 1}, .nreq = 400, .seed = (uint64_t)seed};
+            dl_sim_result r;
+            CHECK(dl_simulate(&p, &c, &r) == DL_OK, "%s", dl_last_error());
+            p99[v] += r.p99_latency / 3;
+        }
+    CHECK(p99[1] == p99[0] && p99[2] < p99[0] * 0.97, "fig17 rate 0.75: p99 coupled %.2f s, decoupled aligned %.2f s, any %.2f s",
+          p99[0], p99[1], p99[2]);
+    dl_sim_config c = {.policy = DL_POLICY_SDOP, .static_dop = 2, .static_decouple = 1, .place_any = 1, .vae_dop = 1, .nodes = 2,
+                       .per_node = 8, .rate = 1.5, .mix = {1, 1, 1}, .nreq = 400, .seed = 4};
+    dl_sim_result r;
+    CHECK(dl_simulate(&p, &c, &r) == DL_OK && r.completed == 400 && r.errors_double == 0 && r.errors_fcfs == 0,
+          "fig17, 2 nodes, sdop:2 decoupled, any placement: %s", dl_last_error());
+    c.policy = DL_POLICY_DDIT;
+    CHECK(dl_simulate(&p, &c, &r) == DL_ERR_INVALID, "static decoupling is an option of sdop:N only");
+}
+
+/* The sweeps' invariants. A static DoP on one node is a FCFS queue with 8/N identical
+ * servers; with one seed a higher rate compresses the same arrivals, so every
+ * request's wait, and so the average and the p99, can only grow with the rate, a
+ * burst (every arrival at 0) being the limit. A longer run adds requests behind the
+ * same prefix: the makespan grows with the count. Past the pool's capacity there is
+ * no steady state and the p99 grows with the run length (the issue's point: sdop:1 at
+ * rate 1 on 1:1:1, offered load 1.33); below it the p99 settles. */
+static void test_sweeps(void) {
+    dl_profile p;
+    dl_profile_reference(&p);
+    static const double rates[] = {0.25, 0.5, 0.75, 1.0, 1.5, 0};
+    static const double mixes[][3] = {{1, 1, 1}, {2, 2, 6}, {6, 1, 3}};
+    for (int m = 0; m < 3; m++)
+        for (int dop = 1; dop <= 4; dop *= 2) {
+            double last_p99 = 0, last_avg = 0, last_span = 0;
+            int mono = 1, span_mono = 1;
+            for (int ri = 0; ri < 6; ri++) {
+                dl_sim_config c = {.policy = DL_POLICY_SDOP, .static_dop = dop, .vae_dop = 1, .nodes = 1, .per_node = 8,
+                                   .rate = rates[ri], .nreq = 300, .seed = 21};
+                memcpy(c.mix, mixes[m], sizeof mixes[m]);
+                dl_sim_result r;
+                CHECK(dl_simulate(&p, &c, &r) == DL_OK, "%s", dl_last_error());
+                mono &= r.p99_latency >= last_p99 - 1e-9 && r.avg_latency >= last_avg - 1e-9;
+                last_p99 = r.p99_latency, last_avg = r.avg_latency;
+            }
+            for (int n = 8; n <= 256; n *= 2) {
+                dl_sim_config c = {.policy = DL_POLICY_SDOP, .static_dop = dop, .vae_dop = 1, .nodes = 1, .per_node = 8, .nreq = n,
+                                   .seed = 21};
+                memcpy(c.mix, mixes[m], sizeof mixes[m]);
+                dl_sim_result r;
+                CHECK(dl_simulate(&p, &c, &r) == DL_OK, "%s", dl_last_error());
+                span_mono &= r.makespan >= last_span - 1e-9;
+                last_span = r.makespan;
+            }
+            CHECK(mono, "sdop:%d mix %g:%g:%g: p99 and average latency grow with the rate up to a burst", dop, mixes[m][0],
+                  mixes[m][1], mixes[m][2]);
+            CHECK(span_mono, "sdop:%d mix %g:%g:%g: a burst's makespan grows with its size", dop, mixes[m][0], mixes[m][1],
+                  mixes[m][2]);
+        }
+    double p99[2][3];
+    static const int counts[3] = {100, 500, 2000};
+    for (int ri = 0; ri < 2; ri++)
+        for (int k = 0; k < 3; k++) {
+            p99[ri][k] = 0;
+            for (int seed = 0; seed < 4; seed++) {
+                dl_sim_config c = {.policy = DL_POLICY_SDOP, .static_dop = 1, .vae_dop = 1, .nodes = 1, .per_node = 8,
+                                   .rate = ri ? 1.0 : 0.25, .mix = {1, 1, 1}, .nreq = counts[k], .seed = 100 + (uint64_t)seed};
+                dl_sim_result r;
+                dl_simulate(&p, &c, &r);
+                p99[ri][k] += r.p99_latency / 4;
+            }
+        }
+    CHECK(p99[1][1] > 2 * p99[1][0] && p99[1][2] > 3 * p99[1][1],
+          "overloaded (rate 1): p99 %.0f, %.0f, %.0f s for 100, 500, 2000 requests: grows with the length", p99[1][0], p99[1][1],
+          p99[1][2]);
+    CHECK(p99[0][2] < 1.5 * p99[0][1] && p99[0][1] < 1.5 * p99[0][0],
+          "light load (rate 0.25): p99 %.1f, %.1f, %.1f s: settles", p99[0][0], p99[0][1], p99[0][2]);
 }
 
 /* brute force over the same space as Algorithm 1: each type in the mix, in order,
@@ -238,6 +375,8 @@ int main(void) {
     test_profile();
     test_policies();
     test_md1();
+    test_static_decouple();
+    test_sweeps();
     test_optimal();
     return test_done("test_sched");
 }

@@ -53,6 +53,12 @@ int dl_buddy_alloc(dl_buddy *b, int size);
 int dl_buddy_grow(dl_buddy *b, int start, int cur, int size);
 void dl_buddy_free(dl_buddy *b, int start, int size);
 int dl_buddy_free_count(const dl_buddy *b);
+/* Any `size` free devices of one node, not necessarily an aligned block (inside a
+ * node every pair of devices is linked, so a parallel group may be scattered): the
+ * first device of the node, with the chosen devices as bits of *mask relative to it,
+ * or -1. Best fit as dl_buddy_alloc, lowest devices first; needs per_node <= 64.
+ * Such devices are returned one by one with dl_buddy_free(b, d, 1). */
+int dl_buddy_alloc_any(dl_buddy *b, int size, uint64_t *mask);
 /* The largest group size allocatable now. */
 int dl_buddy_largest(const dl_buddy *b);
 int dl_buddy_is_free(const dl_buddy *b, int device);
@@ -64,6 +70,11 @@ typedef enum { DL_POLICY_DDIT, DL_POLICY_SDOP, DL_POLICY_SPCI, DL_POLICY_DPCI, D
 typedef struct {
     dl_policy policy;
     int static_dop;         /* sdop:N */
+    int static_decouple;    /* sdop:N: after the DiT phase keep only the VAE DoP's devices and
+                               return the rest (Fig. 13's "DiT-VAE-Decouple & Static DoP") */
+    int place_any;          /* sdop:N: a group may be any free devices of one node instead of an
+                               aligned buddy block, so devices that decoupled requests return one
+                               at a time can form a new group (per_node <= 64) */
     int decouple;           /* DDiT: shrink to the VAE DoP after the DiT phase (default on) */
     int promote;            /* DDiT: grow hungry requests at step boundaries (default on) */
     double promote_overhead; /* seconds per promotion (transfer / scale-up) */
@@ -80,7 +91,9 @@ typedef struct {
 typedef struct {
     double avg_latency, p99_latency, makespan;
     double cost;            /* device-seconds held by requests (the paper's monetary cost) */
-    double utilization;     /* cost / (devices x makespan) */
+    double reserved_cost;   /* devices x makespan: the pool rented for the whole trace, idle
+                               devices included (the makespan-based cost) */
+    double utilization;     /* cost / reserved_cost */
     double optimal_cost;    /* policy optimal: Algorithm 1's own estimate of the cost */
     int completed, promotions;
     /* invariant checks made during the run (tests): all 0 */

@@ -1,5 +1,8 @@
 /* `difflet profile | simulate | sched-eval`: the DDiT scheduler's profile table (the
- * RIB, in SQLite), one simulation, and the paper's evaluation grid as CSV. */
+ * RIB, in SQLite), one simulation, and the paper's evaluation as CSV: Figure 10's grid
+ * over the paper's ten mixes, the multi-node cost (held and devices x makespan), the
+ * ablations of Figures 13 and 14, and sweeps over run length and burst size (a result
+ * at one length says little about another once the pool is overloaded). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,10 +124,12 @@ int cli_profile(int argc, char **argv) {
 static int parse_policy(const char *s, dl_sim_config *c) {
     static const struct { const char *name; dl_policy p; } tab[] = {{"ddit", DL_POLICY_DDIT}, {"spci", DL_POLICY_SPCI},
         {"dpci", DL_POLICY_DPCI}, {"dp", DL_POLICY_DP}, {"optimal", DL_POLICY_OPTIMAL}};
-    if (!strncmp(s, "sdop:", 5)) {
+    if (!strncmp(s, "sdop:", 5)) { /* sdop:N, or sdop:N+dec: the VAE decoupled from the DiT group (Fig. 13) */
+        char *end;
         c->policy = DL_POLICY_SDOP;
-        c->static_dop = atoi(s + 5);
-        return dl_dop_index(c->static_dop) >= 0;
+        c->static_dop = (int)strtol(s + 5, &end, 10);
+        c->static_decouple = !strcmp(end, "+dec");
+        return dl_dop_index(c->static_dop) >= 0 && (!*end || c->static_decouple);
     }
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
         if (!strcmp(s, tab[i].name)) return c->policy = tab[i].p, 1;
@@ -145,8 +150,9 @@ static int parse_mix(const char *s, double *mix) {
 }
 
 static void print_result(const char *label, const dl_sim_result *r) {
-    printf("%-10s avg %8.2f s  p99 %8.2f s  cost %10.1f dev-s  util %5.1f%%  makespan %9.1f s  promotions %d\n", label,
-           r->avg_latency, r->p99_latency, r->cost, 100 * r->utilization, r->makespan, r->promotions);
+    printf("%-10s avg %8.2f s  p99 %8.2f s  cost %10.1f dev-s  util %5.1f%%  makespan %9.1f s (x devices: %.1f dev-s)  "
+           "promotions %d\n",
+           label, r->avg_latency, r->p99_latency, r->cost, 100 * r->utilization, r->makespan, r->reserved_cost, r->promotions);
 }
 
 int cli_simulate(int argc, char **argv) {
@@ -161,6 +167,7 @@ int cli_simulate(int argc, char **argv) {
         if (!strcmp(a, "--no-decouple")) c.decouple = 0;
         else if (!strcmp(a, "--queue-aware")) c.queue_aware = 1;
         else if (!strcmp(a, "--no-promote")) c.promote = 0;
+        else if (!strcmp(a, "--any-placement")) c.place_any = 1;
         else if (!v) ok = 0;
         else if (!strcmp(a, "--profile")) prof = v, i++;
         else if (!strcmp(a, "--db")) snprintf(db, sizeof db, "%s", v), i++;
@@ -176,9 +183,10 @@ int cli_simulate(int argc, char **argv) {
         else ok = 0;
         if (!ok) {
             fprintf(stderr, "difflet simulate: bad argument '%s'%s%s\n", a, v ? " " : "", v ? v : "");
-            fprintf(stderr, "usage: difflet simulate [--profile fig17|NAME] [--policy ddit|sdop:N|spci|dpci|dp|optimal]\n"
+            fprintf(stderr, "usage: difflet simulate [--profile fig17|NAME] [--policy ddit|sdop:N|sdop:N+dec|spci|dpci|dp|optimal]\n"
                             "  [--rate R|burst] [--mix L:M:H] [--requests N] [--nodes K] [--devices-per-node D]\n"
-                            "  [--seed S] [--vae-dop N] [--promote-overhead S] [--no-decouple] [--no-promote]\n");
+                            "  [--seed S] [--vae-dop N] [--promote-overhead S] [--no-decouple] [--no-promote]\n"
+                            "  [--queue-aware] [--any-placement (sdop: groups of any free devices of a node)]\n");
             return 2;
         }
     }
@@ -208,12 +216,32 @@ typedef struct { const char *label; dl_policy p; int dop; } pol;
 static const pol POLS[] = {{"ddit", DL_POLICY_DDIT, 0},   {"ddit-qa", DL_POLICY_DDIT, -1}, {"sdop:1", DL_POLICY_SDOP, 1}, {"sdop:2", DL_POLICY_SDOP, 2},
                            {"sdop:4", DL_POLICY_SDOP, 4}, {"sdop:8", DL_POLICY_SDOP, 8}, {"spci", DL_POLICY_SPCI, 0},
                            {"dpci", DL_POLICY_DPCI, 0},   {"dp", DL_POLICY_DP, 0},       {"optimal", DL_POLICY_OPTIMAL, 0}};
-enum { NPOL = sizeof POLS / sizeof POLS[0] };
+enum { NPOL = sizeof POLS / sizeof POLS[0], NSIM = NPOL - 1 /* all but optimal: the single-node policies */ };
 static const double RATES[] = {0.25, 0.5, 0.75, 1.0, 0};
-static const char *MIXES[] = {"1:1:1", "6:1:3", "4:4:2", "2:2:6", "3:6:1", "1:3:6"};
+enum { NRATE = sizeof RATES / sizeof RATES[0], MAX_LIST = 16 };
+/* the paper's ten Low:Medium:High mixes: Figure 10's four, then Figure 16's (Appendix C)
+ * six; Figures 11 and 12 use all ten */
+static const char *PAPER_MIXES[] = {"1:1:1", "6:1:3", "4:4:2", "2:2:6", "3:6:1", "1:3:6", "4:2:4", "2:4:4", "6:2:2", "2:6:2"};
+/* a run's p99 within this factor of the best counts as a tie for first place */
+#define TIE 1.005
 
-/* averages over seeds; a failed configuration (e.g. the queue model past saturation)
- * is a NaN row */
+typedef struct {
+    const char *mixes[MAX_LIST];
+    int nmix, nreq, seeds, counts[MAX_LIST], ncounts, bursts[MAX_LIST], nbursts;
+    const char *out;
+} eval_opts;
+
+static void set_policy(dl_sim_config *c, const pol *q) {
+    c->policy = q->p, c->static_dop = q->dop > 0 ? q->dop : 0, c->queue_aware = q->dop < 0;
+}
+
+static void rate_label(double rate, char *buf, size_t n) {
+    if (rate > 0) snprintf(buf, n, "%g", rate);
+    else snprintf(buf, n, "burst");
+}
+
+/* averages over seeds 1000, 1001, ...; a failed configuration (e.g. the queue model
+ * past saturation) is a NaN row */
 static void run_avg(const dl_profile *p, dl_sim_config c, int seeds, dl_sim_result *avg) {
     memset(avg, 0, sizeof *avg);
     for (int s = 0; s < seeds; s++) {
@@ -225,6 +253,7 @@ static void run_avg(const dl_profile *p, dl_sim_config c, int seeds, dl_sim_resu
         }
         avg->avg_latency += r.avg_latency / seeds, avg->p99_latency += r.p99_latency / seeds;
         avg->cost += r.cost / seeds, avg->utilization += r.utilization / seeds, avg->makespan += r.makespan / seeds;
+        avg->reserved_cost += r.reserved_cost / seeds;
         avg->optimal_cost += r.optimal_cost / seeds, avg->promotions += r.promotions;
     }
 }
@@ -238,46 +267,48 @@ static FILE *open_csv(const char *dir, const char *name, const char *header) {
     return f;
 }
 
-int cli_sched_eval(int argc, char **argv) {
-    const char *out = "docs/sched";
-    int nreq = 500, seeds = 5;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(argv[i], "--requests") && i + 1 < argc) nreq = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--seeds") && i + 1 < argc) seeds = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "difflet sched-eval: unknown argument '%s' (--out DIR --requests N --seeds S)\n", argv[i]);
-            return 2;
-        }
+static dl_sim_config one_node(double rate, int nreq, const char *mix) {
+    dl_sim_config c = {.decouple = 1, .promote = 1, .vae_dop = 1, .nodes = 1, .per_node = 8, .rate = rate, .nreq = nreq};
+    parse_mix(mix, c.mix);
+    return c;
+}
+
+/* offered load on the pool: arrival rate x mean device-seconds per request / devices,
+ * with every request at DoP 1 (the least work this profile allows) or at its B (the
+ * DiT at B, the VAE at DoP 1, as DDiT with decoupling runs it uncontended) */
+static void offered_load(const dl_profile *p, const dl_sim_config *c, double *at1, double *atB) {
+    double sum = 0, w1 = 0, wB = 0;
+    for (int k = 0; k < p->nres; k++) sum += c->mix[k];
+    for (int k = 0; k < p->nres; k++) {
+        if (!(c->mix[k] > 0)) continue;
+        int B = dl_profile_best_dop(p, k);
+        w1 += c->mix[k] / sum * (p->dit[k][0] + p->vae[k][0]);
+        wB += c->mix[k] / sum * (B * p->dit[k][dl_dop_index(B)] + p->vae[k][0]);
     }
-    if (nreq < 10 || seeds < 1 || dl_mkdir_p(out) != DL_OK) {
-        fprintf(stderr, "difflet sched-eval: need --requests >= 10, --seeds >= 1 and a writable --out\n");
-        return 2;
-    }
-    dl_profile p;
-    dl_profile_reference(&p);
-    FILE *single = open_csv(out, "single_node.csv", "rate,mix,policy,avg_latency,p99_latency,cost,utilization");
-    FILE *multi = open_csv(out, "multi_node.csv", "mix,policy,avg_latency,p99_latency,cost,optimal_cost,cost_vs_optimal");
-    FILE *abl = open_csv(out, "ablation.csv", "ablation,setting,rate,mix,avg_latency,p99_latency,cost");
-    if (!single || !multi || !abl) return 1;
+    const int M = c->nodes * c->per_node;
+    *at1 = c->rate > 0 ? c->rate * w1 / M : INFINITY;
+    *atB = c->rate > 0 ? c->rate * wB / M : INFINITY;
+}
+
+/* Figure 10's grid on one node: every rate x mix x policy at --requests */
+static int eval_single(const dl_profile *p, const eval_opts *o) {
+    FILE *f = open_csv(o->out, "single_node.csv", "rate,mix,policy,avg_latency,p99_latency,cost,utilization");
+    if (!f) return 1;
     int goal_p99[2] = {1, 1}, goal_burst[2] = {1, 1}, cells = 0;
-    double worst_ratio[2] = {0, 0}, best_base_ratio = INFINITY;
-    printf("single node (8 devices), %d requests x %d seeds: p99 seconds (DDiT / DDiT queue-aware / best static DoP / best baseline)\n", nreq, seeds);
-    for (size_t ri = 0; ri < sizeof RATES / sizeof RATES[0]; ri++)
-        for (size_t mi = 0; mi < sizeof MIXES / sizeof MIXES[0]; mi++) {
-            dl_sim_config c = {.decouple = 1, .promote = 1, .vae_dop = 1, .nodes = 1, .per_node = 8, .rate = RATES[ri], .nreq = nreq};
-            parse_mix(MIXES[mi], c.mix);
-            char rate_name[16];
-            if (RATES[ri] > 0) snprintf(rate_name, sizeof rate_name, "%g", RATES[ri]);
-            else snprintf(rate_name, sizeof rate_name, "burst");
+    printf("single node (8 devices), %d requests x %d seeds: p99 seconds (DDiT / DDiT queue-aware / best static DoP / best baseline)\n",
+           o->nreq, o->seeds);
+    for (int ri = 0; ri < NRATE; ri++)
+        for (int mi = 0; mi < o->nmix; mi++) {
+            dl_sim_config c = one_node(RATES[ri], o->nreq, o->mixes[mi]);
+            char rn[16];
+            rate_label(RATES[ri], rn, sizeof rn);
             double ddit_p99[2] = {NAN, NAN}, best_static = INFINITY, best_other = INFINITY;
-            for (int k = 0; k < NPOL; k++) {
-                if (POLS[k].p == DL_POLICY_OPTIMAL) continue; /* a cost bound, compared in the multi-node grid */
-                c.policy = POLS[k].p, c.static_dop = POLS[k].dop, c.queue_aware = POLS[k].dop < 0;
+            for (int k = 0; k < NSIM; k++) {
+                set_policy(&c, &POLS[k]);
                 dl_sim_result r;
-                run_avg(&p, c, seeds, &r);
-                fprintf(single, "%s,%s,%s,%.4f,%.4f,%.2f,%.4f\n", rate_name, MIXES[mi], POLS[k].label, r.avg_latency,
-                        r.p99_latency, r.cost, r.utilization);
+                run_avg(p, c, o->seeds, &r);
+                fprintf(f, "%s,%s,%s,%.4f,%.4f,%.2f,%.4f\n", rn, o->mixes[mi], POLS[k].label, r.avg_latency, r.p99_latency, r.cost,
+                        r.utilization);
                 if (k <= 1) ddit_p99[k] = r.p99_latency;
                 else {
                     if (POLS[k].p == DL_POLICY_SDOP && r.p99_latency < best_static) best_static = r.p99_latency;
@@ -289,52 +320,282 @@ int cli_sched_eval(int argc, char **argv) {
                 if (ddit_p99[v] > best_static * 1.0001) goal_p99[v] = 0;
                 if (RATES[ri] == 0 && !(ddit_p99[v] < best_other)) goal_burst[v] = 0;
             }
-            printf("  rate %-5s mix %-5s  %8.1f  %8.1f  %8.1f  %8.1f%s\n", rate_name, MIXES[mi], ddit_p99[0], ddit_p99[1],
-                   best_static, best_other, ddit_p99[0] > best_static * 1.0001 ? "  <- DDiT behind static" : "");
+            printf("  rate %-5s mix %-5s  %8.1f  %8.1f  %8.1f  %8.1f%s\n", rn, o->mixes[mi], ddit_p99[0], ddit_p99[1], best_static,
+                   best_other, ddit_p99[0] > best_static * 1.0001 ? "  <- DDiT behind static" : "");
         }
-    printf("8 nodes x 8 devices, burst of %d requests: cost relative to the theoretical optimum (Algorithm 1)\n", nreq * 4);
-    for (size_t mi = 0; mi < sizeof MIXES / sizeof MIXES[0]; mi++) {
-        dl_sim_config c = {.decouple = 1, .promote = 1, .vae_dop = 1, .nodes = 8, .per_node = 8, .rate = 0, .nreq = nreq * 4};
-        parse_mix(MIXES[mi], c.mix);
+    fclose(f);
+    for (int v = 0; v < 2; v++)
+        printf("goals, %s: p99 <= best static DoP in every one of %d cells: %s; better than every baseline under burst: %s\n",
+               v ? "DDiT queue-aware" : "DDiT (paper)", cells, goal_p99[v] ? "met" : "NOT met", goal_burst[v] ? "met" : "NOT met");
+    return 0;
+}
+
+/* Figures 11 and 12: 8 x 8 devices, a burst of 4 x --requests; two costs against
+ * Algorithm 1's: the device-seconds requests hold, and devices x makespan */
+static int eval_multi(const dl_profile *p, const eval_opts *o) {
+    FILE *f = open_csv(o->out, "multi_node.csv",
+                       "mix,policy,avg_latency,p99_latency,cost,optimal_cost,cost_vs_optimal,makespan,makespan_cost,"
+                       "makespan_cost_vs_optimal");
+    if (!f) return 1;
+    double worst_ratio[2] = {0, 0}, best_base_ratio = INFINITY;
+    printf("8 nodes x 8 devices, burst of %d requests: cost relative to the theoretical optimum (Algorithm 1),\n"
+           "  held device-seconds / devices x makespan\n",
+           o->nreq * 4);
+    for (int mi = 0; mi < o->nmix; mi++) {
+        dl_sim_config c = one_node(0, o->nreq * 4, o->mixes[mi]);
+        c.nodes = 8;
         dl_optimal_plan plan;
-        if (dl_optimal(&p, &c, &plan) != DL_OK) continue;
-        printf("  mix %-5s", MIXES[mi]);
+        if (dl_optimal(p, &c, &plan) != DL_OK) continue;
+        printf("  mix %-5s", o->mixes[mi]);
         for (int k = 0; k < NPOL; k++) {
-            c.policy = POLS[k].p, c.static_dop = POLS[k].dop, c.queue_aware = POLS[k].dop < 0;
+            set_policy(&c, &POLS[k]);
             if (c.policy == DL_POLICY_SDOP && c.static_dop != 4) continue; /* the paper's multi-node static DoP */
             dl_sim_result r;
-            run_avg(&p, c, seeds, &r);
-            double ratio = r.cost / plan.cost;
-            fprintf(multi, "%s,%s,%.4f,%.4f,%.2f,%.2f,%.4f\n", MIXES[mi], POLS[k].label, r.avg_latency, r.p99_latency, r.cost,
-                    plan.cost, ratio);
-            printf("  %s %.2f", POLS[k].label, ratio);
+            run_avg(p, c, o->seeds, &r);
+            double ratio = r.cost / plan.cost, mratio = r.reserved_cost / plan.cost;
+            fprintf(f, "%s,%s,%.4f,%.4f,%.2f,%.2f,%.4f,%.2f,%.2f,%.4f\n", o->mixes[mi], POLS[k].label, r.avg_latency, r.p99_latency,
+                    r.cost, plan.cost, ratio, r.makespan, r.reserved_cost, mratio);
+            printf("  %s %.2f/%.2f", POLS[k].label, ratio, mratio);
             if (k <= 1 && ratio > worst_ratio[k]) worst_ratio[k] = ratio;
             if (k > 1 && c.policy != DL_POLICY_OPTIMAL && ratio < best_base_ratio) best_base_ratio = ratio;
         }
         printf("\n");
     }
-    /* ablations on one node: decoupling (Figure 13) and promotion (Figure 14) */
-    for (int ab = 0; ab < 2; ab++)
-        for (size_t ri = 0; ri < sizeof RATES / sizeof RATES[0]; ri++)
-            for (size_t mi = 0; mi < sizeof MIXES / sizeof MIXES[0]; mi++)
-                for (int on = 1; on >= 0; on--) {
-                    dl_sim_config c = {.policy = DL_POLICY_DDIT, .decouple = ab == 0 ? on : 1, .promote = ab == 1 ? on : 1,
-                                       .vae_dop = 1, .nodes = 1, .per_node = 8, .rate = RATES[ri], .nreq = nreq};
-                    parse_mix(MIXES[mi], c.mix);
-                    dl_sim_result r;
-                    run_avg(&p, c, seeds, &r);
-                    char rate_name[16];
-                    if (RATES[ri] > 0) snprintf(rate_name, sizeof rate_name, "%g", RATES[ri]);
-                    else snprintf(rate_name, sizeof rate_name, "burst");
-                    fprintf(abl, "%s,%s,%s,%s,%.4f,%.4f,%.2f\n", ab ? "promotion" : "decoupling", on ? "on" : "off",
-                            rate_name, MIXES[mi], r.avg_latency, r.p99_latency, r.cost);
-                }
-    fclose(single), fclose(multi), fclose(abl);
+    fclose(f);
     for (int v = 0; v < 2; v++)
-        printf("goals, %s: p99 <= best static DoP in every one of %d cells: %s; better than every baseline under burst: %s;\n"
-               "       multi-node cost <= 1.2x optimum: worst %.2fx (%s); best baseline %.2fx\n",
-               v ? "DDiT queue-aware" : "DDiT (paper)", cells, goal_p99[v] ? "met" : "NOT met", goal_burst[v] ? "met" : "NOT met",
-               worst_ratio[v], worst_ratio[v] <= 1.2 ? "met" : "NOT met", best_base_ratio);
-    printf("wrote %s/single_node.csv, multi_node.csv, ablation.csv\n", out);
+        printf("goal, %s: multi-node held cost <= 1.2x optimum: worst %.2fx (%s); best baseline %.2fx\n",
+               v ? "DDiT queue-aware" : "DDiT (paper)", worst_ratio[v], worst_ratio[v] <= 1.2 ? "met" : "NOT met", best_base_ratio);
+    return 0;
+}
+
+/* Figure 13 (decoupling: in DDiT, and the paper's own form, static DoP 2 with the VAE
+ * decoupled, its returned devices regrouped as aligned pairs or as any free pair) and
+ * Figure 14 (promotion), on one node */
+static int eval_ablation(const dl_profile *p, const eval_opts *o) {
+    FILE *f = open_csv(o->out, "ablation.csv", "ablation,setting,rate,mix,avg_latency,p99_latency,cost");
+    if (!f) return 1;
+    static const struct { const char *ablation, *setting; int decouple, promote, sdop, any; } V[] = {
+        {"decoupling", "on", 1, 1, 0, 0},          {"decoupling", "off", 0, 1, 0, 0},
+        {"promotion", "on", 1, 1, 0, 0},           {"promotion", "off", 1, 0, 0, 0},
+        {"sdop2-decoupling", "off", 0, 0, 2, 0},   {"sdop2-decoupling", "on", 1, 0, 2, 0},
+        {"sdop2-decoupling", "on-any", 1, 0, 2, 1}};
+    enum { NV = sizeof V / sizeof V[0] };
+    /* Fig. 13: the range over the mixes of the p99 reduction of "on" and "on-any" over "off", per rate */
+    double lo[NRATE][2], hi[NRATE][2];
+    for (int ri = 0; ri < NRATE; ri++) lo[ri][0] = lo[ri][1] = INFINITY, hi[ri][0] = hi[ri][1] = -INFINITY;
+    for (size_t g = 0; g < NV; g++) { /* each ablation: rate x mix x its settings */
+        if (g > 0 && !strcmp(V[g].ablation, V[g - 1].ablation)) continue;
+        for (int ri = 0; ri < NRATE; ri++)
+            for (int mi = 0; mi < o->nmix; mi++) {
+                double p99_off = NAN;
+                for (size_t v = g; v < NV && !strcmp(V[v].ablation, V[g].ablation); v++) {
+                    dl_sim_config c = one_node(RATES[ri], o->nreq, o->mixes[mi]);
+                    if (V[v].sdop) c.policy = DL_POLICY_SDOP, c.static_dop = V[v].sdop, c.static_decouple = V[v].decouple, c.place_any = V[v].any;
+                    else c.policy = DL_POLICY_DDIT, c.decouple = V[v].decouple, c.promote = V[v].promote;
+                    dl_sim_result r;
+                    run_avg(p, c, o->seeds, &r);
+                    char rn[16];
+                    rate_label(RATES[ri], rn, sizeof rn);
+                    fprintf(f, "%s,%s,%s,%s,%.4f,%.4f,%.2f\n", V[v].ablation, V[v].setting, rn, o->mixes[mi], r.avg_latency,
+                            r.p99_latency, r.cost);
+                    if (V[v].sdop && !V[v].decouple) p99_off = r.p99_latency;
+                    if (V[v].sdop && V[v].decouple) {
+                        double gain = 1 - r.p99_latency / p99_off;
+                        lo[ri][V[v].any] = fmin(lo[ri][V[v].any], gain), hi[ri][V[v].any] = fmax(hi[ri][V[v].any], gain);
+                    }
+                }
+            }
+    }
+    fclose(f);
+    printf("Fig. 13 ablation, static DoP 2 with the VAE decoupled: p99 reduction over the mixes, returned devices regrouped\n"
+           "  as aligned pairs / as any free pair\n");
+    for (int ri = 0; ri < NRATE; ri++) {
+        char rn[16];
+        rate_label(RATES[ri], rn, sizeof rn);
+        printf("  rate %-5s %5.1f%% .. %5.1f%%  /  %5.1f%% .. %5.1f%%\n", rn, 100 * lo[ri][0], 100 * hi[ri][0], 100 * lo[ri][1],
+               100 * hi[ri][1]);
+    }
+    return 0;
+}
+
+/* one sweep cell: every single-node policy on the same configuration; then each
+ * one's p99 against the best static DoP and its rank (ties within TIE share a rank) */
+typedef struct { dl_sim_result r[NSIM]; double best_static, vs_static[NSIM]; int rank[NSIM]; } cell;
+
+static void run_cell(const dl_profile *p, dl_sim_config c, int seeds, cell *x) {
+    x->best_static = INFINITY;
+    for (int k = 0; k < NSIM; k++) {
+        set_policy(&c, &POLS[k]);
+        run_avg(p, c, seeds, &x->r[k]);
+        if (POLS[k].p == DL_POLICY_SDOP && x->r[k].p99_latency < x->best_static) x->best_static = x->r[k].p99_latency;
+    }
+    for (int k = 0; k < NSIM; k++) {
+        x->vs_static[k] = x->r[k].p99_latency / x->best_static;
+        x->rank[k] = 1;
+        for (int j = 0; j < NSIM; j++) x->rank[k] += x->r[j].p99_latency * TIE < x->r[k].p99_latency;
+    }
+}
+
+/* seeds for a run of n requests: at least --seeds, and at least 2,500 requests per cell
+ * in all, so that the p99 of short runs is an average over many runs */
+static int seeds_for(int n, int seeds) {
+    int s = (2500 + n - 1) / n;
+    return s > seeds ? s : seeds;
+}
+
+/* the wins of one sweep row (a rate and a length, over the mixes): how many mixes each
+ * policy is first in (ties count for each), and DDiT's and ddit-qa's p99 against the
+ * best static DoP (fewest mixes where it is ahead, the range of the ratio) */
+typedef struct { int first[NSIM], ahead[2], n; double lo[2], hi[2]; } tally;
+
+static void tally_add(tally *t, const cell *x) {
+    if (!t->n) t->lo[0] = t->lo[1] = INFINITY, t->hi[0] = t->hi[1] = 0;
+    t->n++;
+    for (int k = 0; k < NSIM; k++) t->first[k] += x->rank[k] == 1;
+    for (int v = 0; v < 2; v++) {
+        t->ahead[v] += x->vs_static[v] <= 1.0001;
+        if (x->vs_static[v] < t->lo[v]) t->lo[v] = x->vs_static[v];
+        if (x->vs_static[v] > t->hi[v]) t->hi[v] = x->vs_static[v];
+    }
+}
+
+static void tally_print(const char *label, const tally *t) {
+    printf("  %-22s ddit %2d/%d ahead of best static (x%.2f..%.2f), ddit-qa %2d/%d (x%.2f..%.2f); first:", label, t->ahead[0],
+           t->n, t->lo[0], t->hi[0], t->ahead[1], t->n, t->lo[1], t->hi[1]);
+    for (int k = 0; k < NSIM; k++)
+        if (t->first[k]) printf(" %s %d", POLS[k].label, t->first[k]);
+    printf("\n");
+}
+
+/* the request-count sweep: every rate x length x mix x policy on one node. At a rate
+ * past the pool's capacity there is no steady state and the p99 grows with the length */
+static int eval_counts(const dl_profile *p, const eval_opts *o) {
+    FILE *f = open_csv(o->out, "count_sweep.csv",
+                       "requests,rate,mix,policy,seeds,load_dop1,load_at_B,avg_latency,p99_latency,cost,utilization,makespan,"
+                       "p99_vs_best_static,rank_p99");
+    if (!f) return 1;
+    printf("request-count sweep, one node: p99 against the best static DoP, over %d mixes; first: mixes where each policy has the "
+           "lowest p99 (ties within %.1f%%)\n",
+           o->nmix, 100 * (TIE - 1));
+    for (int ri = 0; ri < NRATE; ri++)
+        for (int ni = 0; ni < o->ncounts; ni++) {
+            tally t = {0};
+            char rn[16], label[48];
+            rate_label(RATES[ri], rn, sizeof rn);
+            int n = o->counts[ni], seeds = seeds_for(n, o->seeds);
+            for (int mi = 0; mi < o->nmix; mi++) {
+                dl_sim_config c = one_node(RATES[ri], n, o->mixes[mi]);
+                double l1, lB;
+                offered_load(p, &c, &l1, &lB);
+                cell x;
+                run_cell(p, c, seeds, &x);
+                tally_add(&t, &x);
+                for (int k = 0; k < NSIM; k++)
+                    fprintf(f, "%d,%s,%s,%s,%d,%.4f,%.4f,%.4f,%.4f,%.2f,%.4f,%.2f,%.4f,%d\n", n, rn, o->mixes[mi], POLS[k].label, seeds, l1,
+                            lB, x.r[k].avg_latency, x.r[k].p99_latency, x.r[k].cost, x.r[k].utilization, x.r[k].makespan,
+                            x.vs_static[k], x.rank[k]);
+            }
+            snprintf(label, sizeof label, "rate %s, %d req:", rn, n);
+            tally_print(label, &t);
+        }
+    fclose(f);
+    return 0;
+}
+
+/* the burst-size sweep: small bursts at time 0 on one node */
+static int eval_bursts(const dl_profile *p, const eval_opts *o) {
+    FILE *f = open_csv(o->out, "burst_sweep.csv",
+                       "burst,mix,policy,seeds,avg_latency,p99_latency,cost,utilization,makespan,p99_vs_best_static,rank_p99");
+    if (!f) return 1;
+    printf("burst-size sweep, one node:\n");
+    for (int bi = 0; bi < o->nbursts; bi++) {
+        tally t = {0};
+        int n = o->bursts[bi], seeds = seeds_for(n, o->seeds);
+        for (int mi = 0; mi < o->nmix; mi++) {
+            cell x;
+            run_cell(p, one_node(0, n, o->mixes[mi]), seeds, &x);
+            tally_add(&t, &x);
+            for (int k = 0; k < NSIM; k++)
+                fprintf(f, "%d,%s,%s,%d,%.4f,%.4f,%.2f,%.4f,%.2f,%.4f,%d\n", n, o->mixes[mi], POLS[k].label, seeds, x.r[k].avg_latency,
+                        x.r[k].p99_latency, x.r[k].cost, x.r[k].utilization, x.r[k].makespan, x.vs_static[k], x.rank[k]);
+        }
+        char label[48];
+        snprintf(label, sizeof label, "burst of %d:", n);
+        tally_print(label, &t);
+    }
+    fclose(f);
+    return 0;
+}
+
+/* "a,b,c" -> up to MAX_LIST integers >= 1 */
+static int parse_ints(const char *s, int *v, int *n) {
+    *n = 0;
+    for (const char *q = s; *q;) {
+        char *end;
+        long x = strtol(q, &end, 10);
+        if (end == q || x < 1 || x > 1000000 || *n == MAX_LIST || (*end && *end != ',')) return 0;
+        v[(*n)++] = (int)x;
+        q = *end ? end + 1 : end;
+    }
+    return *n > 0;
+}
+
+/* "all" | "fig10" | "L:M:H,L:M:H,..." (the strings stay in argv) */
+static int parse_mixes(char *s, eval_opts *o) {
+    o->nmix = 0;
+    if (!strcmp(s, "all") || !strcmp(s, "fig10")) {
+        o->nmix = !strcmp(s, "all") ? 10 : 4;
+        for (int i = 0; i < o->nmix; i++) o->mixes[i] = PAPER_MIXES[i];
+        return 1;
+    }
+    for (char *q = strtok(s, ","); q; q = strtok(NULL, ",")) {
+        double m[DL_SCHED_MAX_RES];
+        if (o->nmix == MAX_LIST || !parse_mix(q, m)) return 0;
+        o->mixes[o->nmix++] = q;
+    }
+    return o->nmix > 0;
+}
+
+int cli_sched_eval(int argc, char **argv) {
+    eval_opts o = {.nreq = 500, .seeds = 5, .out = "docs/sched", .counts = {100, 500, 2000}, .ncounts = 3,
+                   .bursts = {8, 16, 32, 64, 128}, .nbursts = 5};
+    char all[] = "all";
+    parse_mixes(all, &o);
+    const char *only = "single,multi,ablation,counts,bursts";
+    int ok = 1;
+    for (int i = 0; i < argc && ok; i++) {
+        const char *a = argv[i];
+        char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) ok = 0;
+        else if (!strcmp(a, "--out")) o.out = v;
+        else if (!strcmp(a, "--requests")) o.nreq = atoi(v);
+        else if (!strcmp(a, "--seeds")) o.seeds = atoi(v);
+        else if (!strcmp(a, "--mixes")) ok = parse_mixes(v, &o);
+        else if (!strcmp(a, "--counts")) ok = parse_ints(v, o.counts, &o.ncounts);
+        else if (!strcmp(a, "--bursts")) ok = parse_ints(v, o.bursts, &o.nbursts);
+        else if (!strcmp(a, "--only")) only = v;
+        else ok = 0;
+        i++;
+    }
+    if (!ok || o.nreq < 10 || o.seeds < 1 || dl_mkdir_p(o.out) != DL_OK) {
+        fprintf(stderr, "usage: difflet sched-eval [--out DIR (docs/sched)] [--requests N >= 10 (500)] [--seeds S (5)]\n"
+                        "  [--mixes all|fig10|L:M:H,... (all: the paper's ten)] [--counts N,... (100,500,2000)]\n"
+                        "  [--bursts N,... (8,16,32,64,128)] [--only single,multi,ablation,counts,bursts]\n");
+        return 2;
+    }
+    dl_profile p;
+    dl_profile_reference(&p);
+    static const struct { const char *name; int (*fn)(const dl_profile *, const eval_opts *); } SECTIONS[] = {
+        {"single", eval_single}, {"multi", eval_multi}, {"ablation", eval_ablation}, {"counts", eval_counts}, {"bursts", eval_bursts}};
+    printf("mixes (Low:Medium:High = 144p:240p:360p):");
+    for (int i = 0; i < o.nmix; i++) printf(" %s", o.mixes[i]);
+    printf("\n");
+    for (size_t k = 0; k < sizeof SECTIONS / sizeof SECTIONS[0]; k++) {
+        const char *hit = strstr(only, SECTIONS[k].name);
+        size_t len = strlen(SECTIONS[k].name);
+        if (!hit || (hit != only && hit[-1] != ',') || (hit[len] && hit[len] != ',')) continue;
+        if (SECTIONS[k].fn(&p, &o)) return 1;
+    }
+    printf("wrote the CSVs of [%s] to %s\n", only, o.out);
     return 0;
 }

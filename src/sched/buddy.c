@@ -1,7 +1,8 @@
 /* Buddy allocator over devices grouped in nodes: groups are power-of-two sized and
  * aligned inside one node (a parallel group never spans the slow link between
  * nodes). A bitmap holds which devices are free; freeing needs no merge step since
- * alignment alone defines the buddies. */
+ * alignment alone defines the buddies. dl_buddy_alloc_any drops the alignment (any
+ * devices of one node) for the static-DoP decoupling ablation. */
 #include <string.h>
 
 #include "difflet/sched.h"
@@ -44,6 +45,20 @@ int dl_buddy_alloc(dl_buddy *b, int size) {
     }
     if (best >= 0)
         for (int d = best; d < best + size; d++) set_free(b, d, 0);
+    return best;
+}
+
+int dl_buddy_alloc_any(dl_buddy *b, int size, uint64_t *mask) {
+    *mask = 0;
+    if (size < 1 || size > b->per_node || b->per_node > 64) return -1;
+    int best = -1, best_free = 1 << 30;
+    for (int n = 0; n < b->nodes; n++) {
+        int nf = 0;
+        for (int d = n * b->per_node; d < (n + 1) * b->per_node; d++) nf += is_free(b, d);
+        if (nf >= size && nf < best_free) best = n * b->per_node, best_free = nf;
+    }
+    for (int d = best, got = 0; best >= 0 && got < size; d++)
+        if (is_free(b, d)) set_free(b, d, 0), *mask |= 1ull << (d - best), got++;
     return best;
 }
 
