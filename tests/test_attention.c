@@ -1,5 +1,7 @@
 /* Fused attention: against a naive softmax(QK^T)V computed in double, at head dims
- * 32..128 and sequence lengths that are not multiples of the kernel's blocks;
+ * 8..136 (every multiple of 8 is a fast-path head dim: 8, 24, 40, 72 and 136 are not
+ * multiples of 16) and sequence lengths that are not multiples of the kernel's blocks,
+ * down to 1, 3, 15 and 17 (the fast paths trim their tiles to short sequences);
  * keys outside [kv_begin, kv_end) holding NaN change nothing; partial results over
  * split key sets merge into the unsplit result; thread splits are deterministic.
  * Tolerances: f32 max|err| <= 1e-5 * max|ref|; bf16 |err| <= 4e-3 * max|v| + 2^-8 |ref|
@@ -88,7 +90,12 @@ static double against_naive(const problem *p, const void *out, const double *ref
 static void test_vs_naive(void) {
     static const int64_t cfg[][4] = { /* sq, sk, heads, head_dim */
         {1, 1, 1, 64}, {17, 33, 2, 64}, {130, 129, 3, 128}, {64, 300, 2, 32},
-        {65, 257, 1, 96}, {200, 77, 2, 128}, {5, 513, 1, 64}, {40, 40, 2, 80}};
+        {65, 257, 1, 96}, {200, 77, 2, 128}, {5, 513, 1, 64}, {40, 40, 2, 80},
+        /* head dims 8 mod 16 and short sequences (OpenSora's 72 = 1152 / 16, its
+           temporal attention over 15 latent frames) */
+        {1, 1, 2, 8}, {3, 15, 2, 8}, {15, 15, 3, 24}, {17, 3, 1, 24}, {15, 17, 2, 40},
+        {1, 17, 1, 40}, {15, 15, 4, 72}, {17, 17, 2, 72}, {3, 1, 2, 72}, {130, 129, 2, 72},
+        {61, 405, 1, 72}, {15, 3, 2, 136}, {17, 150, 1, 136}, {200, 77, 1, 136}};
     for (int dti = 0; dti < 2; dti++) {
         dl_dtype dt = dti ? DL_BF16 : DL_F32;
         for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
@@ -115,13 +122,15 @@ static void test_vs_naive(void) {
 
 /* NaN in every key and value outside the interval: output identical to zeros there. */
 static void test_nan_outside(void) {
-    for (int dti = 0; dti < 2; dti++) {
-        dl_dtype dt = dti ? DL_BF16 : DL_F32;
+    static const int64_t cfg[][5] = {{70, 150, 64, 20, 131}, {15, 17, 72, 1, 16}, {17, 15, 40, 3, 4}}; /* sq, sk, d, kb, ke */
+    for (int ci = 0; ci < 2 * 3; ci++) { /* (shape, dtype) pairs */
+        dl_dtype dt = ci % 2 ? DL_BF16 : DL_F32;
+        const int64_t *c = cfg[ci / 2];
         for (int force_ref = 0; force_ref < 2; force_ref++) {
             dl_isa isa = dl_kernel_isa();
             if (force_ref) dl_set_kernel_isa(DL_ISA_REF);
-            problem p = make(dt, 70, 150, 2, 64, 99);
-            int64_t kb = 20, ke = 131, row = p.h * p.d, n = p.sq * row;
+            problem p = make(dt, c[0], c[1], 2, c[2], 99);
+            int64_t kb = c[3], ke = c[4], row = p.h * p.d, n = p.sq * row;
             size_t es = dl_dtype_size(dt);
             void *o1 = malloc((size_t)n * es), *o2 = malloc((size_t)n * es);
             for (int64_t j = 0; j < p.sk; j++)
@@ -142,8 +151,8 @@ static void test_nan_outside(void) {
             dl_attn(&a, NULL);
             int finite = 1;
             for (int64_t i = 0; i < n; i++) finite &= isfinite(dl_load1(dt, o2, i));
-            CHECK(finite && !memcmp(o1, o2, (size_t)n * es), "%s %s: NaN keys outside the interval changed the output",
-                  dl_dtype_name(dt), force_ref ? "ref" : "fast");
+            CHECK(finite && !memcmp(o1, o2, (size_t)n * es), "%s %s d=%lld: NaN keys outside the interval changed the output",
+                  dl_dtype_name(dt), force_ref ? "ref" : "fast", (long long)p.d);
             free(o1), free(o2);
             drop(&p);
             dl_set_kernel_isa(isa);
@@ -153,10 +162,12 @@ static void test_nan_outside(void) {
 
 /* Partials over [0, a), [a, a) (empty) and [a, S) merge into the unsplit output. */
 static void test_merge(void) {
-    for (int dti = 0; dti < 2; dti++) {
-        dl_dtype dt = dti ? DL_BF16 : DL_F32;
-        problem p = make(dt, 90, 333, 3, 64, 7);
-        int64_t n = p.sq * p.h * p.d, ns = p.sq * p.h, cut = 150;
+    static const int64_t cfg[][4] = {{90, 333, 64, 150}, {15, 15, 72, 7}, {3, 17, 136, 16}}; /* sq, sk, d, cut */
+    for (int ci = 0; ci < 2 * 3; ci++) { /* (shape, dtype) pairs */
+        dl_dtype dt = ci % 2 ? DL_BF16 : DL_F32;
+        const int64_t *c = cfg[ci / 2];
+        problem p = make(dt, c[0], c[1], 3, c[2], 7);
+        int64_t n = p.sq * p.h * p.d, ns = p.sq * p.h, cut = c[3];
         size_t es = dl_dtype_size(dt);
         void *whole = malloc((size_t)n * es), *merged = malloc((size_t)n * es);
         float *o[3], *m[3], *l[3];
@@ -188,7 +199,7 @@ static void test_merge(void) {
            two sides round P and the output differently, bounded by two output
            roundings of the largest value */
         double bound = dt == DL_F32 ? (double)p.sk * 0x1p-24 : 2.0 * mx / 256.0;
-        CHECK(worst <= bound, "%s merge vs unsplit: %g > %g", dl_dtype_name(dt), worst, bound);
+        CHECK(worst <= bound, "%s d=%lld merge vs unsplit: %g > %g", dl_dtype_name(dt), (long long)p.d, worst, bound);
         /* two-round merge equals one-round */
         float *om = malloc((size_t)n * 4), *mm = malloc((size_t)ns * 4), *lm = malloc((size_t)ns * 4);
         dl_attn_merge_t(parts, 2, p.sq, p.h, p.d, dt, NULL, 0, om, mm, lm, 0, 1);
@@ -209,9 +220,10 @@ static void test_merge(void) {
 /* Q, K, V inside one fused [S, 3, H, D] buffer; output into a wider row; any split
  * of the work over threads gives the same bits. */
 static void test_strides_and_splits(void) {
-    for (int dti = 0; dti < 2; dti++) {
-        dl_dtype dt = dti ? DL_BF16 : DL_F32;
-        const int64_t S = 150, H = 2, D = 64, hd = H * D;
+    static const int64_t cfg[][2] = {{150, 64}, {150, 72}, {15, 72}, {17, 8}, {3, 136}}; /* S, head_dim */
+    for (int ci = 0; ci < 2 * 5; ci++) { /* (shape, dtype) pairs */
+        dl_dtype dt = ci % 2 ? DL_BF16 : DL_F32;
+        const int64_t S = cfg[ci / 2][0], H = 2, D = cfg[ci / 2][1], hd = H * D;
         size_t es = dl_dtype_size(dt);
         void *qkv = malloc((size_t)(S * 3 * hd) * es);
         dl_fill_uniform(dt, qkv, S * 3 * hd, -1.f, 1.f, 5);
@@ -222,7 +234,7 @@ static void test_strides_and_splits(void) {
                 memcpy((char *)dst + (size_t)(s * hd) * es, (char *)qkv + (size_t)((s * 3 + w) * hd) * es, (size_t)hd * es);
             }
         void *o_plain = malloc((size_t)(S * hd) * es), *o_wide = malloc((size_t)(S * 2 * hd) * es);
-        dl_attn_args a = args_for(&p, o_plain, 3, S);
+        dl_attn_args a = args_for(&p, o_plain, S > 3 ? 3 : 1, S);
         dl_attn(&a, NULL);
         dl_attn_args b = a;
         b.q = qkv;
@@ -237,7 +249,8 @@ static void test_strides_and_splits(void) {
         int same = 1;
         for (int64_t s = 0; s < S; s++)
             same &= !memcmp((char *)o_plain + (size_t)(s * hd) * es, (char *)o_wide + (size_t)(s * 2 * hd) * es, (size_t)hd * es);
-        CHECK(same, "%s: strided fused-QKV input, wide output and a 5-way split give the same bits", dl_dtype_name(dt));
+        CHECK(same, "%s S=%lld d=%lld: strided fused-QKV input, wide output and a 5-way split give the same bits",
+              dl_dtype_name(dt), (long long)S, (long long)D);
         dl_aligned_free(scratch);
         free(qkv), free(o_plain), free(o_wide);
         drop(&p);
@@ -245,13 +258,16 @@ static void test_strides_and_splits(void) {
 }
 
 static void test_fast_vs_ref(void) {
-    for (int dti = 0; dti < 2; dti++) {
-        dl_dtype dt = dti ? DL_BF16 : DL_F32;
-        problem p = make(dt, 97, 211, 3, 128, 3);
+    static const int64_t cfg[][5] = { /* sq, sk, d, kv_begin, kv_end */
+        {97, 211, 128, 11, 200}, {97, 211, 72, 11, 200}, {15, 15, 72, 0, 15}, {17, 3, 24, 1, 3}};
+    for (int ci = 0; ci < 2 * 4; ci++) { /* (shape, dtype) pairs */
+        dl_dtype dt = ci % 2 ? DL_BF16 : DL_F32;
+        const int64_t *c = cfg[ci / 2];
+        problem p = make(dt, c[0], c[1], 3, c[2], 3);
         int64_t n = p.sq * p.h * p.d, ns = p.sq * p.h;
         float *o1 = malloc((size_t)n * 4), *o2 = malloc((size_t)n * 4);
         float *m1 = malloc((size_t)ns * 4), *m2 = malloc((size_t)ns * 4), *l1 = malloc((size_t)ns * 4), *l2 = malloc((size_t)ns * 4);
-        dl_attn_args a = args_for(&p, NULL, 11, 200);
+        dl_attn_args a = args_for(&p, NULL, c[3], c[4]);
         a.o_part = o1, a.m = m1, a.l = l1;
         dl_attn(&a, NULL);
         dl_isa isa = dl_kernel_isa();
@@ -260,10 +276,12 @@ static void test_fast_vs_ref(void) {
         dl_attn(&a, NULL);
         dl_set_kernel_isa(isa);
         double rt = dt == DL_F32 ? 1e-5 : 1.0 / 64; /* bf16: score products differ by accumulation order only; P rounding moves l */
-        CHECK(dl_compare(DL_F32, m1, m2, ns, 1e-5, 1e-5, NULL) <= 1.0, "%s row max matches the reference", dl_dtype_name(dt));
-        CHECK(dl_compare(DL_F32, l1, l2, ns, 1e-4, rt, NULL) <= 1.0, "%s row sum matches the reference", dl_dtype_name(dt));
+        CHECK(dl_compare(DL_F32, m1, m2, ns, 1e-5, 1e-5, NULL) <= 1.0, "%s d=%lld row max matches the reference",
+              dl_dtype_name(dt), (long long)p.d);
+        CHECK(dl_compare(DL_F32, l1, l2, ns, 1e-4, rt, NULL) <= 1.0, "%s d=%lld row sum matches the reference",
+              dl_dtype_name(dt), (long long)p.d);
         CHECK(dl_compare(DL_F32, o1, o2, n, dt == DL_F32 ? 1e-4 : 0.5, rt, NULL) <= 1.0,
-              "%s unnormalised output matches the reference", dl_dtype_name(dt));
+              "%s d=%lld unnormalised output matches the reference", dl_dtype_name(dt), (long long)p.d);
         free(o1), free(o2), free(m1), free(m2), free(l1), free(l2);
         drop(&p);
     }
@@ -272,9 +290,10 @@ static void test_fast_vs_ref(void) {
 /* Causal masking (CLIP) and a relative-position bias (T5), alone and together,
  * with an interval that leaves some causal rows without any key. */
 static void test_causal_and_bias(void) {
-    for (int dti = 0; dti < 2; dti++) {
-        dl_dtype dt = dti ? DL_BF16 : DL_F32;
-        problem p = make(dt, 150, 150, 2, 64, 31);
+    static const int64_t cfg[][2] = {{150, 64}, {17, 40}, {15, 72}}; /* S, head_dim */
+    for (int ci = 0; ci < 2 * 3; ci++) { /* (shape, dtype) pairs */
+        dl_dtype dt = ci % 2 ? DL_BF16 : DL_F32;
+        problem p = make(dt, cfg[ci / 2][0], cfg[ci / 2][0], 2, cfg[ci / 2][1], 31);
         int64_t n = p.sq * p.h * p.d;
         float *bias = malloc((size_t)(p.h * (p.sq + p.sk - 1)) * sizeof(float));
         dl_fill_uniform(DL_F32, bias, p.h * (p.sq + p.sk - 1), -3.f, 3.f, 77);
@@ -294,8 +313,8 @@ static void test_causal_and_bias(void) {
                 a.bias_rel = b;
                 CHECK(dl_attn(&a, NULL) == DL_OK, "%s", dl_last_error());
                 double w = against_naive(&p, out, ref);
-                CHECK(w <= 1.0, "%s %s causal=%d bias=%d from key %lld: %.3fx bound", dl_dtype_name(dt),
-                      force_ref ? "ref" : "fast", causal, b != NULL, (long long)kb, w);
+                CHECK(w <= 1.0, "%s %s S=%lld d=%lld causal=%d bias=%d from key %lld: %.3fx bound", dl_dtype_name(dt),
+                      force_ref ? "ref" : "fast", (long long)p.sq, (long long)p.d, causal, b != NULL, (long long)kb, w);
                 dl_set_kernel_isa(isa);
             }
         }
@@ -328,6 +347,13 @@ int main(void) {
         dl_set_kernel_isa((dl_isa)isa);
         dl_attn_args probe = {.dt = DL_BF16, .sq = 1, .sk = 1, .heads = 1, .head_dim = 64};
         printf("attention path: %s\n", dl_attn_path_name(&probe));
+        /* every multiple of 8 up to 512 takes the fast path (OpenSora's 72 among them) */
+        for (int64_t d = 8; d <= 520; d += 4) {
+            probe.head_dim = d;
+            int fast = strcmp(dl_attn_path_name(&probe), "reference") != 0;
+            CHECK(fast == (isa >= (int)DL_ISA_AVX2 && d % 8 == 0 && d <= 512), "isa %s head_dim %lld: path %s",
+                  dl_isa_name((dl_isa)isa), (long long)d, dl_attn_path_name(&probe));
+        }
         test_vs_naive();
         test_nan_outside();
         test_merge();

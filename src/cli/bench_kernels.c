@@ -3,6 +3,8 @@
  * are noise):
  *   - oneDNN matmul at FLUX projection shapes, f32 and bf16 (the peak);
  *   - fused attention, bf16, H=24, D=128: GFLOP/s (4 S^2 D H) / best bf16 matmul;
+ *   - fused attention at OpenSora STDiT3's shapes (H=16, D=72): spatial over a frame's
+ *     tokens, temporal as many 15-token sequences, whole sequences per thread;
  *   - element-wise kernels on bf16 activations: GB/s / parallel memcpy GB/s. */
 #include <cjson/cJSON.h>
 #include <unistd.h>
@@ -83,6 +85,103 @@ typedef struct {
 static void attn_fn(void *ctx, int ith, int nth) {
     attn_task *t = ctx;
     dl_attn_t(t->a, t->scratch, ith, nth);
+}
+
+/* Sequences of an [T][P][3][H][D] fused QKV buffer (tokens P positions apart), each
+ * thread whole ones on its own scratch slice: sequence i is position i % P. This is
+ * how stdit3.c runs its temporal attention. */
+typedef struct {
+    const dl_attn_args *a; /* sq = sk = T, strides P * 3 * H * D, out_stride P * H * D */
+    char *qkv, *out, *scratch;
+    size_t slice;
+    int64_t nseq, pos;
+} seq_task;
+
+static void seq_fn(void *ctx, int ith, int nth) {
+    seq_task *t = ctx;
+    const size_t es = dl_dtype_size(t->a->dt);
+    const int64_t hd = t->a->heads * t->a->head_dim;
+    dl_attn_args ai = *t->a;
+    int64_t i0, i1;
+    dl_split(t->nseq, ith, nth, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t p = i % t->pos;
+        ai.q = t->qkv + (size_t)(p * 3 * hd) * es;
+        ai.k = (const char *)ai.q + (size_t)hd * es;
+        ai.v = (const char *)ai.q + (size_t)(2 * hd) * es;
+        ai.out = t->out + (size_t)(p * hd) * es;
+        dl_attn_t(&ai, t->scratch + (size_t)ith * t->slice, 0, 1);
+    }
+}
+
+/* OpenSora 1.2 STDiT3 (hidden 1152, 16 heads: D = 72): spatial attention over one
+ * frame's S tokens on the pool (S = 405 and 1590: 240p and 480p-ish frames), and the
+ * temporal attention over T = 15 latent frames (51 frames), 6,000 sequences over
+ * 1,000 positions. Flops 4 sq sk D H per sequence; the ratio is to the same-run
+ * matmul peak of the dtype. Returns 0 when out of memory. */
+static int bench_attn_opensora(cJSON *jat, int reps, int quick, double best_bf16, double best_f32) {
+    const int64_t H = 16, D = 72, hd = H * D, T = 15, P = quick ? 200 : 1000, nseq = quick ? 600 : 6000;
+    static const int64_t spatial[] = {405, 1590};
+    for (int di = 0; di < 2; di++) {
+        dl_dtype adt = di ? DL_F32 : DL_BF16;
+        size_t es = dl_dtype_size(adt);
+        double peak = di ? best_f32 : best_bf16;
+        for (int si = 0; si < 3; si++) {
+            const int temporal = si == 2;
+            if (quick && si == 1) continue;
+            const int64_t S = temporal ? T : spatial[si], rows = temporal ? T * P : S, nq = temporal ? nseq : 1;
+            void *qkv = malloc((size_t)(rows * 3 * hd) * es), *o = malloc((size_t)(rows * hd) * es);
+            dl_attn_args a = {.dt = adt, .sq = S, .sk = S, .heads = H, .head_dim = D, .q = qkv,
+                              .k = (char *)qkv + (size_t)hd * es, .v = (char *)qkv + (size_t)(2 * hd) * es,
+                              .q_stride = 3 * hd, .k_stride = 3 * hd, .v_stride = 3 * hd, .out = o,
+                              .kv_begin = 0, .kv_end = S, .scale = 1.f / sqrtf((float)D)};
+            if (temporal) {
+                a.q_stride = a.k_stride = a.v_stride = P * 3 * hd;
+                a.out_stride = P * hd;
+            }
+            size_t slice = dl_align_up(dl_attn_scratch_bytes(&a, 1), DL_ALIGN);
+            void *scratch = dl_aligned_alloc(temporal ? slice * (size_t)dl_threads() + 64
+                                                      : dl_attn_scratch_bytes(&a, dl_threads()) + 64);
+            if (!qkv || !o || !scratch) {
+                fprintf(stderr, "difflet: bench: out of memory\n");
+                free(qkv), free(o), dl_aligned_free(scratch);
+                return 0;
+            }
+            if (di == 0 && si == 0)
+                printf("\nfused attention at OpenSora STDiT3 shapes (%s kernel), H=16, D=72\n  %-6s %-22s %10s %12s\n",
+                       dl_attn_path_name(&a), "dtype", "shape", "GFLOP/s", "x matmul");
+            dl_fill_uniform(adt, qkv, rows * 3 * hd, -1.f, 1.f, 12);
+            attn_task at = {&a, scratch};
+            seq_task st = {&a, qkv, o, scratch, slice, nseq, P};
+            double t;
+            if (temporal)
+                TIME_BEST(reps, t, dl_parallel(seq_fn, &st));
+            else
+                TIME_BEST(reps, t, dl_parallel(attn_fn, &at));
+            double gf = 4.0 * (double)S * (double)S * (double)D * (double)H * (double)nq / t * 1e-9;
+            double ratio = peak > 0 ? gf / peak : 0;
+            char shape[64];
+            if (temporal)
+                snprintf(shape, sizeof shape, "temporal %lld x T=%lld", (long long)nseq, (long long)T);
+            else
+                snprintf(shape, sizeof shape, "spatial S=%lld", (long long)S);
+            printf("  %-6s %-22s %10.1f %12.2f\n", dl_dtype_name(adt), shape, gf, ratio);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "dtype", dl_dtype_name(adt));
+            cJSON_AddStringToObject(e, "path", dl_attn_path_name(&a));
+            cJSON_AddStringToObject(e, "model", "opensora-stdit3");
+            cJSON_AddStringToObject(e, "kind", temporal ? "temporal" : "spatial");
+            cJSON_AddNumberToObject(e, "seq", (double)S);
+            cJSON_AddNumberToObject(e, "sequences", (double)nq);
+            cJSON_AddNumberToObject(e, "heads", (double)H);
+            cJSON_AddNumberToObject(e, "head_dim", (double)D);
+            cJSON_AddNumberToObject(e, "gflops", gf);
+            cJSON_AddNumberToObject(e, di ? "ratio_to_matmul_f32" : "ratio_to_matmul_bf16", ratio);
+            cJSON_AddItemToArray(jat, e);
+            free(qkv), free(o), dl_aligned_free(scratch);
+        }
+    }
+    return 1;
 }
 
 /* The same matmul shapes in torch (tools venv), for "is oneDNN 2.6 what the peer
@@ -251,6 +350,8 @@ int cli_bench_kernels(int argc, char **argv) {
             free(q), free(k), free(v), free(o), dl_aligned_free(scratch);
         }
     }
+
+    if (!bench_attn_opensora(jat, reps, quick, best_bf16, best_f32)) goto out;
 
     /* ---- element-wise ---- */
     {
