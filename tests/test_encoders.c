@@ -144,7 +144,15 @@ static void test_masked(dl_model_dir *dir, const char *comp, const char *prefix,
         CHECK(!memcmp(hidden, all + (size_t)L * (size_t)sd, (size_t)sd * 4), "%s: hidden is the last state", key);
         worst = fmax(worst, check_states_within(key, all, (int)L + 1, sd, dt,
                                                 dt == DL_F32 ? 1e-4 : umt5 ? 1.0 / 16 : 1.0 / 64));
-        if (dt == DL_BF16) {
+        /* the emulation keeps the probabilities in f32 as the reference attention does;
+         * the fast paths (now also for UMT5's head dim 8) round them to bf16 before P.V,
+         * which the emulation does not model: there the 2^-4 bound above is the check */
+        dl_attn_args probe = {.dt = DL_BF16, .sq = n, .sk = n, .heads = 1, .head_dim = dl_t5_encoder_head_dim(m)};
+        const int emu_models_path = !umt5 || !strcmp(dl_attn_path_name(&probe), "reference");
+        if (dt == DL_BF16 && !emu_models_path)
+            printf("%s bf16: the torch emulation models the reference attention, not the %s kernel's bf16 "
+                   "probabilities: held to the f32 reference only\n", key, dl_attn_path_name(&probe));
+        if (dt == DL_BF16 && emu_models_path) {
             snprintf(name, sizeof name, "%s.bf16", key);
             float *emu = vec(name, NULL);
             double e = emu ? test_rel_err(hidden, emu, sd) : INFINITY;

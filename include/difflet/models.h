@@ -47,6 +47,7 @@ typedef struct dl_t5_encoder dl_t5_encoder;
 dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char *component, int64_t seq_len,
                              dl_dtype dt, dl_wsrc *src);
 int64_t dl_t5_encoder_width(const dl_t5_encoder *m);
+int64_t dl_t5_encoder_head_dim(const dl_t5_encoder *m); /* d_kv */
 int dl_t5_encoder_layers(const dl_t5_encoder *m);
 int dl_t5_encoder_is_umt5(const dl_t5_encoder *m);
 /* ids: [seq_len]; hidden: [seq_len, d_model]; all_hidden as for CLIP (the last entry

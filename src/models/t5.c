@@ -101,6 +101,7 @@ void dl_t5_encoder_free(dl_t5_encoder *m) {
 }
 
 int64_t dl_t5_encoder_width(const dl_t5_encoder *m) { return m->D; }
+int64_t dl_t5_encoder_head_dim(const dl_t5_encoder *m) { return m->DK; }
 int dl_t5_encoder_layers(const dl_t5_encoder *m) { return m->L; }
 
 dl_status dl_t5_encoder_load(dl_t5_encoder **out, dl_model_dir *dir, const char *component, int64_t seq_len,
