@@ -166,6 +166,23 @@ expect 0 "" calibrate --prompts "$tmpd/lprompts.txt" --model "$data/ltx2/pipe" -
 expect 0 "cached steps" "${lgen[@]}" --steps 8 --cache "calibrated:$tmpd/lcal.json:0.3" --cache-keep 1,1 -o "$tmpd/lc3.mp4"
 out=$(DIFFLET_CACHE="$tmpd/lcache" "$bin" compile --model "$data/ltx2/pipe" --size 96x96 --frames 9 --max-sequence-length 16 --probe 2>/dev/null)
 if [[ "$out" == *"probe "* && "$out" == *"transformer "* && "$out" == *"7 compiled"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: compile --probe of LTX-2: $out"; fi
+# LTX-2 --parallel: refused layouts (before anything is launched) and real self-launched jobs
+expect 2 "not divisible by tp=4" "${lgen[@]}" --parallel tp=4 -o "$tmpd/x.mp4"
+expect 2 "sequence parallelism" "${lgen[@]}" --parallel tp=2,sp -o "$tmpd/x.mp4"
+expect 2 "tp x cp = 4" "${lgen[@]}" --parallel tp=2,cp=2:ulysses -o "$tmpd/x.mp4"
+expect 2 "cfg=2 runs the conditional" "${lgen[@]}" --guidance 1 --parallel cfg=2 -o "$tmpd/x.mp4"
+expect 1 "batched CFG is not built for LTX-2" "${lgen[@]}" --cfg-batch -o "$tmpd/x.mp4"
+if command -v mpirun >/dev/null; then
+    expect 0 "2 ranks ran exactly the decided steps" "${lgen[@]}" --parallel cp=2:ring -o "$tmpd/lp1.mp4"
+    expect 0 "8 cached steps" "${lgen[@]}" --steps 6 --cache cadence:2 --cache-keep 1,1 --parallel tp=2 -o "$tmpd/lp2.mp4"
+    # cfg=2: each group runs whole passes (cond + STG / uncond + modality): one rank's bytes
+    "$bin" "${lgen[@]}" --threads 1 --save-frames "$tmpd/l1f" --save-audio "$tmpd/l1.wav" -o "$tmpd/l1.mp4" >/dev/null 2>&1
+    expect 0 "2 ranks ran exactly the decided steps" "${lgen[@]}" --threads 1 --parallel cfg=2 --save-frames "$tmpd/l2f" \
+      --save-audio "$tmpd/l2.wav" -o "$tmpd/l2.mp4"
+    if [ -s "$tmpd/l1.wav" ] && diff -rq "$tmpd/l1f" "$tmpd/l2f" >/dev/null && cmp -s "$tmpd/l1.wav" "$tmpd/l2.wav"; then pass=$((pass+1));
+    else fail=$((fail+1)); echo "FAIL: LTX-2 cfg=2 frames / waveform differ from one rank's"; fi
+    expect 0 "" compile --model "$data/ltx2/pipe" --size 96x96 --frames 9 --max-sequence-length 16 --parallel tp=2
+fi
 # a FLUX folder whose transformer is a GGUF file (Q8_0, Black Forest Labs' names) instead of safetensors
 gg="$tmpd/flux-gguf"; mkdir -p "$gg/transformer"
 for c in model_index.json scheduler text_encoder text_encoder_2 tokenizer tokenizer_2 vae; do ln -s "$(readlink -f "$flux/$c")" "$gg/$c"; done

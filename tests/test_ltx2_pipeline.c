@@ -6,7 +6,9 @@
  * channel's SNR (dl_media's interleaved [samples, channels] against diffusers' stereo
  * [channels, samples] waveform, channel by channel: a mix or a swap fails) against
  * diffusers' f32 outputs. Also: the STG path of the transformer changes its output
- * (a test that STG is wired), parallel layouts are refused by name.
+ * (a test that STG is wired); the registry's layout check takes the layouts the
+ * transformer can split into and refuses the others by name (the layouts themselves
+ * are run against one rank in test_parallel).
  * Step caching (the pipeline's own loop): off, and a cadence whose kept steps cover
  * the whole run, leave the output byte-identical; cadence:2 with keep 1,1 on 6 steps
  * runs 2 steps x 4 passes fewer and stays close to the uncached output; online-delta
@@ -258,14 +260,43 @@ static void test_cache(void) {
     dl_pipeline_free(p);
 }
 
+/* the layouts `generate --parallel` takes or refuses for the tiny pipeline (2 video and
+ * 2 audio heads), before anything is launched */
+static void test_layouts(void) {
+    static const struct {
+        const char *spec;
+        int passes;
+        const char *refused; /* NULL: feasible */
+    } cases[] = {
+        {"tp=2", 2, NULL},
+        {"cp=2:ulysses", 2, NULL},
+        {"cp=4:ring", 2, NULL},
+        {"tp=2,cp=3:gather", 2, NULL},
+        {"cfg=2,cp=2:ring", 2, NULL},
+        {"dp=2,tp=2", 1, NULL},
+        {"tp=4", 2, "not divisible by tp=4"},
+        {"cp=4:ulysses", 2, "tp x cp = 4"},
+        {"tp=2,sp", 2, "sequence parallelism"},
+        {"cfg=2", 1, "cfg=2 runs"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dl_par_config c;
+        char buf[512];
+        const char *why = dl_par_parse(cases[i].spec, &c) == DL_OK
+                              ? dl_pipeline_layout_check(PIPE, &c, cases[i].passes, dl_par_ranks(&c), buf, sizeof buf)
+                              : dl_last_error();
+        if (cases[i].refused)
+            CHECK(why && strstr(why, cases[i].refused), "%s: want refused (%s), got %s", cases[i].spec, cases[i].refused,
+                  why ? why : "feasible");
+        else
+            CHECK(!why, "%s refused: %s", cases[i].spec, why);
+    }
+}
+
 int main(void) {
-    char buf[256];
-    dl_par_config c = {.dp = 1, .cfg = 2, .tp = 1, .cp = 1};
     const dl_model_entry *e = dl_registry_find("LTX2Pipeline");
-    CHECK(e && e->output == DL_MEDIA_VIDEO_AUDIO, "no LTX2Pipeline entry");
-    CHECK(e && e->split_check(PIPE, &c, buf, sizeof buf) && strstr(buf, "one rank"), "cfg=2 is not refused");
-    c.cfg = 1;
-    CHECK(e && !e->split_check(PIPE, &c, buf, sizeof buf), "one rank refused: %s", buf);
+    CHECK(e && e->output == DL_MEDIA_VIDEO_AUDIO && e->split_check, "no LTX2Pipeline entry with a split check");
+    test_layouts();
     test_stg();
     test_probe();
     test_cache();

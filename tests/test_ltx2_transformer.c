@@ -3,7 +3,10 @@
  * style, caption projections, interleaved RoPE with padding; b: LTX-2.3 style, split
  * RoPE, gated attention, prompt adaLN on the video stream only, 2 x 2 patches,
  * use_cross_timestep), both streams' outputs within 1e-4 of max|ref| in f32 and 2^-4
- * in bf16; a second call gives the same bytes; bad inputs and sizes are refused. */
+ * in bf16; a second call gives the same bytes; bad inputs and sizes are refused; the
+ * parallel splits the config cannot run are refused by name (the splits it can run are
+ * checked against one rank in test_parallel). */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,7 @@
 #include <unistd.h>
 
 #include "difflet/ltx2.h"
+#include "difflet/pipeline.h"
 #include "test_util.h"
 
 static dl_checkpoint *g_vec;
@@ -166,7 +170,56 @@ static void test_refused(void) {
     CHECK(system(p) == 0, "cleanup");
 }
 
+/* dl_ltx2_split_check on configs the fixtures do not have (4 video heads, odd interleaved
+ * column pairs) */
+static void test_split_check(void) {
+    static const struct {
+        const char *cfg, *spec, *refused; /* refused NULL: feasible */
+    } cases[] = {
+        {"\"num_attention_heads\": 4, \"attention_head_dim\": 8, \"cross_attention_dim\": 32", "tp=2", NULL},
+        {"\"num_attention_heads\": 4, \"attention_head_dim\": 8, \"cross_attention_dim\": 32", "tp=4", "audio attention heads"},
+        {"\"num_attention_heads\": 4, \"attention_head_dim\": 8, \"cross_attention_dim\": 32", "tp=2,cp=2:ulysses", NULL},
+        {"\"num_attention_heads\": 4, \"attention_head_dim\": 8, \"cross_attention_dim\": 32", "tp=2,cp=4:ulysses", "tp x cp = 8"},
+        {"\"num_attention_heads\": 4, \"attention_head_dim\": 8, \"cross_attention_dim\": 32", "tp=2,cp=4:ring", NULL},
+        {"\"num_attention_heads\": 4, \"attention_head_dim\": 8, \"cross_attention_dim\": 32", "tp=2,sp", "sequence parallelism"},
+        {"\"num_attention_heads\": 2, \"attention_head_dim\": 3, \"cross_attention_dim\": 6", "tp=2", "column pairs"},
+        {"\"num_attention_heads\": 2, \"attention_head_dim\": 3, \"cross_attention_dim\": 6", "cp=2:ring", NULL},
+        {"\"num_attention_heads\": 2, \"attention_head_dim\": 8, \"cross_attention_dim\": 16", "cp=64:ring", NULL},
+        {"\"num_attention_heads\": 2, \"attention_head_dim\": 8, \"cross_attention_dim\": 16, \"rope_type\": \"spiral\"", "cp=2",
+         "rope_type"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[512], buf[512];
+        snprintf(json, sizeof json, "{%s, \"audio_num_attention_heads\": 2, \"audio_attention_head_dim\": 8, "
+                                    "\"audio_cross_attention_dim\": 16}", cases[i].cfg);
+        cJSON *cfg = cJSON_Parse(json);
+        dl_par_config pc;
+        if (!cfg || dl_par_parse(cases[i].spec, &pc) != DL_OK) {
+            CHECK(0, "case %zu: %s", i, cfg ? dl_last_error() : "bad JSON");
+            cJSON_Delete(cfg);
+            continue;
+        }
+        const dl_dit_split sp = {.tp = pc.tp, .cp = pc.cp, .sp = pc.sp, .cp_mode = pc.cp_mode};
+        const char *why = dl_ltx2_split_check(cfg, &sp, buf, sizeof buf);
+        if (cases[i].refused)
+            CHECK(why && strstr(why, cases[i].refused), "%s on {%s}: want refused (%s), got %s", cases[i].spec, cases[i].cfg,
+                  cases[i].refused, why ? why : "feasible");
+        else
+            CHECK(!why, "%s on {%s} refused: %s", cases[i].spec, cases[i].cfg, why);
+        cJSON_Delete(cfg);
+    }
+    /* a split made in code, past what --parallel parses */
+    cJSON *cfg = cJSON_Parse("{\"num_attention_heads\": 2, \"attention_head_dim\": 8, \"cross_attention_dim\": 16, "
+                             "\"audio_num_attention_heads\": 2, \"audio_attention_head_dim\": 8, \"audio_cross_attention_dim\": 16}");
+    const dl_dit_split wide = {.tp = 1, .cp = 65, .cp_mode = DL_CP_RING};
+    char buf[512];
+    const char *why = cfg ? dl_ltx2_split_check(cfg, &wide, buf, sizeof buf) : NULL;
+    CHECK(why && strstr(why, "64 cp ranks"), "cp=65: %s", why ? why : "feasible");
+    cJSON_Delete(cfg);
+}
+
 int main(void) {
+    test_split_check();
     if (dl_ckpt_open(&g_vec, DATA_DIR "/ltx2/transformer_vectors.safetensors", "ltx2 transformer vectors") != DL_OK) {
         fprintf(stderr, "%s\n", dl_last_error());
         return 1;

@@ -18,6 +18,7 @@
 #include "test_util.h"
 #include "difflet/flux.h"
 #include "difflet/hunyuan.h"
+#include "difflet/ltx2.h"
 #include "difflet/opensora.h"
 #include "difflet/wan.h"
 #include "difflet/qwenimage.h"
@@ -347,6 +348,7 @@ typedef struct {
 } gen_case;
 
 static void gen_layout(dl_comm *world, const gen_case *gc, const char *spec);
+static void ltx2_pipeline_layout(dl_comm *world, const char *spec);
 
 static void wan_pipeline_layout(dl_comm *world, const char *spec) {
     static const gen_case wan = {DATA_DIR "/wan/a", "wan-a", 48, 32, 9, 5.f, 1.f, "blurry"};
@@ -437,6 +439,11 @@ static void pipelines(dl_comm *world) {
     static const char *qw4[] = {"tp=2,cfg=2", "cp=2:ulysses,cfg=2", NULL};
     const char **ql = W == 2 ? qw2 : W == 3 ? qw3 : W == 4 ? qw4 : one;
     for (int i = 0; ql[i]; i++) qwen_pipeline_layout(world, ql[i]);
+    /* LTX-2: four passes a step through the shared loop; with cfg=2 they alternate between the groups */
+    static const char *lt2[] = {"cp=2:ulysses", "tp=2", "cfg=2", NULL}, *lt3[] = {"cp=3:gather", NULL};
+    static const char *lt4[] = {"tp=2,cp=2:ring", "cp=2:ring,cfg=2", "dp=2,tp=2", NULL};
+    const char **ll = W == 2 ? lt2 : W == 3 ? lt3 : W == 4 ? lt4 : one;
+    for (int i = 0; ll[i]; i++) ltx2_pipeline_layout(world, ll[i]);
 }
 
 /* Wan 2.1: CP over the video tokens (text replicated for cross-attention) in every
@@ -752,6 +759,235 @@ static void stdit3_model(dl_comm *world, const char *dir, const char *name, int6
     dl_model_dir_free(md);
 }
 
+/* LTX-2 (LTX2VideoTransformer3DModel): every layout of the world size against the unsplit
+ * transformer, both streams, for the plain, STG (perturbed block 1) and modality-isolated
+ * passes, f32 max |err| <= 1e-5 max |ref| per stream on every rank (each returns the full
+ * outputs); the probe's score against one rank's; this rank's program (compiled into an
+ * artifact, loaded) against the checkpoint's bytes. Refused by name, by the check and by
+ * the loader: tp not dividing the video or audio heads, Ulysses over tp x cp not dividing
+ * them, sp, more cp ranks than video tokens. */
+static void ltx2_model(dl_comm *world, const char *dir, const char *name, dl_ltx2_transformer_shape sh) {
+    const int n = dl_comm_size(world);
+    dl_model_dir *md;
+    dl_ltx2_transformer *ref = NULL;
+    const cJSON *cfg = NULL;
+    if (dl_model_dir_open(&md, dir) != DL_OK) {
+        CHECK(0, "%s: %s", name, dl_last_error());
+        return;
+    }
+    if (dl_model_dir_config(md, "transformer", &cfg) != DL_OK ||
+        dl_ltx2_transformer_load(&ref, md, "transformer", &sh, DL_F32, NULL) != DL_OK) {
+        CHECK(0, "%s: %s", name, dl_last_error());
+        dl_model_dir_free(md);
+        return;
+    }
+    const dl_ltx2_transformer_info *in = dl_ltx2_transformer_get_info(ref);
+    const int64_t nv = in->video_tokens * in->video_in, na = in->audio_tokens * in->audio_in;
+    const int64_t nt = in->text_rows * in->text_width, nat = in->text_rows * in->audio_text_width;
+    const int64_t ov = in->video_tokens * in->video_out, oa = in->audio_tokens * in->audio_out;
+    float *v = malloc((size_t)nv * 4), *a = malloc((size_t)na * 4), *t = malloc((size_t)nt * 4), *at = malloc((size_t)nat * 4);
+    float *rv[3], *ra[3], *gv = malloc((size_t)ov * 4), *ga = malloc((size_t)oa * 4);
+    fill(v, nv, 31), fill(a, na, 32), fill(t, nt, 33), fill(at, nat, 34);
+    static const int stg[1] = {1};
+    dl_ltx2_transformer_input x[3];
+    int ok = 1;
+    for (int k = 0; k < 3; k++) { /* plain, STG, isolated modalities: the pipeline's kinds of pass */
+        x[k] = (dl_ltx2_transformer_input){.video = v, .audio = a, .text = t, .audio_text = at, .video_tokens = in->video_tokens,
+                                           .audio_tokens = in->audio_tokens, .text_rows = in->text_rows, .timestep = 640.f,
+                                           .audio_timestep = 610.f, .sigma = 0.64f, .audio_sigma = 0.61f,
+                                           .use_cross_timestep = 1, .isolate_modalities = k == 2,
+                                           .stg_blocks = k == 1 ? stg : NULL, .stg_nblocks = k == 1};
+        rv[k] = malloc((size_t)ov * 4), ra[k] = malloc((size_t)oa * 4);
+        ok = ok && dl_ltx2_transformer_run(ref, &x[k], rv[k], ra[k]) == DL_OK;
+    }
+    CHECK(ok, "%s: unsplit run: %s", name, dl_last_error());
+    char spec[8][64];
+    int ns = 0;
+    if (n > 1) {
+        snprintf(spec[ns++], 64, "cp=%d:ulysses", n);
+        snprintf(spec[ns++], 64, "cp=%d:ring", n);
+        snprintf(spec[ns++], 64, "cp=%d:gather", n);
+        snprintf(spec[ns++], 64, "tp=%d", n);
+        if (n == 2) snprintf(spec[ns++], 64, "tp=2,sp");
+        if (n == 4) {
+            snprintf(spec[ns++], 64, "tp=2,cp=2:ring");
+            snprintf(spec[ns++], 64, "tp=2,cp=2:gather");
+            snprintf(spec[ns++], 64, "tp=2,cp=2:ulysses");
+        }
+    }
+    for (int k = 0; ok && k < ns; k++) {
+        dl_par_config pc;
+        dl_par_place pl;
+        if (dl_par_parse(spec[k], &pc) != DL_OK || dl_par_place_new(world, &pc, &pl) != DL_OK) {
+            CHECK(0, "%s %s: place: %s", name, spec[k], dl_last_error());
+            continue;
+        }
+        char why[512];
+        const char *bad = dl_ltx2_split_check(cfg, &pl.split, why, sizeof why);
+        dl_ltx2_transformer *m = NULL;
+        dl_status s = dl_ltx2_transformer_load_split(&m, md, "transformer", &sh, DL_F32, NULL, &pl.split);
+        if (bad) {
+            CHECK(s != DL_OK && strstr(dl_last_error(), "refused"), "%s %s: loaded despite %s", name, spec[k], bad);
+            if (g_rank == 0) printf("  %-10s %-22s refused: %s\n", name, spec[k], bad);
+            dl_par_place_free(&pl);
+            continue;
+        }
+        CHECK(s == DL_OK, "%s %s: load: %s", name, spec[k], dl_last_error());
+        double worst[2] = {0, 0};
+        int r = s == DL_OK;
+        for (int p = 0; r && p < 3; p++) {
+            r = dl_ltx2_transformer_run(m, &x[p], gv, ga) == DL_OK;
+            double ev = r ? max_diff(rv[p], gv, ov) / max_abs(rv[p], ov) : INFINITY;
+            double ea = r ? max_diff(ra[p], ga, oa) / max_abs(ra[p], oa) : INFINITY;
+            CHECK(ev <= 1e-5 && ea <= 1e-5, "%s %s pass %d: video %.3g, audio %.3g of max |ref| (> 1e-5)", name, spec[k], p, ev, ea);
+            worst[0] = fmax(worst[0], ev), worst[1] = fmax(worst[1], ea);
+        }
+        CHECK(r, "%s %s: run: %s", name, spec[k], dl_last_error());
+        /* the probe: this rank's video rows, the score summed over the cp group */
+        dl_ltx2_probe *p1 = NULL, *p2 = NULL;
+        double sc[4] = {-1, -1, -1, -1};
+        int pr = dl_ltx2_probe_load(&p1, md, "transformer", &sh, DL_F32, NULL) == DL_OK &&
+                 dl_ltx2_probe_load_split(&p2, md, "transformer", &sh, DL_F32, NULL, &pl.split) == DL_OK &&
+                 dl_ltx2_probe_run(p1, 0, v, 900.f, &sc[0]) == DL_OK && dl_ltx2_probe_run(p2, 0, v, 900.f, &sc[1]) == DL_OK &&
+                 dl_ltx2_probe_run(p1, 0, v, 800.f, &sc[2]) == DL_OK && dl_ltx2_probe_run(p2, 0, v, 800.f, &sc[3]) == DL_OK;
+        CHECK(pr && sc[0] == 0 && sc[1] == 0 && sc[2] > 0 && fabs(sc[3] - sc[2]) <= 1e-6 * sc[2], "%s %s probe: %s; %g %g %g %g",
+              name, spec[k], dl_last_error(), sc[0], sc[1], sc[2], sc[3]);
+        dl_ltx2_probe_free(p1), dl_ltx2_probe_free(p2);
+        /* this rank's program (compiled into an artifact, then loaded from it): the same bytes */
+        char pdir[64];
+        snprintf(pdir, sizeof pdir, "/tmp/difflet_par_ltx2_XXXXXX");
+        dl_checkpoint *ck = NULL;
+        dl_artifact_writer *aw = NULL;
+        dl_artifact *art = NULL;
+        dl_ltx2_transformer *m3 = NULL, *m4 = NULL;
+        float *pv = malloc((size_t)ov * 4), *pa = malloc((size_t)oa * 4);
+        int pg = mkdtemp(pdir) && dl_model_dir_checkpoint(md, "transformer", &ck) == DL_OK &&
+                 dl_artifact_writer_open(&aw, pdir) == DL_OK;
+        dl_wsrc rec = {.ck = ck, .rec = aw};
+        pg = pg && dl_ltx2_transformer_load_split(&m3, md, "transformer", &sh, DL_F32, &rec, &pl.split) == DL_OK;
+        if (aw) pg = dl_artifact_writer_finish(aw, "{}", rec.arena, 0) == DL_OK && pg;
+        pg = pg && dl_artifact_open(&art, pdir, 1) == DL_OK;
+        dl_wsrc from = {.art = art};
+        pg = pg && dl_ltx2_transformer_load_split(&m4, md, "transformer", &sh, DL_F32, &from, &pl.split) == DL_OK &&
+             r && dl_ltx2_transformer_run(m, &x[1], gv, ga) == DL_OK && dl_ltx2_transformer_run(m4, &x[1], pv, pa) == DL_OK;
+        CHECK(pg && !memcmp(gv, pv, (size_t)ov * 4) && !memcmp(ga, pa, (size_t)oa * 4), "%s %s: program: %s", name, spec[k],
+              dl_last_error());
+        dl_ltx2_transformer_free(m3), dl_ltx2_transformer_free(m4);
+        dl_artifact_close(art);
+        dl_ckpt_free(ck);
+        free(pv), free(pa);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", pdir);
+        CHECK(system(cmd) == 0, "%s", cmd);
+        if (all_ok(world, r && pr && pg && worst[0] <= 1e-5 && worst[1] <= 1e-5) && g_rank == 0)
+            printf("  %-10s %-22s ok: max rel err video %.2e, audio %.2e (plain, STG, isolated); probe %.6g (one rank %.6g); "
+                   "program = checkpoint\n", name, spec[k], worst[0], worst[1], sc[3], sc[2]);
+        dl_ltx2_transformer_free(m);
+        dl_par_place_free(&pl);
+    }
+    /* more cp ranks than video tokens: refused by the loader, whatever the mode */
+    if (n > 1) {
+        dl_par_config pc;
+        dl_par_place pl;
+        char sp[32];
+        snprintf(sp, sizeof sp, "cp=%d:ring", n);
+        if (dl_par_parse(sp, &pc) == DL_OK && dl_par_place_new(world, &pc, &pl) == DL_OK) {
+            dl_ltx2_transformer_shape one = sh;
+            one.frames = one.height = one.width = 1;
+            dl_ltx2_transformer *m = NULL;
+            dl_status s = dl_ltx2_transformer_load_split(&m, md, "transformer", &one, DL_F32, NULL, &pl.split);
+            CHECK(s != DL_OK && strstr(dl_last_error(), "refused") && strstr(dl_last_error(), "video tokens"),
+                  "%s %s on 1 video token: %s", name, sp, s == DL_OK ? "loaded" : dl_last_error());
+            if (s != DL_OK && g_rank == 0) printf("  %-10s %-22s refused: %s\n", name, "(1 video token)", dl_last_error());
+            dl_ltx2_transformer_free(m);
+            dl_par_place_free(&pl);
+        }
+    }
+    for (int k = 0; k < 3; k++) free(rv[k]), free(ra[k]);
+    free(v), free(a), free(t), free(at), free(gv), free(ga);
+    dl_ltx2_transformer_free(ref);
+    dl_model_dir_free(md);
+}
+
+/* The LTX-2 pipeline on a layout (CFG with a negative prompt, STG on block 1, modality
+ * guidance, guidance rescale: four passes a step; calibrated caching on the probe
+ * program): every frame of the host's video and the waveform against one rank, PSNR
+ * >= 50 dB per frame and SNR >= 50 dB per channel in f32, the same calls and cached
+ * steps, every rank confirming them. */
+static void ltx2_pipeline_layout(dl_comm *world, const char *spec) {
+    const char *dir = DATA_DIR "/ltx2/pipe", *name = "ltx2-pipe";
+    dl_par_config pc;
+    dl_par_parse(spec, &pc);
+    dl_par_place pl;
+    if (dl_par_place_new(world, &pc, &pl) != DL_OK) {
+        CHECK(0, "%s %s: place: %s", name, spec, dl_last_error());
+        return;
+    }
+    dl_stepcache_config cal = {.mode = DL_STEPCACHE_CALIBRATED, .threshold = 0.6f, .coef = {1, 0}, .ncoef = 2,
+                               .accumulate = 1, .keep_first = 1, .keep_last = 1};
+    dl_gen_shape sh = {.width = 96, .height = 96, .frames = 9, .max_sequence_length = 16, .dt = DL_F32, .par = &pl};
+    dl_pipeline *p = NULL;
+    int ok = dl_pipeline_load(&p, dir, &sh) == DL_OK;
+    CHECK(ok, "%s %s: load: %s", name, spec, dl_last_error());
+    if (ok && !dl_pipeline_is_host(p)) {
+        ok = dl_pipeline_worker(p) == DL_OK;
+        CHECK(ok, "%s %s: worker: %s", name, spec, dl_last_error());
+        dl_pipeline_free(p);
+    } else if (ok) {
+        dl_gen_request r = {.prompt = "A red circle moves to the right.", .negative_prompt = "blurry, static", .steps = 6,
+                            .guidance = 3.f, .seed = 11 + (uint64_t)pl.replica, .cache = &cal, .want_pixels = 1};
+        dl_media m = {0}, o = {0};
+        dl_gen_timing tm = {0}, tr = {0};
+        /* a request refused before the loop still ends on every rank */
+        dl_gen_request bad = r;
+        bad.prompt = NULL;
+        CHECK(dl_pipeline_generate(p, &bad, &m, &tm) == DL_ERR_INVALID && strstr(dl_last_error(), "prompt"),
+              "%s %s: a request without a prompt: %s", name, spec, dl_last_error());
+        ok = dl_pipeline_generate(p, &r, &m, &tm) == DL_OK;
+        CHECK(ok, "%s %s: generate: %s", name, spec, dl_last_error());
+        dl_pipeline_free(p);
+        dl_gen_shape one = {.width = 96, .height = 96, .frames = 9, .max_sequence_length = 16, .dt = DL_F32,
+                            .cache = DL_CACHE_OFF};
+        if (ok) {
+            ok = dl_pipeline_load(&p, dir, &one) == DL_OK && dl_pipeline_generate(p, &r, &o, &tr) == DL_OK;
+            CHECK(ok, "%s %s: reference: %s", name, spec, dl_last_error());
+            dl_pipeline_free(p);
+        }
+        if (ok && (m.frames != o.frames || m.audio_samples != o.audio_samples || m.audio_channels != o.audio_channels)) {
+            CHECK(0, "%s %s: %d frames, %lld x %d samples; one rank %d, %lld x %d", name, spec, m.frames,
+                  (long long)m.audio_samples, m.audio_channels, o.frames, (long long)o.audio_samples, o.audio_channels);
+            ok = 0;
+        }
+        if (ok) {
+            double worst = INFINITY, snr = INFINITY;
+            const int64_t fr = (int64_t)m.width * m.height * 3;
+            for (int f = 0; f < m.frames; f++) worst = fmin(worst, test_psnr(o.pixels + f * fr, m.pixels + f * fr, fr, 1.0));
+            for (int c = 0; c < m.audio_channels; c++) {
+                double se = 0, sig = 0;
+                for (int64_t i = 0; i < m.audio_samples; i++) {
+                    const double w = o.audio[i * m.audio_channels + c], d = m.audio[i * m.audio_channels + c] - w;
+                    se += d * d, sig += w * w;
+                }
+                snr = fmin(snr, se == 0 ? INFINITY : 10 * log10(sig / se));
+            }
+            int group = dl_comm_size(pl.replica_comm);
+            CHECK(worst >= 50, "%s %s: worst frame PSNR %.1f dB < 50 against one rank", name, spec, worst);
+            CHECK(snr >= 50, "%s %s: worst channel's waveform SNR %.1f dB < 50 against one rank", name, spec, snr);
+            CHECK(tm.ranks == group, "%s %s: %d of %d ranks confirmed the decided steps", name, spec, tm.ranks, group);
+            CHECK(tm.denoiser_calls == tr.denoiser_calls && tm.cached_steps == tr.cached_steps && tm.cached_steps > 0,
+                  "%s %s: %d calls / %d cached vs %d / %d on one rank", name, spec, tm.denoiser_calls, tm.cached_steps,
+                  tr.denoiser_calls, tr.cached_steps);
+            char q[64];
+            snprintf(q, sizeof q, isinf(worst) ? "identical frames" : "worst frame %.1f dB", worst);
+            printf("  %-10s %-22s pipeline (replica %d, calibrated): %s, waveform %.1f dB vs one rank, %d calls + %d cached, "
+                   "%d ranks agree\n", name, spec, pl.replica, q, snr, tm.denoiser_calls, tm.cached_steps, tm.ranks);
+        }
+        dl_media_free(&m), dl_media_free(&o);
+    }
+    CHECK(all_ok(world, ok), "%s %s: a rank failed", name, spec);
+    dl_par_place_free(&pl);
+}
+
 int main(void) {
     dl_comm *world;
     if (dl_comm_world(&world) != DL_OK) {
@@ -773,6 +1009,12 @@ int main(void) {
     hunyuan_model(world, DATA_DIR "/hunyuan/b", "hunyuan-b", 4, 3, 5);
     stdit3_model(world, DATA_DIR "/opensora/a", "stdit3-a", 10, 8, 12, 10, 24);
     stdit3_model(world, DATA_DIR "/opensora/b", "stdit3-b", 5, 6, 6, 3, 9);
+    /* LTX-2: a (interleaved RoPE, caption projections), b (split RoPE, gated attention, prompt
+     * adaLN, 2 x 2 patches, perturbed_attn), the pipeline's transformer; 14 / 15 / 192 video
+     * tokens (uneven shards over 2, 3 and 4 ranks) */
+    ltx2_model(world, DATA_DIR "/ltx2/transformer_a", "ltx2-a", (dl_ltx2_transformer_shape){2, 1, 7, 5, 6, 24.0});
+    ltx2_model(world, DATA_DIR "/ltx2/transformer_b", "ltx2-b", (dl_ltx2_transformer_shape){3, 2, 10, 7, 6, 25.0});
+    ltx2_model(world, DATA_DIR "/ltx2/pipe", "ltx2-pipe", (dl_ltx2_transformer_shape){3, 8, 8, 9, 16, 24.0});
     /* layouts the parser refuses, by name */
     dl_par_config pc;
     CHECK(dl_par_parse("tp=0", &pc) != DL_OK, "tp=0 accepted");

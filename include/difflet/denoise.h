@@ -23,6 +23,8 @@ extern "C" {
  * execution the host broadcasts them to the replica at every request, so every rank
  * holds them in the same buffers. */
 #define DL_COND_MAX 4
+/* the most passes a step may make (dl_denoise_request.npass) */
+#define DL_PASS_MAX 4
 typedef struct {
     float *buf[DL_COND_MAX];
     int64_t numel[DL_COND_MAX];
@@ -62,6 +64,16 @@ typedef struct dl_denoise dl_denoise;
  * pipeline never runs true CFG). The loop owns the latents (dl_denoise_latents). */
 dl_status dl_denoise_new(dl_denoise **out, const dl_denoiser *d, const dl_par_place *par, const dl_cond *cond0,
                          const dl_cond *cond1);
+/* A loop for multi-pass steps (dl_denoise_request.npass): up to `passes` passes per
+ * step (at most DL_PASS_MAX; the loop keeps an output and a step-cache state for
+ * each), pass k evaluated by eval_pass(model, k, ...) on every rank that serves it
+ * (the model's own variant of the evaluation for that pass: LTX-2's perturbed
+ * self-attention, isolated modalities). The rest as dl_denoise_new, which is this
+ * with 2 passes (the CFG branches) and ops->eval for every pass. */
+typedef dl_status (*dl_denoise_eval_pass)(void *model, int pass, const float *latents, const dl_cond *cond, float t,
+                                          float guidance, float *out);
+dl_status dl_denoise_new_passes(dl_denoise **out, const dl_denoiser *d, int passes, dl_denoise_eval_pass eval_pass,
+                                const dl_par_place *par, const dl_cond *cond0, const dl_cond *cond1);
 /* Host, before dl_denoise_run: branch b's valid text rows, sent with its conditioning
  * and seen by the model in dl_cond.valid. */
 void dl_denoise_set_valid(dl_denoise *d, int branch, int64_t valid);
@@ -96,6 +108,24 @@ typedef struct {
      * the step's (guided) velocity v; NULL: none */
     void (*after_step)(void *after_ctx, int step, float *latents, const float *v, int64_t n);
     void *after_ctx;
+    /* Multi-pass steps (npass > 0; 0: the CFG branches above). Pass k < npass runs
+     * when bit k of pass_mask is set (bit 0 must be), on conditioning
+     * cond[pass_cond[k]] (0: the prompt, 1: the negative prompt), by the loop's
+     * eval_pass (dl_denoise_new_passes; ops->eval when none). A step runs all of its
+     * passes or estimates all of them from the step cache: one decision per step, on
+     * pass 0's state, with one probe call per step (slot 0) whose score stands for
+     * every pass; on_probe reports passes 0 and 1 as branches 0 and 1. After the
+     * passes, instead of the CFG combination and the scheduler update, the host calls
+     * combine with every pass's output (out[k] for the passes in pass_mask,
+     * latent_numel values each, which it may overwrite) to update the latents in
+     * place. With cfg=2 the passes alternate between the two groups: the j-th pass of
+     * pass_mask runs on group j % 2 (two passes at least). cfg, cfg_scale, cfg_renorm
+     * and sched_step are not used. */
+    int npass;
+    unsigned pass_mask;
+    int pass_cond[DL_PASS_MAX];
+    dl_status (*combine)(void *combine_ctx, int step, float *const *out, float *latents);
+    void *combine_ctx;
 } dl_denoise_request;
 
 typedef struct {

@@ -84,6 +84,21 @@ typedef struct {
 } dl_ltx2_transformer_input;
 dl_status dl_ltx2_transformer_load(dl_ltx2_transformer **out, dl_model_dir *dir, const char *component,
                                    const dl_ltx2_transformer_shape *shape, dl_dtype dt, dl_wsrc *src);
+/* The same, this rank's part of a split (NULL: one rank; docs/parallel.md): TP splits
+ * both streams' heads and feed-forward columns (row-parallel outputs all-reduced), CP
+ * the video tokens (self-attention by the split's cp_mode; the audio stream replicated
+ * on every cp rank, v2a's partials merged over the cp group, or its video K / V
+ * all-gathered with cp_mode gather). Every rank's run takes the full inputs and returns
+ * the full outputs. A split dl_ltx2_split_check refuses, or more cp ranks than video
+ * tokens, is refused ("parallel split refused: ..."). */
+dl_status dl_ltx2_transformer_load_split(dl_ltx2_transformer **out, dl_model_dir *dir, const char *component,
+                                         const dl_ltx2_transformer_shape *shape, dl_dtype dt, dl_wsrc *src,
+                                         const dl_dit_split *split);
+/* Why the transformer of config.json `cfg` cannot run `split` (NULL when it can; the
+ * reason in buf): the video heads not divisible by tp (by tp x cp for Ulysses), the
+ * audio heads not divisible by tp, sp, interleaved RoPE column pairs cut by tp, more
+ * than 64 cp ranks, or the config itself refused. */
+const char *dl_ltx2_split_check(const struct cJSON *cfg, const dl_dit_split *split, char *buf, size_t n);
 const dl_ltx2_transformer_info *dl_ltx2_transformer_get_info(const dl_ltx2_transformer *m);
 /* out_video [video_tokens, video_out], out_audio [audio_tokens, audio_out] (f32, the
  * velocity predictions). Refuses non-finite inputs or timesteps and other sizes. */
@@ -101,6 +116,11 @@ void dl_ltx2_transformer_free(dl_ltx2_transformer *m);
 typedef struct dl_ltx2_probe dl_ltx2_probe;
 dl_status dl_ltx2_probe_load(dl_ltx2_probe **out, dl_model_dir *dir, const char *component,
                              const dl_ltx2_transformer_shape *shape, dl_dtype dt, dl_wsrc *src);
+/* The same for this rank of a split (NULL: one rank): its cp rank's video rows, the
+ * score's sums added over the cp group in rank order (the same score on every rank). */
+dl_status dl_ltx2_probe_load_split(dl_ltx2_probe **out, dl_model_dir *dir, const char *component,
+                                   const dl_ltx2_transformer_shape *shape, dl_dtype dt, dl_wsrc *src,
+                                   const dl_dit_split *split);
 /* video [video_tokens, video_in] (packed latents), timestep 0..1000; slot 0 or 1 */
 dl_status dl_ltx2_probe_run(dl_ltx2_probe *p, int slot, const float *video, float timestep, double *score);
 void dl_ltx2_probe_reset(dl_ltx2_probe *p); /* every slot's next score is 0 */

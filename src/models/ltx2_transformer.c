@@ -35,7 +35,21 @@
  *     "interleaved" rotates pairs (2i, 2i+1); "split" cuts the dim / 2 angles into
  *     groups (the rope's heads) and rotates halves of each group's slice of the width.
  * The model is built for one shape (grid, audio frames, text rows, fps): RoPE tables
- * and every activation are made at load, nothing is allocated in run. */
+ * and every activation are made at load, nothing is allocated in run.
+ *
+ * Parallel execution (a dl_dit_split; docs/parallel.md): TP splits every attention's
+ * heads (to_q / to_k / to_v / to_gate_logits column parallel, to_out row parallel) and
+ * the feed-forwards' columns, Megatron style, in both streams; the row-parallel outputs
+ * are all-reduced over the tp group (tp rank 0 adds the bias), and the across-heads
+ * q / k RMSNorm all-reduces each row's sum of squares (as Wan's). CP partitions the
+ * video tokens over the cp group: the video self-attention by the DiT library's modes
+ * (Ulysses, ring, gather), the text cross-attention and the feed-forwards on the local
+ * rows. The audio stream (tens of tokens) is replicated on every cp rank: a2v (video
+ * queries, audio keys) is local; v2a (audio queries over every video key) is each
+ * rank's partial attention over its video keys, all-gathered and merged in rank order
+ * (ring, Ulysses), or one attention over the all-gathered video K / V (gather), so
+ * every cp rank holds the same audio stream. Every rank returns both full outputs (the
+ * video rows all-gathered). Sequence parallelism (sp) is refused. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <omp.h>
@@ -43,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "difflet/comm.h"
 #include "difflet/ltx2.h"
 #include "models/models_impl.h"
 
@@ -56,11 +71,12 @@ typedef struct {
     int self;           /* q, k, v from one input (fused qkv) */
     int gated;
     int64_t H, Dh, W;   /* heads, head dim, inner width H Dh */
-    lin qkv;            /* self: [Nq, Dq] -> [Nq, 3W] dt */
-    lin q, kv;          /* cross: [Nq, Dq] -> [Nq, W] dt; [Nk, Dk] -> [Nk, 2W] dt (k | v) */
-    lin o;              /* to_out.0: [Nq, W] -> [Nq, Dout] f32 */
-    lin gate;           /* to_gate_logits: [Nq, Dq] -> [Nq, H] f32 */
-    float *nq, *nk;     /* [W] */
+    int64_t Hl, Wl;     /* this rank's heads and width (TP: H / tp) */
+    lin qkv;            /* self: [Nq, Dq] -> [Nq, 3Wl] dt */
+    lin q, kv;          /* cross: [Nq, Dq] -> [Nq, Wl] dt; [Nk, Dk] -> [Nk, 2Wl] dt (k | v) */
+    lin o;              /* to_out.0: [Nq, Wl] -> [Nq, Dout] f32 (TP: a partial sum) */
+    lin gate;           /* to_gate_logits: [Nq, Dq] -> [Nq, Hl] f32 */
+    float *nq, *nk;     /* [W] (the whole norm weight; a rank applies its slice) */
 } xattn;
 
 typedef struct {
@@ -78,6 +94,10 @@ typedef struct { /* LTX2AdaLayerNormSingle, f32 */
 
 struct dl_ltx2_transformer {
     dl_ltx2_transformer_info in;
+    dl_dit cv;                 /* the video stream under the split (no text rows): its rows [n0, n0 + Nl)
+                                  of Nv, H / tp heads, the CP self-attention's exchange buffers */
+    dl_dit ca;                 /* the audio width (Da, Ha / tp heads), every audio row (cp 1) */
+    int64_t Nvl, n0;           /* this rank's video rows */
     int64_t D, H, Dh, Da, Ha, Dha, L, T;
     int nv9, na9, prompt_mod, prompt_single, prompt_emb, pert;
     double eps, gate_factor;
@@ -92,11 +112,14 @@ struct dl_ltx2_transformer {
     float *tv, *ev, *ta, *ea, *tcv, *tca, *tgv, *tga, *tpv, *tpa; /* embeddings */
     float *mv, *ma, *kvv, *kva;                                   /* a block's modulation */
     /* activations (arena) */
-    float *xv, *xa;            /* [Nv, D], [Na, Da] f32 residuals */
+    float *xv, *xa;            /* [Nvl, D], [Na, Da] f32 residuals (this rank's video rows) */
     void *hv, *hv2, *ha, *ha2; /* dt: normalised + modulated rows */
-    void *xin;                 /* [max(Nv, Na), max(Cin, Ca)] dt */
-    void *qb, *kvb, *att, *f;  /* dt: [R, 3W], [K, 2W], [R, W], [R, 4 Dmax] */
-    float *gl, *o;             /* [R, Hmax], [R, Dmax] f32 */
+    void *xin;                 /* [max(Nvl, Na), max(Cin, Ca)] dt */
+    void *qb, *kvb, *att, *f;  /* dt: [R, 3Wl], [K, 2Wl], [R, Wl], [R, 4 Wl] (Wl = max(D, Da) / tp) */
+    float *gl, *o;             /* [R, Hmax / tp], [R, Dmax] f32 (R = max(Nvl, Na)) */
+    float *ss;                 /* [max(R, T)]: the TP norms' sums of squares */
+    float *vpart;              /* v2a partials (cp > 1, ring / Ulysses): [cp, Na Ha/tp (Dha + 2)] f32 */
+    void *vkv;                 /* v2a keys (cp > 1, gather): [Nv, 2 Da / tp] dt, every rank's video K | V */
     float *ctxv, *ctxa;        /* [T, D], [T, Da] f32: the text as the blocks see it */
     void *ctxin, *ctxmid, *ectx; /* dt: [T, Cmax], [T, Dmax], [T, Dmax] */
     void *scratch, *arena;
@@ -126,7 +149,8 @@ void dl_ltx2_transformer_free(dl_ltx2_transformer *m) {
     free(m->out_sst), free(m->out_asst);
     rope_free(&m->rv), rope_free(&m->ra), rope_free(&m->rcv), rope_free(&m->rca);
     free(m->vecs);
-    dl_aligned_free(m->arena);
+    dl_dit_free(&m->cv), dl_dit_free(&m->ca);
+    dl_aligned_free(m->arena), dl_aligned_free(m->vpart), dl_aligned_free(m->vkv);
     free(m);
 }
 
@@ -241,6 +265,40 @@ static dl_status read_config(tcfg *k, const cJSON *cfg, const char *file) {
     return DL_OK;
 }
 
+/* why a split cannot run config k (NULL when it can) */
+static const char *split_why(const tcfg *k, const dl_dit_split *sp, char *buf, size_t n) {
+    const char *why = dl_dit_split_check(sp, k->H, buf, n); /* video heads: tp, and tp x cp for Ulysses */
+    if (why) return why;
+    const int64_t D = k->H * k->Dh, Da = k->Ha * k->Dha;
+    if (sp->sp && sp->tp > 1)
+        return "LTX-2 does not support sequence parallelism on the TP group (sp); split the video tokens with cp";
+    if (k->Ha % sp->tp) {
+        snprintf(buf, n, "the model's %lld audio attention heads are not divisible by tp=%d", (long long)k->Ha, sp->tp);
+        return buf;
+    }
+    if (!k->split && ((D / sp->tp) % 2 || (Da / sp->tp) % 2)) {
+        snprintf(buf, n, "interleaved RoPE rotates column pairs: tp=%d leaves a rank %lld video and %lld audio attention "
+                         "columns, which must both be even", sp->tp, (long long)(D / sp->tp), (long long)(Da / sp->tp));
+        return buf;
+    }
+    if (sp->cp > 64) return "at most 64 cp ranks (the ring and the v2a merge keep one partial per rank)";
+    return NULL;
+}
+
+const char *dl_ltx2_split_check(const cJSON *cfg, const dl_dit_split *sp, char *buf, size_t n) {
+    tcfg k;
+    if (read_config(&k, cfg, "transformer/config.json")) {
+        snprintf(buf, n, "%s", dl_last_error());
+        return buf;
+    }
+    const char *why = split_why(&k, sp, buf, n);
+    if (why && why != buf) {
+        snprintf(buf, n, "%s", why);
+        return buf;
+    }
+    return why;
+}
+
 /* ---- RoPE tables -------------------------------------------------------------------- */
 
 /* LTX2AudioVideoRotaryPosEmbed.forward for positions g [N, nd] (already position /
@@ -283,6 +341,36 @@ static dl_status rope_make(rope *r, const float *g, int64_t N, int nd, int64_t d
         }
     }
     free(fr), free(ang);
+    return DL_OK;
+}
+
+/* keep rows [row0, row0 + rows) and columns [col0, col0 + cols) of the rotated width
+ * (a rank's tokens and heads): interleaved pairs, or whole split-RoPE groups */
+static dl_status rope_slice(rope *r, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
+    if (row0 == 0 && rows == r->N && col0 == 0 && cols == r->dim) return DL_OK;
+    const int64_t half = r->dim / 2, w = r->split ? r->dim / r->G : 2, rr = w / 2, G = r->split ? cols / w : 1;
+    DL_ASSERT(col0 % w == 0 && cols % w == 0 && row0 + rows <= r->N && col0 + cols <= r->dim);
+    float *c = malloc((size_t)(rows * cols / 2) * sizeof(float)), *sn = malloc((size_t)(rows * cols / 2) * sizeof(float));
+    if (!c || !sn) {
+        free(c), free(sn);
+        return dl_fail(DL_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t n = 0; n < rows; n++)
+        if (!r->split) /* [N, dim / 2] */
+            for (int64_t j = 0; j < cols / 2; j++) {
+                c[n * (cols / 2) + j] = r->cos[(row0 + n) * half + col0 / 2 + j];
+                sn[n * (cols / 2) + j] = r->sin[(row0 + n) * half + col0 / 2 + j];
+            }
+        else /* [G, N, rr] */
+            for (int64_t g = 0; g < G; g++)
+                for (int64_t j = 0; j < rr; j++) {
+                    const int64_t from = ((col0 / w + g) * r->N + row0 + n) * rr + j;
+                    c[(g * rows + n) * rr + j] = r->cos[from];
+                    sn[(g * rows + n) * rr + j] = r->sin[from];
+                }
+    free(r->cos), free(r->sin);
+    r->cos = c, r->sin = sn, r->N = rows, r->dim = cols;
+    if (r->split) r->G = G;
     return DL_OK;
 }
 
@@ -330,10 +418,15 @@ static dl_status ropes_make(dl_ltx2_transformer *m, const tcfg *k, const dl_ltx2
         ga[n] = mid / (float)k->apos_max;
         gac[n] = mid / (float)cmax;
     }
+    /* this rank's video rows and attention columns of each (TP: its heads' slice of the width) */
+    const int tp = m->cv.sp.tp, tr = m->cv.sp.tp_rank;
+    const int64_t Dl = m->D / tp, Dal = m->Da / tp;
     if ((s = rope_make(&m->rv, gv, Nv, 3, m->D, k->H, k->split, k->theta, k->f64)) ||
         (s = rope_make(&m->ra, ga, Na, 1, m->Da, k->Ha, k->split, k->theta, k->f64)) ||
         (s = rope_make(&m->rcv, gc, Nv, 1, m->Da, k->H, k->split, k->theta, k->f64)) ||
-        (s = rope_make(&m->rca, gac, Na, 1, m->Da, k->Ha, k->split, k->theta, k->f64)))
+        (s = rope_make(&m->rca, gac, Na, 1, m->Da, k->Ha, k->split, k->theta, k->f64)) ||
+        (s = rope_slice(&m->rv, m->n0, m->Nvl, tr * Dl, Dl)) || (s = rope_slice(&m->ra, 0, Na, tr * Dal, Dal)) ||
+        (s = rope_slice(&m->rcv, m->n0, m->Nvl, tr * Dal, Dal)) || (s = rope_slice(&m->rca, 0, Na, tr * Dal, Dal)))
         goto done;
 done:
     free(gv), free(gc), free(ga), free(gac);
@@ -342,14 +435,30 @@ done:
 
 /* ---- loading ------------------------------------------------------------------------ */
 
-/* `<base>.weight` [n, k] (and `<base>.bias` when bias) */
-static dl_status lin1(lin *l, dl_wsrc *ck, const char *base, int bias, int64_t m, int64_t k, int64_t n, dl_dtype dt,
-                      dl_dtype dst, dl_act act) {
+/* `<base>.weight` [n, k] (and `<base>.bias` when bias), this rank's TP slice (sp NULL: whole) */
+static dl_status lin1s(lin *l, dl_wsrc *ck, const char *base, int bias, int64_t m, int64_t k, int64_t n, dl_dtype dt,
+                       dl_dtype dst, dl_act act, const lin_split *sp) {
     char w[200], b[200];
     snprintf(w, sizeof w, "%.180s.weight", base);
     snprintf(b, sizeof b, "%.180s.bias", base);
     const char *wn[1] = {w}, *bn[1] = {b};
-    return dl_lin_load(l, ck, wn, bias ? bn : NULL, 1, &n, m, k, dt, dst, act);
+    return dl_lin_load_split(l, ck, wn, bias ? bn : NULL, 1, &n, m, k, dt, dst, act, 0, sp);
+}
+
+static dl_status lin1(lin *l, dl_wsrc *ck, const char *base, int bias, int64_t m, int64_t k, int64_t n, dl_dtype dt,
+                      dl_dtype dst, dl_act act) {
+    return lin1s(l, ck, base, bias, m, k, n, dt, dst, act, NULL);
+}
+
+/* Megatron slices of an n-wide column-parallel layer (this rank's rows [tr n / tp, ..)) and
+ * of the row-parallel layer reading it (those input columns; the bias on tp rank 0) */
+typedef struct {
+    lin_split col, row;
+} tp_slices;
+static tp_slices tp_split(int tp, int tr, int64_t n) {
+    const int64_t nl = n / tp;
+    tp_slices t = {.col = {.row0 = tr * nl, .rows = nl}, .row = {.nseg = 1, .seg0 = {tr * nl}, .segn = {nl}, .no_bias = tr != 0}};
+    return t;
 }
 
 static dl_status adaln_load(adaln *a, dl_wsrc *ck, const char *p, int64_t d, int64_t n) {
@@ -368,13 +477,17 @@ static dl_status adaln_load(adaln *a, dl_wsrc *ck, const char *p, int64_t d, int
     return DL_OK;
 }
 
-/* an LTX2Attention `<p>` for nq query rows of width dq and nk key rows of width dk */
+/* an LTX2Attention `<p>` for nq query rows of width dq and nk key rows of width dk; with
+ * TP (tp > 1) rank tr's heads */
 static dl_status xattn_load(xattn *a, dl_wsrc *ck, const char *p, int self, int gated, int64_t H, int64_t Dh, int64_t nq,
-                            int64_t dq, int64_t nk, int64_t dk, int64_t dout, const tcfg *k, dl_dtype dt) {
+                            int64_t dq, int64_t nk, int64_t dk, int64_t dout, const tcfg *k, dl_dtype dt, int tp, int tr) {
     char nm[200], w[3][200], b[3][200];
     dl_status s;
     a->self = self, a->gated = gated, a->H = H, a->Dh = Dh, a->W = H * Dh;
+    a->Hl = H / tp, a->Wl = a->Hl * Dh;
     const int64_t W = a->W, np[3] = {W, W, W};
+    tp_slices sw = tp_split(tp, tr, W), sh = tp_split(tp, tr, H);
+    const lin_split *cw = tp > 1 ? &sw.col : NULL, *rw = tp > 1 ? &sw.row : NULL, *chd = tp > 1 ? &sh.col : NULL;
     const char *x[3] = {"to_q", "to_k", "to_v"};
     for (int i = 0; i < 3; i++) {
         snprintf(w[i], sizeof w[i], "%s.%s.weight", p, x[i]);
@@ -383,14 +496,14 @@ static dl_status xattn_load(xattn *a, dl_wsrc *ck, const char *p, int self, int 
     const char *wn[3] = {w[0], w[1], w[2]}, *bn[3] = {b[0], b[1], b[2]};
 #define NM(x) (snprintf(nm, sizeof nm, "%s.%s", p, x), nm)
     if (self) {
-        if ((s = dl_lin_load(&a->qkv, ck, wn, k->abias ? bn : NULL, 3, np, nq, dq, dt, dt, DL_ACT_NONE))) return s;
-    } else if ((s = dl_lin_load(&a->q, ck, wn, k->abias ? bn : NULL, 1, np, nq, dq, dt, dt, DL_ACT_NONE)) ||
-               (s = dl_lin_load(&a->kv, ck, wn + 1, k->abias ? bn + 1 : NULL, 2, np, nk, dk, dt, dt, DL_ACT_NONE))) {
+        if ((s = dl_lin_load_split(&a->qkv, ck, wn, k->abias ? bn : NULL, 3, np, nq, dq, dt, dt, DL_ACT_NONE, 0, cw))) return s;
+    } else if ((s = dl_lin_load_split(&a->q, ck, wn, k->abias ? bn : NULL, 1, np, nq, dq, dt, dt, DL_ACT_NONE, 0, cw)) ||
+               (s = dl_lin_load_split(&a->kv, ck, wn + 1, k->abias ? bn + 1 : NULL, 2, np, nk, dk, dt, dt, DL_ACT_NONE, 0, cw))) {
         return s;
     }
-    if ((s = lin1(&a->o, ck, NM("to_out.0"), k->aobias, nq, W, dout, dt, DL_F32, DL_ACT_NONE)) ||
+    if ((s = lin1s(&a->o, ck, NM("to_out.0"), k->aobias, nq, W, dout, dt, DL_F32, DL_ACT_NONE, rw)) ||
         (s = dl_param_vec(ck, NM("norm_q.weight"), W, &a->nq)) || (s = dl_param_vec(ck, NM("norm_k.weight"), W, &a->nk)) ||
-        (gated && (s = lin1(&a->gate, ck, NM("to_gate_logits"), 1, nq, dq, H, dt, DL_F32, DL_ACT_NONE))))
+        (gated && (s = lin1s(&a->gate, ck, NM("to_gate_logits"), 1, nq, dq, H, dt, DL_F32, DL_ACT_NONE, chd))))
         return s;
     if (!gated && dl_ws_find(ck, NM("to_gate_logits.weight")))
         return dl_fail(DL_ERR_FORMAT, "LTX-2 transformer: `%s` is in the checkpoint but the config has no gated attention", nm);
@@ -400,7 +513,11 @@ static dl_status xattn_load(xattn *a, dl_wsrc *ck, const char *p, int self, int 
 
 static dl_status block_load(dl_ltx2_transformer *m, tblock *b, dl_wsrc *ck, int64_t i, const tcfg *k) {
     char p[96], nm[200];
-    const int64_t Nv = m->in.video_tokens, Na = m->in.audio_tokens, T = m->T, D = m->D, Da = m->Da;
+    const int64_t Nv = m->Nvl, Na = m->in.audio_tokens, T = m->T, D = m->D, Da = m->Da;
+    const int tp = m->cv.sp.tp, tr = m->cv.sp.tp_rank;
+    tp_slices fv = tp_split(tp, tr, 4 * D), fa = tp_split(tp, tr, 4 * Da);
+    const lin_split *cfv = tp > 1 ? &fv.col : NULL, *rfv = tp > 1 ? &fv.row : NULL;
+    const lin_split *cfa = tp > 1 ? &fa.col : NULL, *rfa = tp > 1 ? &fa.row : NULL;
     const dl_dtype dt = m->dt;
     dl_status s;
     const int64_t sv[2] = {m->nv9 ? 9 : 6, D}, sa[2] = {m->na9 ? 9 : 6, Da}, pv[2] = {2, D}, pa[2] = {2, Da}, cv[2] = {5, D},
@@ -411,16 +528,16 @@ static dl_status block_load(dl_ltx2_transformer *m, tblock *b, dl_wsrc *ck, int6
     snprintf(a1, sizeof a1, "%s.attn1", p), snprintf(aa1, sizeof aa1, "%s.audio_attn1", p);
     snprintf(a2, sizeof a2, "%s.attn2", p), snprintf(aa2, sizeof aa2, "%s.audio_attn2", p);
     snprintf(a2v, sizeof a2v, "%s.audio_to_video_attn", p), snprintf(v2a, sizeof v2a, "%s.video_to_audio_attn", p);
-    if ((s = xattn_load(&b->a1, ck, a1, 1, k->gated, m->H, m->Dh, Nv, D, Nv, D, D, k, dt)) ||
-        (s = xattn_load(&b->aa1, ck, aa1, 1, k->agated, m->Ha, m->Dha, Na, Da, Na, Da, Da, k, dt)) ||
-        (s = xattn_load(&b->a2, ck, a2, 0, k->gated, m->H, m->Dh, Nv, D, T, D, D, k, dt)) ||
-        (s = xattn_load(&b->aa2, ck, aa2, 0, k->agated, m->Ha, m->Dha, Na, Da, T, Da, Da, k, dt)) ||
-        (s = xattn_load(&b->a2v, ck, a2v, 0, k->gated, m->Ha, m->Dha, Nv, D, Na, Da, D, k, dt)) ||
-        (s = xattn_load(&b->v2a, ck, v2a, 0, k->agated, m->Ha, m->Dha, Na, Da, Nv, D, Da, k, dt)) ||
-        (s = lin1(&b->ff1, ck, NM("ff.net.0.proj"), k->ff_bias, Nv, D, 4 * D, dt, dt, DL_ACT_GELU_TANH)) ||
-        (s = lin1(&b->ff2, ck, NM("ff.net.2"), k->ff_bias, Nv, 4 * D, D, dt, DL_F32, DL_ACT_NONE)) ||
-        (s = lin1(&b->aff1, ck, NM("audio_ff.net.0.proj"), k->aff_bias, Na, Da, 4 * Da, dt, dt, DL_ACT_GELU_TANH)) ||
-        (s = lin1(&b->aff2, ck, NM("audio_ff.net.2"), k->aff_bias, Na, 4 * Da, Da, dt, DL_F32, DL_ACT_NONE)) ||
+    if ((s = xattn_load(&b->a1, ck, a1, 1, k->gated, m->H, m->Dh, Nv, D, Nv, D, D, k, dt, tp, tr)) ||
+        (s = xattn_load(&b->aa1, ck, aa1, 1, k->agated, m->Ha, m->Dha, Na, Da, Na, Da, Da, k, dt, tp, tr)) ||
+        (s = xattn_load(&b->a2, ck, a2, 0, k->gated, m->H, m->Dh, Nv, D, T, D, D, k, dt, tp, tr)) ||
+        (s = xattn_load(&b->aa2, ck, aa2, 0, k->agated, m->Ha, m->Dha, Na, Da, T, Da, Da, k, dt, tp, tr)) ||
+        (s = xattn_load(&b->a2v, ck, a2v, 0, k->gated, m->Ha, m->Dha, Nv, D, Na, Da, D, k, dt, tp, tr)) ||
+        (s = xattn_load(&b->v2a, ck, v2a, 0, k->agated, m->Ha, m->Dha, Na, Da, Nv, D, Da, k, dt, tp, tr)) ||
+        (s = lin1s(&b->ff1, ck, NM("ff.net.0.proj"), k->ff_bias, Nv, D, 4 * D, dt, dt, DL_ACT_GELU_TANH, cfv)) ||
+        (s = lin1s(&b->ff2, ck, NM("ff.net.2"), k->ff_bias, Nv, 4 * D, D, dt, DL_F32, DL_ACT_NONE, rfv)) ||
+        (s = lin1s(&b->aff1, ck, NM("audio_ff.net.0.proj"), k->aff_bias, Na, Da, 4 * Da, dt, dt, DL_ACT_GELU_TANH, cfa)) ||
+        (s = lin1s(&b->aff2, ck, NM("audio_ff.net.2"), k->aff_bias, Na, 4 * Da, Da, dt, DL_F32, DL_ACT_NONE, rfa)) ||
         (s = dl_param_f32(ck, NM("scale_shift_table"), 2, sv, &b->sst)) ||
         (s = dl_param_f32(ck, NM("audio_scale_shift_table"), 2, sa, &b->asst)) ||
         (s = dl_param_f32(ck, NM("video_a2v_cross_attn_scale_shift_table"), 2, cv, &b->vca)) ||
@@ -443,6 +560,25 @@ static int64_t max2(int64_t a, int64_t b) { return a > b ? a : b; }
 
 dl_status dl_ltx2_transformer_load(dl_ltx2_transformer **out, dl_model_dir *dir, const char *component,
                                    const dl_ltx2_transformer_shape *sh, dl_dtype dt, dl_wsrc *src) {
+    return dl_ltx2_transformer_load_split(out, dir, component, sh, dt, src, NULL);
+}
+
+/* the split's refusals (NULL when it runs): the config's, then the size's */
+static dl_status split_refused(const tcfg *k, const dl_dit_split *sp, int64_t Nv, const char *who) {
+    char buf[512];
+    const char *why = split_why(k, sp, buf, sizeof buf);
+    if (why) return dl_fail(DL_ERR_INVALID, "%s: parallel split refused: %s", who, why);
+    if (sp->cp > Nv)
+        return dl_fail(DL_ERR_INVALID, "%s: parallel split refused: cp=%d ranks for %lld video tokens (each cp rank needs at "
+                                       "least one)", who, sp->cp, (long long)Nv);
+    if ((sp->tp > 1 && !sp->tp_comm) || (sp->cp > 1 && !sp->cp_comm))
+        return dl_fail(DL_ERR_INVALID, "%s: a split without its communicators", who);
+    return DL_OK;
+}
+
+dl_status dl_ltx2_transformer_load_split(dl_ltx2_transformer **out, dl_model_dir *dir, const char *component,
+                                         const dl_ltx2_transformer_shape *sh, dl_dtype dt, dl_wsrc *src,
+                                         const dl_dit_split *split) {
     *out = NULL;
     char file[512];
     snprintf(file, sizeof file, "%s/config.json", component);
@@ -461,9 +597,18 @@ dl_status dl_ltx2_transformer_load(dl_ltx2_transformer **out, dl_model_dir *dir,
                        (long long)sh->text_rows, sh->fps);
     const int64_t Nv = ((sh->frames + k.pt - 1) / k.pt) * ((sh->height + k.p - 1) / k.p) * ((sh->width + k.p - 1) / k.p);
     if (Nv > (int64_t)1 << 22) return dl_fail(DL_ERR_INVALID, "LTX-2 transformer: %lld video tokens (at most 4M)", (long long)Nv);
+    const dl_dit_split one = {.tp = 1, .cp = 1}, *sp = split ? split : &one;
+    if ((s = split_refused(&k, sp, Nv, "LTX-2 transformer"))) return s;
     dl_ltx2_transformer *m = calloc(1, sizeof *m);
     if (!m) return dl_fail(DL_ERR_NOMEM, "out of memory");
     dl_wsrc *ck = NULL;
+    /* the video stream's split (its rows, the CP exchange) and the audio width's (TP only) */
+    m->cv = (dl_dit){.sp = *sp, .dt = dt, .D = k.H * k.Dh, .H = k.H, .Dh = k.Dh, .F = 4 * k.H * k.Dh, .N = Nv, .S = Nv};
+    m->ca = (dl_dit){.sp = {.tp = sp->tp, .cp = 1, .tp_rank = sp->tp_rank, .tp_comm = sp->tp_comm}, .dt = dt,
+                     .D = k.Ha * k.Dha, .H = k.Ha, .Dh = k.Dha, .F = 4 * k.Ha * k.Dha, .N = sh->audio_frames,
+                     .S = sh->audio_frames};
+    if ((s = dl_dit_plan(&m->cv)) || (s = dl_dit_plan(&m->ca))) goto fail;
+    m->Nvl = m->cv.Nl, m->n0 = m->cv.n0;
     m->dt = dt, m->T = sh->text_rows;
     m->pert = k.pert;
     m->D = k.H * k.Dh, m->H = k.H, m->Dh = k.Dh, m->Da = k.Ha * k.Dha, m->Ha = k.Ha, m->Dha = k.Dha, m->L = k.L;
@@ -474,12 +619,12 @@ dl_status dl_ltx2_transformer_load(dl_ltx2_transformer **out, dl_model_dir *dir,
     in->audio_tokens = sh->audio_frames, in->audio_in = k.Ca, in->audio_out = k.Caout;
     in->text_rows = sh->text_rows, in->text_width = k.prompt_emb ? k.C : m->D, in->audio_text_width = k.prompt_emb ? k.C : m->Da;
     in->layers = k.L, in->perturbed_attn = k.pert;
-    const int64_t D = m->D, Da = m->Da, Na = in->audio_tokens, T = m->T;
+    const int64_t D = m->D, Da = m->Da, Na = in->audio_tokens, T = m->T, Nvl = m->Nvl;
     if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK) goto fail;
     const int64_t so[2] = {2, D}, sao[2] = {2, Da};
-    if ((s = lin1(&m->proj_in, ck, "proj_in", 1, Nv, k.Cin, D, dt, DL_F32, DL_ACT_NONE)) ||
+    if ((s = lin1(&m->proj_in, ck, "proj_in", 1, Nvl, k.Cin, D, dt, DL_F32, DL_ACT_NONE)) ||
         (s = lin1(&m->aproj_in, ck, "audio_proj_in", 1, Na, k.Ca, Da, dt, DL_F32, DL_ACT_NONE)) ||
-        (s = lin1(&m->proj_out, ck, "proj_out", 1, Nv, D, k.Cout, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = lin1(&m->proj_out, ck, "proj_out", 1, Nvl, D, k.Cout, dt, DL_F32, DL_ACT_NONE)) ||
         (s = lin1(&m->aproj_out, ck, "audio_proj_out", 1, Na, Da, k.Caout, dt, DL_F32, DL_ACT_NONE)) ||
         (k.prompt_emb && ((s = lin1(&m->cap1, ck, "caption_projection.linear_1", 1, T, k.C, D, dt, dt, DL_ACT_GELU_TANH)) ||
                           (s = lin1(&m->cap2, ck, "caption_projection.linear_2", 1, T, D, D, dt, DL_F32, DL_ACT_NONE)) ||
@@ -518,22 +663,25 @@ dl_status dl_ltx2_transformer_load(dl_ltx2_transformer **out, dl_model_dir *dir,
     }
     /* activations: all live through the whole call (one phase) */
     const size_t es = dl_dtype_size(dt);
-    const int64_t R = max2(Nv, Na), K = max2(R, T), Dm = max2(D, Da), Hm = max2(m->H, m->Ha), Cm = max2(k.Cin, k.Ca);
+    const int tp = sp->tp, cp = sp->cp;
+    const int64_t R = max2(Nvl, Na), K = max2(R, T), Dm = max2(D, Da), Hm = max2(m->H, m->Ha), Cm = max2(k.Cin, k.Ca);
+    const int64_t Dml = Dm / tp, Hml = Hm / tp; /* this rank's attention columns and heads (TP) */
     const int64_t Cx = k.prompt_emb ? k.C : 1;
     act_plan pl = {0};
-    dl_plan_add(&pl, &m->xv, (size_t)(Nv * D) * 4, 0, 0);
+    dl_plan_add(&pl, &m->xv, (size_t)(Nvl * D) * 4, 0, 0);
     dl_plan_add(&pl, &m->xa, (size_t)(Na * Da) * 4, 0, 0);
-    dl_plan_add(&pl, &m->hv, (size_t)(Nv * D) * es, 0, 0);
-    dl_plan_add(&pl, &m->hv2, (size_t)(Nv * D) * es, 0, 0);
+    dl_plan_add(&pl, &m->hv, (size_t)(Nvl * D) * es, 0, 0);
+    dl_plan_add(&pl, &m->hv2, (size_t)(Nvl * D) * es, 0, 0);
     dl_plan_add(&pl, &m->ha, (size_t)(Na * Da) * es, 0, 0);
     dl_plan_add(&pl, &m->ha2, (size_t)(Na * Da) * es, 0, 0);
     dl_plan_add(&pl, &m->xin, (size_t)(R * Cm) * es, 0, 0);
-    dl_plan_add(&pl, &m->qb, (size_t)(R * 3 * Dm) * es, 0, 0);
-    dl_plan_add(&pl, &m->kvb, (size_t)(K * 2 * Dm) * es, 0, 0);
-    dl_plan_add(&pl, &m->att, (size_t)(R * Dm) * es, 0, 0);
-    dl_plan_add(&pl, &m->f, (size_t)(R * 4 * Dm) * es, 0, 0);
-    dl_plan_add(&pl, &m->gl, (size_t)(R * Hm) * 4, 0, 0);
+    dl_plan_add(&pl, &m->qb, (size_t)(R * 3 * Dml) * es, 0, 0);
+    dl_plan_add(&pl, &m->kvb, (size_t)(K * 2 * Dml) * es, 0, 0);
+    dl_plan_add(&pl, &m->att, (size_t)(R * Dml) * es, 0, 0);
+    dl_plan_add(&pl, &m->f, (size_t)(R * 4 * Dml) * es, 0, 0);
+    dl_plan_add(&pl, &m->gl, (size_t)(R * Hml) * 4, 0, 0);
     dl_plan_add(&pl, &m->o, (size_t)(R * Dm) * 4, 0, 0);
+    if (tp > 1) dl_plan_add(&pl, &m->ss, (size_t)K * 4, 0, 0);
     dl_plan_add(&pl, &m->ctxv, (size_t)(T * D) * 4, 0, 0);
     dl_plan_add(&pl, &m->ctxa, (size_t)(T * Da) * 4, 0, 0);
     dl_plan_add(&pl, &m->ctxin, (size_t)(T * Cx) * es, 0, 0);
@@ -549,6 +697,17 @@ dl_status dl_ltx2_transformer_load(dl_ltx2_transformer **out, dl_model_dir *dir,
     sb = (size_t)max2((int64_t)sb, (int64_t)attn_bytes(dt, Na, Nv, Ha, Dha, Da, 2 * Da));
     dl_plan_add(&pl, &m->scratch, sb, 0, 0);
     if ((s = dl_plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
+    if (cp > 1) { /* the video self-attention's exchange (the library's), v2a's partials or gathered K | V */
+        m->cv.scratch = m->scratch;
+        if ((s = dl_dit_alloc(&m->cv))) goto fail;
+        const int64_t Hal = Ha / tp, Dal = Da / tp;
+        m->vpart = dl_aligned_alloc((size_t)(cp * Na * Hal * (Dha + 2)) * 4);
+        if (sp->cp_mode == DL_CP_GATHER) m->vkv = dl_aligned_alloc((size_t)(Nv * 2 * Dal) * es);
+        if (!m->vpart || (sp->cp_mode == DL_CP_GATHER && !m->vkv)) {
+            s = dl_fail(DL_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
     dl_ws_close(ck);
     *out = m;
     return DL_OK;
@@ -643,47 +802,104 @@ static void rope_apply(const rope *r, dl_dtype dt, void *x, int64_t rows, int64_
     }
 }
 
-/* out [nq, Dout] f32 = attention a of hq [nq, Dq] (dt) over hk [nk, Dk] (dt; self: hq) */
-static dl_status xattn_run(dl_ltx2_transformer *m, xattn *a, const void *hq, int64_t nq, const void *hk, int64_t nk,
-                           const rope *rq, const rope *rk, int perturbed, float *out) {
-    const int64_t W = a->W, H = a->H, Dh = a->Dh;
+/* TP: the row-parallel partial sums of n floats become the whole (an all-reduce over the tp group) */
+static dl_status tp_reduce(dl_ltx2_transformer *m, float *x, int64_t n) {
+    return m->cv.sp.tp > 1 ? dl_comm_allreduce_sum(m->cv.sp.tp_comm, x, (size_t)n) : DL_OK;
+}
+
+/* where an attention's keys are */
+typedef enum {
+    KEYS_LOCAL = 0, /* on this rank: the text, the audio, or every key without CP */
+    KEYS_VSELF,     /* video self-attention: the cp group's video rows (the DiT library's CP modes) */
+    KEYS_VIDEO      /* v2a: audio queries (every rank) over the cp group's video rows */
+} keys_at;
+
+/* v2a with CP: the audio queries over every cp rank's video keys (k, v: this rank's
+ * nk rows, stride ks). Ring / Ulysses: this rank's partial (O, row max, sum of exps)
+ * over its keys, all-gathered and merged in rank order; gather: every rank's K | V
+ * all-gathered (kv: this rank's [nk, 2 Wl] rows), one attention. The result, into
+ * att [nq, Wl], is the same on every cp rank. */
+static dl_status v2a_cp(dl_ltx2_transformer *m, const xattn *a, const char *q, int64_t qs, const char *kv, int64_t nq,
+                        int64_t nk) {
+    const dl_dit *c = &m->cv;
+    const int cp = c->sp.cp, r = c->sp.cp_rank;
+    const int64_t Hl = a->Hl, Dh = a->Dh, Wl = a->Wl;
     const size_t es = dl_dtype_size(m->dt);
+    dl_attn_args at = {.dt = m->dt, .sq = nq, .sk = nk, .heads = Hl, .head_dim = Dh, .q = q, .q_stride = qs, .k = kv,
+                       .v = kv + (size_t)Wl * es, .k_stride = 2 * Wl, .v_stride = 2 * Wl, .out = m->att, .out_stride = Wl,
+                       .kv_begin = 0, .kv_end = nk, .scale = 1.f / sqrtf((float)Dh)};
+    dl_status s;
+    if (c->sp.cp_mode == DL_CP_GATHER) {
+        const size_t row = (size_t)(2 * Wl) * es;
+        for (int j = 0; j < cp; j++) c->cnt[j] = (size_t)c->cnn[j] * row, c->dsp[j] = (size_t)c->cn0[j] * row;
+        if ((s = dl_comm_allgatherv(c->sp.cp_comm, kv, m->vkv, c->cnt, c->dsp))) return s;
+        at.k = m->vkv, at.v = (const char *)m->vkv + (size_t)Wl * es, at.sk = at.kv_end = c->N;
+        DL_PAR(dl_attn_t(&at, m->scratch, ith, nth));
+        return DL_OK;
+    }
+    const int64_t P = nq * Hl * (Dh + 2); /* one rank's partial: o [nq, Hl, Dh], m and l [Hl, nq] */
+    float *mine = m->vpart + r * P;
+    at.o_part = mine, at.m = mine + nq * Hl * Dh, at.l = at.m + nq * Hl;
+    DL_PAR(dl_attn_t(&at, m->scratch, ith, nth));
+    if ((s = dl_comm_allgather(c->sp.cp_comm, mine, (size_t)P * 4, m->vpart))) return s;
+    dl_attn_partial parts[64];
+    for (int j = 0; j < cp; j++) {
+        float *o = m->vpart + j * P;
+        parts[j] = (dl_attn_partial){o, o + nq * Hl * Dh, o + nq * Hl * Dh + nq * Hl};
+    }
+    DL_PAR(dl_attn_merge_t(parts, cp, nq, Hl, Dh, m->dt, m->att, Wl, NULL, NULL, NULL, ith, nth));
+    return DL_OK;
+}
+
+/* out [nq, Dout] f32 = attention a of hq [nq, Dq] (dt) over hk [nk, Dk] (dt; self: hq),
+ * this rank's heads (TP: the row-parallel output all-reduced); w is the stream whose
+ * width the attention has (its across-heads norm's split); keys: where the keys are */
+static dl_status xattn_run(dl_ltx2_transformer *m, xattn *a, dl_dit *w, const void *hq, int64_t nq, const void *hk,
+                           int64_t nk, const rope *rq, const rope *rk, int perturbed, keys_at keys, float *out) {
+    const int64_t Wl = a->Wl, Hl = a->Hl, Dh = a->Dh;
+    const size_t es = dl_dtype_size(m->dt);
+    const int cp = m->cv.sp.cp > 1;
     dl_status s;
     char *q, *k, *v;
     int64_t qs, ks;
     if (a->self) {
         RUN(&a->qkv, hq, m->qb);
-        q = m->qb, k = q + (size_t)W * es, v = q + (size_t)(2 * W) * es, qs = ks = 3 * W;
+        q = m->qb, k = q + (size_t)Wl * es, v = q + (size_t)(2 * Wl) * es, qs = ks = 3 * Wl;
     } else {
         RUN(&a->q, hq, m->qb);
         RUN(&a->kv, hk, m->kvb);
-        q = m->qb, k = m->kvb, v = k + (size_t)W * es, qs = W, ks = 2 * W;
+        q = m->qb, k = m->kvb, v = k + (size_t)Wl * es, qs = Wl, ks = 2 * Wl;
     }
     if (a->gated) RUN(&a->gate, hq, m->gl);
     if (perturbed) { /* STG (self-attention only): the value projection in place of attention */
         DL_ASSERT(a->self);
         for (int64_t r = 0; r < nq; r++)
-            memcpy((char *)m->att + (size_t)(r * W) * es, v + (size_t)(r * qs) * es, (size_t)W * es);
+            memcpy((char *)m->att + (size_t)(r * Wl) * es, v + (size_t)(r * qs) * es, (size_t)Wl * es);
     } else {
-        DL_PAR({
-            dl_rmsnorm_heads_t(m->dt, q, nq, qs, 1, W, a->nq, 1e-6f, ith, nth);
-            dl_rmsnorm_heads_t(m->dt, k, nk, ks, 1, W, a->nk, 1e-6f, ith, nth);
-        });
+        if ((s = dl_dit_rmsnorm_full(w, q, nq, qs, a->nq, 1e-6f, m->ss)) || (s = dl_dit_rmsnorm_full(w, k, nk, ks, a->nk, 1e-6f, m->ss)))
+            return s;
         if (rq) rope_apply(rq, m->dt, q, nq, qs);
         if (rk) rope_apply(rk, m->dt, k, nk, ks);
-        dl_attn_args at = {.dt = m->dt, .sq = nq, .sk = nk, .heads = H, .head_dim = Dh, .q = q, .q_stride = qs, .k = k,
-                           .v = v, .k_stride = ks, .v_stride = ks, .out = m->att, .out_stride = W, .kv_begin = 0,
-                           .kv_end = nk, .scale = 1.f / sqrtf((float)Dh)};
-        DL_PAR(dl_attn_t(&at, m->scratch, ith, nth));
+        if (cp && keys == KEYS_VSELF) { /* the library's CP modes over the fused q | k | v rows */
+            m->cv.qkv = m->qb, m->cv.att = m->att;
+            if ((s = dl_dit_attention(&m->cv, Wl))) return s;
+        } else if (cp && keys == KEYS_VIDEO) {
+            if ((s = v2a_cp(m, a, q, qs, k, nq, nk))) return s;
+        } else {
+            dl_attn_args at = {.dt = m->dt, .sq = nq, .sk = nk, .heads = Hl, .head_dim = Dh, .q = q, .q_stride = qs, .k = k,
+                               .v = v, .k_stride = ks, .v_stride = ks, .out = m->att, .out_stride = Wl, .kv_begin = 0,
+                               .kv_end = nk, .scale = 1.f / sqrtf((float)Dh)};
+            DL_PAR(dl_attn_t(&at, m->scratch, ith, nth));
+        }
     }
     if (a->gated) { /* out *= 2 sigmoid(gate logit) per head, rounded as the stream's dtype */
         DL_PAR({
             int64_t r0, r1;
             dl_split(nq, ith, nth, &r0, &r1);
             for (int64_t r = r0; r < r1; r++)
-                for (int64_t h = 0; h < H; h++) {
-                    const float g = 2.f / (1.f + expf(-m->gl[r * H + h]));
-                    char *row = (char *)m->att + (size_t)(r * W + h * Dh) * es;
+                for (int64_t h = 0; h < Hl; h++) {
+                    const float g = 2.f / (1.f + expf(-m->gl[r * Hl + h]));
+                    char *row = (char *)m->att + (size_t)(r * Wl + h * Dh) * es;
                     for (int64_t j = 0; j < Dh; j++) {
                         if (m->dt == DL_F32) ((float *)row)[j] *= g;
                         else ((uint16_t *)row)[j] = dl_f32_to_bf16(dl_bf16_to_f32(((uint16_t *)row)[j]) * g);
@@ -692,7 +908,7 @@ static dl_status xattn_run(dl_ltx2_transformer *m, xattn *a, const void *hq, int
         });
     }
     RUN(&a->o, m->att, out);
-    return DL_OK;
+    return tp_reduce(m, out, nq * a->o.n);
 }
 
 /* mod[i] = table[i] + temb[i] for n rows of d */
@@ -714,7 +930,8 @@ static void text_kv(dl_ltx2_transformer *m, const float *e, int64_t d, const flo
 }
 
 static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate, int perturbed) {
-    const int64_t Nv = m->in.video_tokens, Na = m->in.audio_tokens, D = m->D, Da = m->Da;
+    const int64_t Nv = m->Nvl, Na = m->in.audio_tokens, D = m->D, Da = m->Da; /* this rank's video rows */
+    dl_dit *wv = &m->cv, *wa = &m->ca;
     const float eps = (float)m->eps;
     const dl_dtype dt = m->dt;
     dl_status s;
@@ -723,10 +940,10 @@ static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate, int p
     add_rows(ma, b->asst, m->ta, m->na9 ? 9 : 6, Da);
     /* 1. self-attention */
     norm_mod(dt, m->hv, m->xv, Nv, D, eps, 0, mv + D, mv);
-    if ((s = xattn_run(m, &b->a1, m->hv, Nv, m->hv, Nv, &m->rv, &m->rv, perturbed, m->o))) return s;
+    if ((s = xattn_run(m, &b->a1, wv, m->hv, Nv, m->hv, Nv, &m->rv, &m->rv, perturbed, KEYS_VSELF, m->o))) return s;
     gate_add(m->xv, m->o, mv + 2 * D, Nv, D);
     norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, ma + Da, ma);
-    if ((s = xattn_run(m, &b->aa1, m->ha, Na, m->ha, Na, &m->ra, &m->ra, perturbed, m->o))) return s;
+    if ((s = xattn_run(m, &b->aa1, wa, m->ha, Na, m->ha, Na, &m->ra, &m->ra, perturbed, KEYS_LOCAL, m->o))) return s;
     gate_add(m->xa, m->o, ma + 2 * Da, Na, Da);
     /* 2. text cross-attention */
     const float *kvv = NULL, *kva = NULL;
@@ -737,11 +954,11 @@ static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate, int p
     }
     norm_mod(dt, m->hv, m->xv, Nv, D, eps, 0, m->nv9 ? mv + 7 * D : NULL, mv + 6 * D);
     text_kv(m, m->ctxv, D, kvv);
-    if ((s = xattn_run(m, &b->a2, m->hv, Nv, m->ectx, m->T, NULL, NULL, 0, m->o))) return s;
+    if ((s = xattn_run(m, &b->a2, wv, m->hv, Nv, m->ectx, m->T, NULL, NULL, 0, KEYS_LOCAL, m->o))) return s;
     gate_add(m->xv, m->o, m->nv9 ? mv + 8 * D : NULL, Nv, D);
     norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, m->na9 ? ma + 7 * Da : NULL, ma + 6 * Da);
     text_kv(m, m->ctxa, Da, kva);
-    if ((s = xattn_run(m, &b->aa2, m->ha, Na, m->ectx, m->T, NULL, NULL, 0, m->o))) return s;
+    if ((s = xattn_run(m, &b->aa2, wa, m->ha, Na, m->ectx, m->T, NULL, NULL, 0, KEYS_LOCAL, m->o))) return s;
     gate_add(m->xa, m->o, m->na9 ? ma + 8 * Da : NULL, Na, Da);
     /* 3. audio-to-video and video-to-audio: every modulated input made before either */
     if (!isolate) {
@@ -754,19 +971,21 @@ static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate, int p
         norm_mod(dt, m->hv2, m->xv, Nv, D, eps, 0, cv + 2 * D, cv + 3 * D); /* v2a keys */
         norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, ca, ca + Da);
         norm_mod(dt, m->ha2, m->xa, Na, Da, eps, 0, ca + 2 * Da, ca + 3 * Da);
-        if ((s = xattn_run(m, &b->a2v, m->hv, Nv, m->ha, Na, &m->rcv, &m->rca, 0, m->o))) return s;
+        if ((s = xattn_run(m, &b->a2v, wa, m->hv, Nv, m->ha, Na, &m->rcv, &m->rca, 0, KEYS_LOCAL, m->o))) return s;
         gate_add(m->xv, m->o, cv + 4 * D, Nv, D);
-        if ((s = xattn_run(m, &b->v2a, m->ha2, Na, m->hv2, Nv, &m->rca, &m->rcv, 0, m->o))) return s;
+        if ((s = xattn_run(m, &b->v2a, wa, m->ha2, Na, m->hv2, Nv, &m->rca, &m->rcv, 0, KEYS_VIDEO, m->o))) return s;
         gate_add(m->xa, m->o, ca + 4 * Da, Na, Da);
     }
     /* 4. feed-forwards */
     norm_mod(dt, m->hv, m->xv, Nv, D, eps, 0, mv + 4 * D, mv + 3 * D);
     RUN(&b->ff1, m->hv, m->f);
     RUN(&b->ff2, m->f, m->o);
+    if ((s = tp_reduce(m, m->o, Nv * D))) return s;
     gate_add(m->xv, m->o, mv + 5 * D, Nv, D);
     norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, ma + 4 * Da, ma + 3 * Da);
     RUN(&b->aff1, m->ha, m->f);
     RUN(&b->aff2, m->f, m->o);
+    if ((s = tp_reduce(m, m->o, Na * Da))) return s;
     gate_add(m->xa, m->o, ma + 5 * Da, Na, Da);
     return DL_OK;
 }
@@ -780,7 +999,7 @@ static int all_finite(const float *x, int64_t n) {
 dl_status dl_ltx2_transformer_run(dl_ltx2_transformer *m, const dl_ltx2_transformer_input *x, float *out_video,
                                   float *out_audio) {
     const dl_ltx2_transformer_info *in = &m->in;
-    const int64_t Nv = in->video_tokens, Na = in->audio_tokens, T = m->T, D = m->D, Da = m->Da;
+    const int64_t Nv = in->video_tokens, Na = in->audio_tokens, T = m->T, D = m->D, Da = m->Da, Nvl = m->Nvl, n0 = m->n0;
     dl_status s;
     if (!x || !x->video || !x->audio || !x->text || !x->audio_text || !out_video || !out_audio)
         return dl_fail(DL_ERR_INVALID, "LTX-2 transformer: an input or output buffer is missing");
@@ -811,7 +1030,7 @@ dl_status dl_ltx2_transformer_run(dl_ltx2_transformer *m, const dl_ltx2_transfor
         adaln_run(&m->pa, x->audio_sigma, m->tpa, NULL);
     }
     /* inputs: proj_in, text (caption projections) */
-    to_dt(m->dt, m->xin, x->video, Nv * in->video_in);
+    to_dt(m->dt, m->xin, x->video + n0 * in->video_in, Nvl * in->video_in); /* this rank's video rows */
     RUN(&m->proj_in, m->xin, m->xv);
     to_dt(m->dt, m->xin, x->audio, Na * in->audio_in);
     RUN(&m->aproj_in, m->xin, m->xa);
@@ -839,8 +1058,9 @@ dl_status dl_ltx2_transformer_run(dl_ltx2_transformer *m, const dl_ltx2_transfor
         for (int64_t j = 0; j < D; j++) sv[i * D + j] = m->out_sst[i * D + j] + m->ev[j];
         for (int64_t j = 0; j < Da; j++) sa[i * Da + j] = m->out_asst[i * Da + j] + m->ea[j];
     }
-    norm_mod(m->dt, m->hv, m->xv, Nv, D, 1e-6f, 1, sv + D, sv);
-    RUN(&m->proj_out, m->hv, out_video);
+    norm_mod(m->dt, m->hv, m->xv, Nvl, D, 1e-6f, 1, sv + D, sv);
+    RUN(&m->proj_out, m->hv, out_video + n0 * in->video_out);
+    if ((s = dl_dit_gather_image_rows(&m->cv, out_video, in->video_out))) return s; /* every cp rank's rows */
     norm_mod(m->dt, m->ha, m->xa, Na, Da, 1e-6f, 1, sa + Da, sa);
     RUN(&m->aproj_out, m->ha, out_audio);
     return DL_OK;
@@ -853,9 +1073,11 @@ dl_status dl_ltx2_transformer_run(dl_ltx2_transformer *m, const dl_ltx2_transfor
  * modulation E(t) + table (the same arithmetic as the forward's first norm_mod, in f32);
  * the score is its relative L1 change (dl_dit_probe_score, as the other probes). The
  * feature depends on the latents and the timestep only: every guidance pass of a step
- * sees the same value. */
+ * sees the same value. Under a split each cp rank computes its video rows' feature and
+ * the score's sums are added over the cp group in rank order (every rank gets the same
+ * score); tp ranks compute it alike. */
 struct dl_ltx2_probe {
-    dl_dit c;          /* sizes for the score (one rank) */
+    dl_dit c;          /* the split: this rank's video rows [n0, n0 + Nl), the cp group for the score */
     int64_t Nv, Cin, D, nmod;
     double eps;
     dl_dtype dt;
@@ -863,9 +1085,9 @@ struct dl_ltx2_probe {
     adaln te;          /* time_embed: [nmod D] */
     float *sst;        /* transformer_blocks.0.scale_shift_table [nmod, D] */
     float *mod;        /* [nmod D] */
-    float *x, *cur;    /* [Nv, D] f32 (arena) */
-    void *xin;         /* [Nv, Cin] dt (arena) */
-    float *prev[2];    /* [Nv, D] per slot */
+    float *x, *cur;    /* [Nl, D] f32 (arena) */
+    void *xin;         /* [Nl, Cin] dt (arena) */
+    float *prev[2];    /* [Nl, D] per slot */
     int have[2];
     void *arena;
 };
@@ -874,6 +1096,7 @@ void dl_ltx2_probe_free(dl_ltx2_probe *p) {
     if (!p) return;
     dl_lin_free(&p->proj_in);
     adaln_free(&p->te);
+    dl_dit_free(&p->c);
     free(p->sst), free(p->mod);
     dl_aligned_free(p->prev[0]), dl_aligned_free(p->prev[1]), dl_aligned_free(p->arena);
     free(p);
@@ -883,6 +1106,11 @@ void dl_ltx2_probe_reset(dl_ltx2_probe *p) { p->have[0] = p->have[1] = 0; }
 
 dl_status dl_ltx2_probe_load(dl_ltx2_probe **out, dl_model_dir *dir, const char *component,
                              const dl_ltx2_transformer_shape *sh, dl_dtype dt, dl_wsrc *src) {
+    return dl_ltx2_probe_load_split(out, dir, component, sh, dt, src, NULL);
+}
+
+dl_status dl_ltx2_probe_load_split(dl_ltx2_probe **out, dl_model_dir *dir, const char *component,
+                                   const dl_ltx2_transformer_shape *sh, dl_dtype dt, dl_wsrc *src, const dl_dit_split *split) {
     *out = NULL;
     char file[512];
     snprintf(file, sizeof file, "%s/config.json", component);
@@ -897,24 +1125,30 @@ dl_status dl_ltx2_probe_load(dl_ltx2_probe **out, dl_model_dir *dir, const char 
                        (long long)sh->height, (long long)sh->width);
     const int64_t Nv = ((sh->frames + k.pt - 1) / k.pt) * ((sh->height + k.p - 1) / k.p) * ((sh->width + k.p - 1) / k.p);
     if (Nv > (int64_t)1 << 22) return dl_fail(DL_ERR_INVALID, "LTX-2 probe: %lld video tokens (at most 4M)", (long long)Nv);
+    const dl_dit_split one = {.tp = 1, .cp = 1}, *sp = split ? split : &one;
+    if ((s = split_refused(&k, sp, Nv, "LTX-2 probe"))) return s;
     dl_ltx2_probe *p = calloc(1, sizeof *p);
     if (!p) return dl_fail(DL_ERR_NOMEM, "out of memory");
     dl_wsrc *ck = NULL;
     p->Nv = Nv, p->Cin = k.Cin, p->D = k.H * k.Dh, p->nmod = k.cmod ? 9 : 6, p->eps = k.eps, p->dt = dt;
-    p->c = (dl_dit){.sp = {.tp = 1, .cp = 1}, .dt = dt, .D = p->D};
-    const int64_t D = p->D, ss[2] = {p->nmod, D};
+    p->c = (dl_dit){.sp = *sp, .dt = dt, .D = p->D, .H = k.H, .Dh = k.Dh, .F = 4 * p->D, .N = Nv, .S = Nv};
+    if ((s = dl_dit_plan(&p->c))) {
+        dl_ltx2_probe_free(p);
+        return s;
+    }
+    const int64_t D = p->D, ss[2] = {p->nmod, D}, Nl = p->c.Nl;
     if ((s = dl_ws_open(&ck, src, dir, component)) != DL_OK ||
-        (s = lin1(&p->proj_in, ck, "proj_in", 1, Nv, k.Cin, D, dt, DL_F32, DL_ACT_NONE)) ||
+        (s = lin1(&p->proj_in, ck, "proj_in", 1, Nl, k.Cin, D, dt, DL_F32, DL_ACT_NONE)) ||
         (s = adaln_load(&p->te, ck, "time_embed", D, p->nmod)) ||
         (s = dl_param_f32(ck, "transformer_blocks.0.scale_shift_table", 2, ss, &p->sst)))
         goto fail;
     act_plan pl = {0};
-    dl_plan_add(&pl, &p->x, (size_t)(Nv * D) * 4, 0, 0);
-    dl_plan_add(&pl, &p->cur, (size_t)(Nv * D) * 4, 0, 0);
-    dl_plan_add(&pl, &p->xin, (size_t)(Nv * k.Cin) * dl_dtype_size(dt), 0, 0);
+    dl_plan_add(&pl, &p->x, (size_t)(Nl * D) * 4, 0, 0);
+    dl_plan_add(&pl, &p->cur, (size_t)(Nl * D) * 4, 0, 0);
+    dl_plan_add(&pl, &p->xin, (size_t)(Nl * k.Cin) * dl_dtype_size(dt), 0, 0);
     if ((s = dl_plan_commit(&pl, ck, &p->arena)) != DL_OK) goto fail;
     p->mod = malloc((size_t)(p->nmod * D) * sizeof(float));
-    for (int i = 0; i < 2; i++) p->prev[i] = dl_aligned_alloc((size_t)(Nv * D) * 4);
+    for (int i = 0; i < 2; i++) p->prev[i] = dl_aligned_alloc((size_t)(Nl * D) * 4);
     if (!p->mod || !p->prev[0] || !p->prev[1]) {
         s = dl_fail(DL_ERR_NOMEM, "out of memory");
         goto fail;
@@ -929,7 +1163,7 @@ fail:
 }
 
 dl_status dl_ltx2_probe_run(dl_ltx2_probe *p, int slot, const float *video, float timestep, double *score) {
-    const int64_t Nv = p->Nv, D = p->D;
+    const int64_t Nv = p->Nv, D = p->D, Nl = p->c.Nl;
     dl_status s;
     *score = 0;
     if (slot < 0 || slot > 1) return dl_fail(DL_ERR_INVALID, "LTX-2 probe: slot %d (0 or 1)", slot);
@@ -937,11 +1171,11 @@ dl_status dl_ltx2_probe_run(dl_ltx2_probe *p, int slot, const float *video, floa
     if (!video || !all_finite(video, Nv * p->Cin)) return dl_fail(DL_ERR_INVALID, "LTX-2 probe: a latent value is not finite");
     adaln_run(&p->te, timestep, p->mod, NULL);
     add_rows(p->mod, p->sst, p->mod, 2, D); /* shift_msa, scale_msa */
-    to_dt(p->dt, p->xin, video, Nv * p->Cin);
+    to_dt(p->dt, p->xin, video + p->c.n0 * p->Cin, Nl * p->Cin); /* this rank's video rows */
     RUN(&p->proj_in, p->xin, p->x);
-    norm_mod(DL_F32, p->cur, p->x, Nv, D, (float)p->eps, 0, p->mod + D, p->mod);
-    if (p->have[slot] && (s = dl_dit_probe_score(&p->c, p->cur, p->prev[slot], Nv * D, score))) return s;
-    memcpy(p->prev[slot], p->cur, (size_t)(Nv * D) * 4);
+    norm_mod(DL_F32, p->cur, p->x, Nl, D, (float)p->eps, 0, p->mod + D, p->mod);
+    if (p->have[slot] && (s = dl_dit_probe_score(&p->c, p->cur, p->prev[slot], Nl * D, score))) return s;
+    memcpy(p->prev[slot], p->cur, (size_t)(Nl * D) * 4);
     p->have[slot] = 1;
     return DL_OK;
 }

@@ -30,17 +30,19 @@
  * The output is video with sound: the vocoder's channels as they are (stereo for LTX-2's
  * vocoder; no mixing), its [channels, samples] waveform interleaved into dl_media's
  * [samples, channels].
- * The shared loop (denoise.h) is not used: it steps one latent buffer with at most two
- * CFG branches combined in velocity space, while LTX-2 steps two streams with up to
- * four passes per step combined in x0 space with per-stream scales and rescaling. So
- * the step loop is here, on one rank: parallel layouts are refused by name.
- * Step caching (the modes of stepcache.c) caches what the shared loop caches: each
- * denoiser evaluation's raw output, here each guidance pass's velocities (video and
- * audio as one [Nv Cin + Na Cain] vector per pass), estimated before the x0-space
- * combination, so the guidance, rescale and Euler step run every step on fresh latents.
- * One decision per step for every pass and both streams (a step is a whole transformer
- * sweep or none); the probe (dl_ltx2_probe, the "probe" program) scores the video
- * latents at t once per step, shared by every pass.
+ * The loop is the shared one (denoise.h) with its multi-pass steps: the latents it
+ * steps are both streams, [Nv Cin video | Na Cain audio]; the four guidance passes are
+ * passes 0..3 (cond, uncond on the negative prompt, STG, modality-isolated), each a
+ * transformer forward of both streams (the loop's eval_pass), and the x0-space combination,
+ * rescale and Euler update above are the host's combine callback. So the passes run
+ * on every rank of a parallel replica (the transformer split by tp / cp; with cfg=2
+ * the passes of a step alternate between the two groups: cond and STG on the host's,
+ * uncond and modality on the other), and step caching is the loop's: each pass's raw
+ * output (video and audio velocities as one vector) is cached, estimated before the
+ * x0-space combination, so the guidance, rescale and Euler step run every step on
+ * fresh latents. One decision per step for every pass and both streams (a step is a
+ * whole transformer sweep or none); the probe (dl_ltx2_probe, the "probe" program)
+ * scores the video latents at t once per step, shared by every pass.
  * The settings __call__ takes that a request has no field for come from the folder's
  * difflet.json `defaults` (keys named as __call__'s arguments), else __call__'s defaults:
  * stg_scale 1, modality_scale 3, guidance_rescale 0.7, audio_guidance_scale 7,
@@ -54,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "difflet/denoise.h"
 #include "difflet/gemma3.h"
 #include "difflet/ltx2.h"
 #include "difflet/ltx2_audio.h"
@@ -101,18 +104,19 @@ typedef struct {
     /* buffers, made at load */
     float *sigmas, *tsteps;
     float *emb, *tv[2], *ta[2];             /* [T, emb_w]; text [T, Dv] / [T, Da]: 0 prompt, 1 negative */
-    float *lat, *alat;                      /* [Nv, Cin], [Na, Cain] */
-    float *vo[NPASS], *ao[NPASS];           /* each pass's velocities, then x0: ao[k] = vo[k] + Nv Cin (one
-                                               [Nv Cin + Na Cain] buffer per pass, what the step cache keeps) */
-    float *sc_buf;                          /* step cache: prev and delta per pass, [2 NPASS, Nv Cin + Na Cain] */
+    float *lat, *alat;                      /* the loop's latents: [Nv, Cin] then [Na, Cain] */
     float *gv, *ga;                         /* the guided x0 of each stream */
     float *z, *video, *mel, *melv, *wave;
     dl_artifact *art[NCOMP];
     char prog_id[NCOMP][17];
+    const dl_par_place *par;
+    int host;
+    dl_denoise *loop;                       /* each pass's output: [Nv Cin video | Na Cain audio] */
 } lt_pipe;
 
 static void pipe_free(lt_pipe *p) {
     if (!p) return;
+    dl_denoise_free(p->loop);
     dl_tokenizer_free(p->tok);
     dl_gemma3_text_free(p->te), dl_ltx2_connectors_free(p->cn), dl_ltx2_vae_free(p->vae);
     dl_ltx2_audio_vae_free(p->avae), dl_ltx2_vocoder_free(p->voc), dl_ltx2_transformer_free(p->tr);
@@ -121,8 +125,7 @@ static void pipe_free(lt_pipe *p) {
     dl_model_dir_free(p->dir);
     free(p->sigmas), free(p->tsteps), free(p->emb);
     for (int i = 0; i < 2; i++) free(p->tv[i]), free(p->ta[i]);
-    free(p->lat), free(p->alat), free(p->gv), free(p->ga), free(p->sc_buf);
-    for (int i = 0; i < NPASS; i++) free(p->vo[i]);
+    free(p->gv), free(p->ga);
     free(p->z), free(p->video), free(p->mel), free(p->melv), free(p->wave);
     free(p);
 }
@@ -136,6 +139,7 @@ static dl_status build_component(void *ctx, dl_wsrc *ws) {
     build_ctx *b = ctx;
     lt_pipe *p = b->p;
     const dl_dtype dt = p->shape.dt;
+    const dl_dit_split *sp = p->par ? &p->par->split : NULL;
     switch (b->which) {
     case C_TEXT: return dl_gemma3_text_load(&p->te, p->dir, "text_encoder", p->T, dt, ws);
     case C_CONN: return dl_ltx2_connectors_load(&p->cn, p->dir, "connectors", p->T, dt, ws);
@@ -144,8 +148,8 @@ static dl_status build_component(void *ctx, dl_wsrc *ws) {
     case C_VOC: return dl_ltx2_vocoder_load(&p->voc, p->dir, "vocoder", dl_ltx2_audio_vae_mel_frames(p->avae), dt, ws);
     default: {
         dl_ltx2_transformer_shape sh = {p->lf, p->lh, p->lw, p->La, p->T, p->fps};
-        if (b->which == C_PROBE) return dl_ltx2_probe_load(&p->probe, p->dir, "transformer", &sh, dt, ws);
-        return dl_ltx2_transformer_load(&p->tr, p->dir, "transformer", &sh, dt, ws);
+        if (b->which == C_PROBE) return dl_ltx2_probe_load_split(&p->probe, p->dir, "transformer", &sh, dt, ws, sp);
+        return dl_ltx2_transformer_load_split(&p->tr, p->dir, "transformer", &sh, dt, ws, sp);
     }
     }
 }
@@ -221,15 +225,84 @@ static dl_status settings_load(lt_pipe *p, const char *model_dir) {
     return s;
 }
 
+/* ---- the denoiser: one guidance pass of both streams on this rank's part of the split;
+ * cond buf[0] = the video text [T, Dv], buf[1] = the audio text [T, Da]; the latents and
+ * each output are [Nv Cin video | Na Cain audio] ---- */
+static dl_status den_pass(void *m, int k, const float *lat, const dl_cond *c, float t, float g, float *out) {
+    lt_pipe *p = m;
+    (void)g;
+    const int64_t nv = p->Nv * p->Cin;
+    const int stg = k == P_STG;
+    dl_ltx2_transformer_input x = {.video = lat, .audio = lat + nv, .text = c->buf[0], .audio_text = c->buf[1],
+                                   .video_tokens = p->Nv, .audio_tokens = p->Na, .text_rows = p->T, .timestep = t,
+                                   .audio_timestep = t, .sigma = t, .audio_sigma = t, .use_cross_timestep = 1,
+                                   .isolate_modalities = k == P_MOD, .stg_blocks = stg ? p->stg_blocks : NULL,
+                                   .stg_nblocks = stg ? p->n_stg : 0};
+    return dl_ltx2_transformer_run(p->tr, &x, out, out + nv);
+}
+static dl_status den_eval(void *m, const float *lat, const dl_cond *c, float t, float g, float *out) {
+    return den_pass(m, P_COND, lat, c, t, g, out);
+}
+/* one score per step (slot 0): the probe sees the video latents and t, the same for every pass */
+static dl_status den_probe(void *m, int slot, const float *lat, const dl_cond *c, float t, float g, double *score) {
+    (void)c, (void)g;
+    return dl_ltx2_probe_run(((lt_pipe *)m)->probe, slot, lat, t, score);
+}
+static void den_probe_reset(void *m) { dl_ltx2_probe_reset(((lt_pipe *)m)->probe); }
+static const dl_denoiser_ops lt_denoiser = {den_eval, den_probe, den_probe_reset, NULL, NULL};
+
+/* the host's components must chain: the transformer's sizes against the VAEs', the
+ * connectors' and the vocoder's; the decoded sizes */
+static dl_status chain_check(lt_pipe *p, const dl_ltx2_transformer_info *in) {
+    int64_t cc, cl;
+    dl_ltx2_connectors_text_dims(p->cn, &cc, &cl);
+    p->C = dl_ltx2_vae_latent_channels(p->vae);
+    p->Ca = dl_ltx2_audio_vae_latent_channels(p->avae), p->M = dl_ltx2_audio_vae_latent_mel_bins(p->avae);
+    p->emb_w = cc * cl;
+    if (in->video_out != p->Cin || p->Cin != p->C * p->pt * p->p * p->p)
+        return dl_fail(DL_ERR_FORMAT, "transformer in/out channels %lld/%lld are not the VAE's %lld latent channels x %lld patch values",
+                       (long long)p->Cin, (long long)in->video_out, (long long)p->C, (long long)(p->pt * p->p * p->p));
+    if (in->audio_out != p->Cain || p->Cain != p->Ca * p->M || p->Na != p->La)
+        return dl_fail(DL_ERR_FORMAT, "transformer audio in/out channels %lld/%lld are not the audio VAE's %lld x %lld latent mel values",
+                       (long long)p->Cain, (long long)in->audio_out, (long long)p->Ca, (long long)p->M);
+    if (dl_ltx2_connectors_video_width(p->cn) != p->Dv || dl_ltx2_connectors_audio_width(p->cn) != p->Da)
+        return dl_fail(DL_ERR_FORMAT, "the connectors give %lld / %lld wide text, the transformer takes %lld / %lld",
+                       (long long)dl_ltx2_connectors_video_width(p->cn), (long long)dl_ltx2_connectors_audio_width(p->cn),
+                       (long long)p->Dv, (long long)p->Da);
+    if (dl_ltx2_vocoder_in_channels(p->voc) != dl_ltx2_audio_vae_out_channels(p->avae) * dl_ltx2_audio_vae_mel_bins(p->avae))
+        return dl_fail(DL_ERR_FORMAT, "the vocoder takes %lld channels, the audio VAE gives %lld x %lld mel bins",
+                       (long long)dl_ltx2_vocoder_in_channels(p->voc), (long long)dl_ltx2_audio_vae_out_channels(p->avae),
+                       (long long)dl_ltx2_audio_vae_mel_bins(p->avae));
+    if (dl_ltx2_vocoder_out_channels(p->voc) < 1 || dl_ltx2_vocoder_out_channels(p->voc) > 2)
+        return dl_fail(DL_ERR_UNSUPPORTED, "the vocoder makes %lld audio channels: difflet's outputs (MP4, WAV) are mono or stereo",
+                       (long long)dl_ltx2_vocoder_out_channels(p->voc));
+    if (dl_ltx2_vae_video_channels(p->vae) != 3)
+        return dl_fail(DL_ERR_FORMAT, "`vae/config.json`: the VAE makes %lld video channels, not RGB",
+                       (long long)dl_ltx2_vae_video_channels(p->vae));
+    p->Fo = dl_ltx2_vae_frames(p->vae), p->Ho = p->lh * dl_ltx2_vae_scale_spatial(p->vae);
+    p->Wo = p->lw * dl_ltx2_vae_scale_spatial(p->vae);
+    if (p->Fo != p->frames)
+        DL_WARN("LTX-2: %d frames requested, the VAE decodes %lld latent frames into %lld", p->frames, (long long)p->lf,
+                (long long)p->Fo);
+    p->mel_n = dl_ltx2_audio_vae_out_channels(p->avae) * dl_ltx2_audio_vae_mel_frames(p->avae) * dl_ltx2_audio_vae_mel_bins(p->avae);
+    p->melv_n = p->mel_n;
+    p->wch = dl_ltx2_vocoder_out_channels(p->voc), p->wlen = dl_ltx2_vocoder_samples(p->voc);
+    return DL_OK;
+}
+
 static dl_status pipe_load(lt_pipe **out, const char *model_dir, const dl_gen_shape *shape) {
     *out = NULL;
-    if (shape->par)
-        return dl_fail(DL_ERR_UNSUPPORTED, "LTX2Pipeline runs on one rank: parallel layouts (tp, cp, cfg, dp, sp) are not built for it");
     if (shape->cfg_batch)
-        return dl_fail(DL_ERR_UNSUPPORTED, "batched CFG is not built for LTX-2: its guidance passes run one after the other");
+        return dl_fail(DL_ERR_UNSUPPORTED, "batched CFG is not built for LTX-2: its guidance passes run one after the "
+                                           "other (or alternate between two rank groups with cfg=2)");
+    if (shape->par && shape->par->cfg.sp && shape->par->cfg.tp > 1)
+        return dl_fail(DL_ERR_UNSUPPORTED, "LTX-2: parallel split refused: sequence parallelism on the TP group (sp) is not "
+                                           "supported; split the video tokens with cp");
     lt_pipe *p = calloc(1, sizeof *p);
     if (!p) return dl_fail(DL_ERR_NOMEM, "out of memory");
     p->shape = *shape;
+    p->par = shape->par;
+    p->host = !p->par || dl_comm_rank(p->par->replica_comm) == 0;
     char path[4096];
     dl_status s = dl_model_dir_open(&p->dir, model_dir);
     if (s != DL_OK) goto fail;
@@ -285,9 +358,11 @@ static dl_status pipe_load(lt_pipe **out, const char *model_dir, const dl_gen_sh
             goto fail;
         }
     }
-    snprintf(path, sizeof path, "%s/tokenizer", model_dir);
-    if ((s = dl_tokenizer_load(&p->tok, path))) goto fail;
-    for (int c = 0; c < NCOMP && s == DL_OK; c++) {
+    if (p->host) { /* the host alone encodes and decodes; every rank runs the transformer and the probe */
+        snprintf(path, sizeof path, "%s/tokenizer", model_dir);
+        if ((s = dl_tokenizer_load(&p->tok, path))) goto fail;
+    }
+    for (int c = p->host ? 0 : C_PROBE; c < NCOMP && s == DL_OK; c++) {
         char shp[256];
         if (c == C_TEXT || c == C_CONN) snprintf(shp, sizeof shp, "{\"seq\":%lld}", (long long)p->T);
         else if (c == C_VAE)
@@ -301,85 +376,40 @@ static dl_status pipe_load(lt_pipe **out, const char *model_dir, const dl_gen_sh
             snprintf(shp, sizeof shp, "{\"audio\":%lld,\"fps\":%.17g,\"frames\":%lld,\"height\":%lld,\"text\":%lld,\"width\":%lld}",
                      (long long)p->La, p->fps, (long long)p->lf, (long long)p->lh, (long long)p->T, (long long)p->lw);
         build_ctx b = {p, c};
-        s = dl_pipeline_program(p->dir, k_lt_folders[c], shp, shape, c == C_PROBE, 0, build_component, &b, &p->art[c],
-                                p->prog_id[c]);
+        s = dl_pipeline_program(p->dir, k_lt_folders[c], shp, shape, c == C_PROBE, c >= C_PROBE, build_component, &b,
+                                &p->art[c], p->prog_id[c]);
     }
     if (s == DL_OK) s = dl_flowmatch_load(p->dir, &p->fm);
     if (s != DL_OK) goto fail;
-    /* the components must chain */
     const dl_ltx2_transformer_info *in = dl_ltx2_transformer_get_info(p->tr);
-    int64_t cc, cl;
-    dl_ltx2_connectors_text_dims(p->cn, &cc, &cl);
-    p->C = dl_ltx2_vae_latent_channels(p->vae);
-    p->Ca = dl_ltx2_audio_vae_latent_channels(p->avae), p->M = dl_ltx2_audio_vae_latent_mel_bins(p->avae);
     p->Nv = in->video_tokens, p->Cin = in->video_in, p->Na = in->audio_tokens, p->Cain = in->audio_in;
-    p->Dv = in->text_width, p->Da = in->audio_text_width, p->emb_w = cc * cl;
-    if (in->video_out != p->Cin || p->Cin != p->C * p->pt * p->p * p->p) {
-        s = dl_fail(DL_ERR_FORMAT, "transformer in/out channels %lld/%lld are not the VAE's %lld latent channels x %lld patch values",
-                    (long long)p->Cin, (long long)in->video_out, (long long)p->C, (long long)(p->pt * p->p * p->p));
-        goto fail;
-    }
-    if (in->audio_out != p->Cain || p->Cain != p->Ca * p->M || p->Na != p->La) {
-        s = dl_fail(DL_ERR_FORMAT, "transformer audio in/out channels %lld/%lld are not the audio VAE's %lld x %lld latent mel values",
-                    (long long)p->Cain, (long long)in->audio_out, (long long)p->Ca, (long long)p->M);
-        goto fail;
-    }
-    if (dl_ltx2_connectors_video_width(p->cn) != p->Dv || dl_ltx2_connectors_audio_width(p->cn) != p->Da) {
-        s = dl_fail(DL_ERR_FORMAT, "the connectors give %lld / %lld wide text, the transformer takes %lld / %lld",
-                    (long long)dl_ltx2_connectors_video_width(p->cn), (long long)dl_ltx2_connectors_audio_width(p->cn),
-                    (long long)p->Dv, (long long)p->Da);
-        goto fail;
-    }
-    if (dl_ltx2_vocoder_in_channels(p->voc) != dl_ltx2_audio_vae_out_channels(p->avae) * dl_ltx2_audio_vae_mel_bins(p->avae)) {
-        s = dl_fail(DL_ERR_FORMAT, "the vocoder takes %lld channels, the audio VAE gives %lld x %lld mel bins",
-                    (long long)dl_ltx2_vocoder_in_channels(p->voc), (long long)dl_ltx2_audio_vae_out_channels(p->avae),
-                    (long long)dl_ltx2_audio_vae_mel_bins(p->avae));
-        goto fail;
-    }
-    if (dl_ltx2_vocoder_out_channels(p->voc) < 1 || dl_ltx2_vocoder_out_channels(p->voc) > 2) {
-        s = dl_fail(DL_ERR_UNSUPPORTED,
-                    "the vocoder makes %lld audio channels: difflet's outputs (MP4, WAV) are mono or stereo",
-                    (long long)dl_ltx2_vocoder_out_channels(p->voc));
-        goto fail;
-    }
-    p->Fo = dl_ltx2_vae_frames(p->vae), p->Ho = p->lh * dl_ltx2_vae_scale_spatial(p->vae);
-    p->Wo = p->lw * dl_ltx2_vae_scale_spatial(p->vae);
-    if (p->Fo != p->frames)
-        DL_WARN("LTX-2: %d frames requested, the VAE decodes %lld latent frames into %lld", p->frames, (long long)p->lf,
-                (long long)p->Fo);
-    p->mel_n = dl_ltx2_audio_vae_out_channels(p->avae) * dl_ltx2_audio_vae_mel_frames(p->avae) * dl_ltx2_audio_vae_mel_bins(p->avae);
-    p->melv_n = p->mel_n;
-    p->wch = dl_ltx2_vocoder_out_channels(p->voc), p->wlen = dl_ltx2_vocoder_samples(p->voc);
+    p->Dv = in->text_width, p->Da = in->audio_text_width;
+    if (p->host && (s = chain_check(p, in))) goto fail;
     p->sigmas = malloc((DL_STEPS_MAX + 1) * sizeof(float)), p->tsteps = malloc(DL_STEPS_MAX * sizeof(float));
-    p->emb = malloc((size_t)(p->T * p->emb_w) * sizeof(float));
-    int ok = p->sigmas && p->tsteps && p->emb;
+    int ok = p->sigmas && p->tsteps;
     for (int i = 0; i < 2; i++) {
         p->tv[i] = malloc((size_t)(p->T * p->Dv) * sizeof(float)), p->ta[i] = malloc((size_t)(p->T * p->Da) * sizeof(float));
         ok = ok && p->tv[i] && p->ta[i];
     }
-    p->lat = malloc((size_t)(p->Nv * p->Cin) * sizeof(float)), p->alat = malloc((size_t)(p->Na * p->Cain) * sizeof(float));
-    const size_t nva = (size_t)(p->Nv * p->Cin + p->Na * p->Cain);
-    for (int i = 0; i < NPASS; i++) {
-        p->vo[i] = malloc(nva * sizeof(float));
-        ok = ok && p->vo[i];
-        if (p->vo[i]) p->ao[i] = p->vo[i] + p->Nv * p->Cin;
+    if (p->host) {
+        p->emb = malloc((size_t)(p->T * p->emb_w) * sizeof(float));
+        p->z = malloc((size_t)(p->Nv * p->Cin) * sizeof(float));
+        p->gv = malloc((size_t)(p->Nv * p->Cin) * sizeof(float)), p->ga = malloc((size_t)(p->Na * p->Cain) * sizeof(float));
+        p->video = malloc((size_t)(dl_ltx2_vae_video_channels(p->vae) * p->Fo * p->Ho * p->Wo) * sizeof(float));
+        p->mel = malloc((size_t)p->mel_n * sizeof(float)), p->melv = malloc((size_t)p->melv_n * sizeof(float));
+        p->wave = malloc((size_t)(p->wch * p->wlen) * sizeof(float));
+        ok = ok && p->emb && p->z && p->gv && p->ga && p->video && p->mel && p->melv && p->wave;
     }
-    p->sc_buf = malloc(2 * NPASS * nva * sizeof(float));
-    ok = ok && p->sc_buf;
-    p->z = malloc((size_t)(p->Nv * p->Cin) * sizeof(float));
-    p->gv = malloc((size_t)(p->Nv * p->Cin) * sizeof(float)), p->ga = malloc((size_t)(p->Na * p->Cain) * sizeof(float));
-    ok = ok && p->gv && p->ga;
-    p->video = malloc((size_t)(dl_ltx2_vae_video_channels(p->vae) * p->Fo * p->Ho * p->Wo) * sizeof(float));
-    p->mel = malloc((size_t)p->mel_n * sizeof(float)), p->melv = malloc((size_t)p->melv_n * sizeof(float));
-    p->wave = malloc((size_t)(p->wch * p->wlen) * sizeof(float));
-    if (!ok || !p->lat || !p->alat || !p->z || !p->video || !p->mel || !p->melv || !p->wave) {
+    if (!ok) {
         s = dl_fail(DL_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (dl_ltx2_vae_video_channels(p->vae) != 3) {
-        s = dl_fail(DL_ERR_FORMAT, "`vae/config.json`: the VAE makes %lld video channels, not RGB",
-                    (long long)dl_ltx2_vae_video_channels(p->vae));
-        goto fail;
+    {   /* the loop: both streams' latents, four passes; the prompt and the negative prompt */
+        dl_denoiser dn = {&lt_denoiser, p, p->Nv * p->Cin + p->Na * p->Cain, 0};
+        dl_cond c0 = {{p->tv[0], p->ta[0]}, {p->T * p->Dv, p->T * p->Da}, 2, p->T};
+        dl_cond c1 = {{p->tv[1], p->ta[1]}, {p->T * p->Dv, p->T * p->Da}, 2, p->T};
+        if ((s = dl_denoise_new_passes(&p->loop, &dn, NPASS, den_pass, p->par, &c0, &c1))) goto fail;
+        p->lat = dl_denoise_latents(p->loop), p->alat = p->lat + p->Nv * p->Cin;
     }
     *out = p;
     return DL_OK;
@@ -440,16 +470,6 @@ static dl_status initial_latents(lt_pipe *p, const dl_gen_request *r) {
     return DL_OK;
 }
 
-/* one transformer pass: branch 0 prompt / 1 negative prompt */
-static dl_status pass(lt_pipe *p, int branch, float t, int stg, int isolate, float *vo, float *ao) {
-    dl_ltx2_transformer_input x = {.video = p->lat, .audio = p->alat, .text = p->tv[branch], .audio_text = p->ta[branch],
-                                   .video_tokens = p->Nv, .audio_tokens = p->Na, .text_rows = p->T, .timestep = t,
-                                   .audio_timestep = t, .sigma = t, .audio_sigma = t, .use_cross_timestep = 1,
-                                   .isolate_modalities = isolate, .stg_blocks = stg ? p->stg_blocks : NULL,
-                                   .stg_nblocks = stg ? p->n_stg : 0};
-    return dl_ltx2_transformer_run(p->tr, &x, vo, ao);
-}
-
 /* torch.std (unbiased) over n values */
 static double stdev(const float *x, int64_t n) {
     double m = 0, v = 0;
@@ -482,10 +502,28 @@ static void guide_step(float *lat, float **o, const int *on, const stream_scales
     for (int64_t i = 0; i < n; i++) lat[i] = lat[i] + dt * ((lat[i] - g[i]) / sigma);
 }
 
-static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *timing) {
+/* the host's combination of a step's passes (denoise.h's combine): per stream, the
+ * x0-space guidance, the rescale and the Euler step of its latents */
+typedef struct {
+    lt_pipe *p;
+    int on[NPASS];            /* the passes that ran (their outputs are in out[k]) */
+    stream_scales vs, as;
+} lt_combine;
+
+static dl_status combine(void *ctx, int i, float *const *out, float *lat) {
+    lt_combine *c = ctx;
+    lt_pipe *p = c->p;
+    const int64_t nv = p->Nv * p->Cin, na = p->Na * p->Cain;
+    float *vo[NPASS], *ao[NPASS];
+    for (int k = 0; k < NPASS; k++) vo[k] = out[k], ao[k] = out[k] ? out[k] + nv : NULL;
+    guide_step(lat, vo, c->on, &c->vs, nv, p->sigmas[i], p->sigmas[i + 1], p->gv);
+    guide_step(lat + nv, ao, c->on, &c->as, na, p->sigmas[i], p->sigmas[i + 1], p->ga);
+    return DL_OK;
+}
+
+static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *timing, int *ran) {
     dl_gen_timing tm = {.ranks = 1};
     *out = (dl_media){0};
-    if (r->image || r->mask) return dl_fail(DL_ERR_UNSUPPORTED, "LTX2Pipeline is text to video: no init image or mask");
     if (!r->prompt) return dl_fail(DL_ERR_INVALID, "a prompt is required");
     if (r->steps <= 0 || r->steps > DL_STEPS_MAX) return dl_fail(DL_ERR_INVALID, "steps must be in 1..%d, got %d", DL_STEPS_MAX, r->steps);
     if (!isfinite(r->guidance)) return dl_fail(DL_ERR_INVALID, "guidance_scale must be a finite number");
@@ -495,10 +533,17 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
     stream_scales vs = {p->stg, p->mod, p->rescale, r->guidance}, as = p->audio_s;
     if (as.cfg == 0) as.cfg = r->guidance; /* `audio_guidance_scale or guidance_scale` */
     const int cfg = vs.cfg > 1.f || as.cfg > 1.f, stg = vs.stg > 0 || as.stg > 0, mod = vs.mod > 1.f || as.mod > 1.f;
-    /* STG changes nothing unless a listed block exists and perturbs: then its pass is the cond pass */
+    /* STG changes nothing unless a listed block exists and perturbs: otherwise its pass is
+     * the cond pass, and its term (cond - cond) is exactly 0: the pass is left out */
     const dl_ltx2_transformer_info *in = dl_ltx2_transformer_get_info(p->tr);
     int stg_live = 0;
     for (int j = 0; in->perturbed_attn && j < p->n_stg; j++) stg_live |= p->stg_blocks[j] < in->layers;
+    lt_combine cc = {p, {1, cfg, stg && stg_live, mod}, vs, as}; /* the passes that are transformer forwards */
+    unsigned mask = 0;
+    for (int k = 0; k < NPASS; k++) mask |= (unsigned)cc.on[k] << k;
+    if (p->par && p->par->cfg.cfg == 2 && __builtin_popcount(mask) < 2)
+        return dl_fail(DL_ERR_INVALID, "cfg=2 runs a step's guidance passes on two rank groups, but this request makes one "
+                                       "pass per step (guidance_scale 1 and no STG or modality guidance)");
     double t0 = dl_now();
     int64_t valid;
     dl_status s = dl_ltx2_text_embeds(p->tok, p->te, p->cn, r->prompt, (int)p->T, p->emb, p->tv[0], p->ta[0], &valid);
@@ -515,54 +560,18 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
                            dl_flowmatch_mu(&p->fm, p->Nv));
     for (int i = 0; i < r->steps; i++) p->tsteps[i] = p->sigmas[i] * (float)p->fm.num_train_timesteps;
     if ((s = initial_latents(p, r))) return s;
-    t0 = dl_now();
-    const int64_t nv = p->Nv * p->Cin, na = p->Na * p->Cain, nva = nv + na;
-    /* step cache: one estimator per pass over its [video | audio] velocities, one
-     * decision per step (the cond pass's state decides; the others follow) */
-    static const dl_stepcache_config off = {0};
-    const dl_stepcache_config *sc = r->cache ? r->cache : &off;
-    const int probing = sc->mode == DL_STEPCACHE_CALIBRATED || r->on_probe;
-    const int track = sc->mode != DL_STEPCACHE_OFF || r->on_probe;
-    dl_stepcache_state st[NPASS];
-    for (int k = 0; k < NPASS; k++) {
-        st[k] = (dl_stepcache_state){.prev = p->sc_buf + 2 * k * nva, .delta = p->sc_buf + (2 * k + 1) * nva, .n = nva};
-        dl_stepcache_reset(&st[k]);
-    }
-    if (probing) dl_ltx2_probe_reset(p->probe);
-    for (int i = 0; i < r->steps; i++) {
-        if (r->cancel && atomic_load(r->cancel)) return dl_fail(DL_ERR_CANCELLED, "cancelled");
-        const float t = p->tsteps[i];
-        int on[NPASS] = {1, cfg, stg, mod};
-        const int runs[NPASS] = {1, cfg, stg && stg_live, mod}; /* the passes that are transformer forwards */
-        double score = 0;
-        if (probing) { /* one score per step: the probe sees the latents and t, the same for every pass */
-            double tp = dl_now();
-            if ((s = dl_ltx2_probe_run(p->probe, 0, p->lat, t, &score))) return s;
-            tm.probe_s += dl_now() - tp;
-        }
-        const int cached = dl_stepcache_decide(sc, &st[P_COND], i, r->steps, score);
-        for (int k = 0; k < NPASS; k++) {
-            if (!runs[k]) continue;
-            double change = -1;
-            if (cached) {
-                double tc = dl_now();
-                dl_stepcache_estimate(&st[k], p->vo[k]);
-                tm.cached_s += dl_now() - tc;
-                tm.cached_steps++;
-            } else {
-                if ((s = pass(p, k == P_UNCOND, t, k == P_STG, k == P_MOD, p->vo[k], p->ao[k]))) return s;
-                tm.denoiser_calls++;
-                if (track) change = dl_stepcache_full(sc, &st[k], p->vo[k]);
-            }
-            /* calibrate's branches: 0 the prompt (cond pass), 1 the negative prompt */
-            if (r->on_probe && k <= P_UNCOND) r->on_probe(r->ctx, i, k, score, change);
-        }
-        if (stg && !stg_live) memcpy(p->vo[P_STG], p->vo[P_COND], (size_t)nva * sizeof(float));
-        guide_step(p->lat, p->vo, on, &vs, nv, p->sigmas[i], p->sigmas[i + 1], p->gv);
-        guide_step(p->alat, p->ao, on, &as, na, p->sigmas[i], p->sigmas[i + 1], p->ga);
-        if (r->on_step) r->on_step(r->ctx, i + 1, r->steps, dl_now() - t0);
-    }
-    tm.denoise_s = dl_now() - t0;
+    const int64_t nv = p->Nv * p->Cin;
+    /* the shared loop: every pass of a step on every rank of the replica; step caching
+     * of each pass's [video | audio] velocities, one decision per step */
+    dl_denoise_request dr = {.steps = r->steps, .t = p->tsteps, .sigmas = p->sigmas, .text_valid = p->T, .cache = r->cache,
+                             .cancel = r->cancel, .on_step = r->on_step, .on_probe = r->on_probe, .ctx = r->ctx,
+                             .npass = NPASS, .pass_mask = mask, .pass_cond = {0, 1, 0, 0}, .combine = combine,
+                             .combine_ctx = &cc};
+    dl_denoise_timing dt;
+    *ran = 1;
+    if ((s = dl_denoise_run(p->loop, &dr, &dt)) != DL_OK) return s;
+    tm.denoise_s = dt.denoise_s, tm.probe_s = dt.probe_s, tm.cached_s = dt.cached_s, tm.comm_s = dt.comm_s;
+    tm.denoiser_calls = dt.calls, tm.cached_steps = dt.cached_steps, tm.ranks = dt.ranks;
     t0 = dl_now();
     /* video: unpack, decode noise, de-normalise, decode */
     pack_video(p, p->z, p->lat, 1);
@@ -570,8 +579,8 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
     if (dl_ltx2_vae_timestep_conditioning(p->vae)) {
         temb = p->decode_t;
         if (p->decode_ns != 0) {
-            dl_randn(r->seed + 1, p->vo[0], nv);
-            for (int64_t i = 0; i < nv; i++) p->z[i] = (1.f - p->decode_ns) * p->z[i] + p->decode_ns * p->vo[0][i];
+            dl_randn(r->seed + 1, p->gv, nv); /* gv: scratch after the loop */
+            for (int64_t i = 0; i < nv; i++) p->z[i] = (1.f - p->decode_ns) * p->z[i] + p->decode_ns * p->gv[i];
         }
     }
     const float *mean = dl_ltx2_vae_latents_mean(p->vae), *std = dl_ltx2_vae_latents_std(p->vae);
@@ -601,26 +610,41 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
 
 /* ---- the registry entry ------------------------------------------------------------ */
 
+/* the transformer's split feasibility (dl_ltx2_split_check) from its config.json,
+ * before anything is launched; a size-dependent refusal (more cp ranks than video
+ * tokens) comes at load */
 static const char *entry_split_check(const char *dir, const dl_par_config *c, char *buf, size_t n) {
-    (void)dir;
-    if (dl_par_ranks(c) <= 1 && !c->sp) return NULL;
-    snprintf(buf, n, "LTX2Pipeline runs on one rank: parallel layouts (tp, cp, cfg, dp, sp) are not built for it");
-    return buf;
+    dl_model_dir *md = NULL;
+    const cJSON *cfg = NULL;
+    if (dl_model_dir_open(&md, dir) != DL_OK || dl_model_dir_config(md, "transformer", &cfg) != DL_OK) {
+        snprintf(buf, n, "%s", dl_last_error());
+        dl_model_dir_free(md);
+        return buf;
+    }
+    const dl_dit_split sp = {.tp = c->tp, .cp = c->cp, .sp = c->sp, .cp_mode = c->cp_mode};
+    const char *why = dl_ltx2_split_check(cfg, &sp, buf, n);
+    dl_model_dir_free(md);
+    return why;
 }
 
 static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g) { return pipe_load((lt_pipe **)impl, dir, g); }
 static void entry_free(void *impl) { pipe_free(impl); }
-static int entry_is_host(const void *impl) { return (void)impl, 1; }
-static dl_status entry_worker_one(void *impl, int *stopped) {
-    (void)impl;
-    *stopped = 1;
-    return dl_fail(DL_ERR_UNSUPPORTED, "LTX2Pipeline runs on one rank: it has no worker ranks");
-}
+static int entry_is_host(const void *impl) { return ((const lt_pipe *)impl)->host; }
+static dl_status entry_worker_one(void *impl, int *stopped) { return dl_denoise_worker_one(((lt_pipe *)impl)->loop, stopped); }
 static const char *entry_program_id(const void *impl, int c) {
     return c >= 0 && c < NCOMP ? ((const lt_pipe *)impl)->prog_id[c] : "";
 }
+static dl_status gen_fn(void *impl, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm, int *ran) {
+    return generate(impl, r, out, tm, ran);
+}
 static dl_status entry_generate(void *impl, const dl_gen_request *g, dl_media *out, dl_gen_timing *tm) {
-    return generate(impl, g, out, tm);
+    lt_pipe *p = impl;
+    if (p->host && (g->image || g->mask)) { /* refused by name, the request still ends on every rank */
+        dl_status s = dl_fail(DL_ERR_UNSUPPORTED, "LTX2Pipeline is text to video: no init image or mask");
+        dl_denoise_abandon(p->loop);
+        return s;
+    }
+    return dl_pipeline_host_generate(p, p->host, p->loop, gen_fn, g, out, tm);
 }
 
 const dl_model_entry dl_ltx2_entry = {

@@ -67,7 +67,8 @@ const char *dl_par_check(const dl_par_config *c, int passes, int world, char *bu
     }
     if (c->cfg == 2 && passes != 2) {
         snprintf(buf, n, "cfg=2 runs the conditional and unconditional passes on separate ranks, but this request makes "
-                         "%d pass per step (true CFG needs --true-cfg > 1 and a --negative-prompt)", passes);
+                         "%d pass per step (CFG needs --guidance > 1 for models guided by CFG (Wan, OpenSora, LTX-2), else "
+                         "--true-cfg > 1 and a --negative-prompt)", passes);
         return buf;
     }
     if (c->sp && c->tp < 2) {
