@@ -170,7 +170,15 @@ if [[ "$out" == *"probe "* && "$out" == *"transformer "* && "$out" == *"7 compil
 expect 2 "not divisible by tp=4" "${lgen[@]}" --parallel tp=4 -o "$tmpd/x.mp4"
 expect 2 "sequence parallelism" "${lgen[@]}" --parallel tp=2,sp -o "$tmpd/x.mp4"
 expect 2 "tp x cp = 4" "${lgen[@]}" --parallel tp=2,cp=2:ulysses -o "$tmpd/x.mp4"
-expect 2 "cfg=2 runs the conditional" "${lgen[@]}" --guidance 1 --parallel cfg=2 -o "$tmpd/x.mp4"
+# cfg=2 needs two passes a step: LTX-2's audio CFG (7), STG and modality guidance act at --guidance 1 too
+# (counted from the folder before launching); a folder with every guidance term off makes one pass
+lno="$tmpd/ltx-noguide"; mkdir -p "$lno"
+for c in "$data/ltx2/pipe"/*; do [ "$(basename "$c")" = difflet.json ] || ln -s "$(readlink -f "$c")" "$lno/$(basename "$c")"; done
+cat > "$lno/difflet.json" <<'JSON'
+{"defaults": {"width": 96, "height": 96, "num_frames": 9, "fps": 24.0, "max_sequence_length": 16,
+  "audio_guidance_scale": 1, "stg_scale": 0, "audio_stg_scale": 0, "modality_scale": 1, "audio_modality_scale": 1}}
+JSON
+expect 2 "this request makes 1 pass per step" generate --model "$lno" --prompt x --guidance 1 --steps 1 --parallel cfg=2 -o "$tmpd/x.mp4"
 expect 1 "batched CFG is not built for LTX-2" "${lgen[@]}" --cfg-batch -o "$tmpd/x.mp4"
 if command -v mpirun >/dev/null; then
     expect 0 "2 ranks ran exactly the decided steps" "${lgen[@]}" --parallel cp=2:ring -o "$tmpd/lp1.mp4"
@@ -181,6 +189,7 @@ if command -v mpirun >/dev/null; then
       --save-audio "$tmpd/l2.wav" -o "$tmpd/l2.mp4"
     if [ -s "$tmpd/l1.wav" ] && diff -rq "$tmpd/l1f" "$tmpd/l2f" >/dev/null && cmp -s "$tmpd/l1.wav" "$tmpd/l2.wav"; then pass=$((pass+1));
     else fail=$((fail+1)); echo "FAIL: LTX-2 cfg=2 frames / waveform differ from one rank's"; fi
+    expect 0 "2 ranks ran exactly the decided steps" "${lgen[@]}" --guidance 1 --parallel cfg=2 -o "$tmpd/lp3.mp4"
     expect 0 "" compile --model "$data/ltx2/pipe" --size 96x96 --frames 9 --max-sequence-length 16 --parallel tp=2
 fi
 # a FLUX folder whose transformer is a GGUF file (Q8_0, Black Forest Labs' names) instead of safetensors
@@ -231,7 +240,7 @@ if "$bin" models | grep -q "^FluxPipeline .*image"; then pass=$((pass+1)); else 
 # generate --parallel: refused layouts (before anything is built) and a real
 # self-launched mpirun job
 expect 2 "not divisible by tp=4" generate --model "$flux" --prompt x --parallel tp=4
-expect 2 "cfg=2 runs the conditional" generate --model "$flux" --prompt x --parallel cfg=2
+expect 2 "cfg=2 runs a step's guidance passes" generate --model "$flux" --prompt x --parallel cfg=2
 expect 2 "unknown key" generate --model "$flux" --prompt x --parallel pp=2
 expect 2 "ulysses, ring or gather" generate --model "$flux" --prompt x --parallel cp=2:spiral
 if command -v mpirun >/dev/null; then
@@ -271,6 +280,38 @@ b=$("$bin" simulate --profile mine --policy ddit --rate 0.3 --mix 1:1 --requests
 c=$("$bin" simulate --profile mine --policy ddit --rate 0.3 --mix 1:1 --requests 300 --seed 10 2>&1)
 if [ "$a" = "$b" ] && [ "$a" != "$c" ] && [[ "$a" == *"p99"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: simulate determinism: $a / $b / $c"; fi
 expect 0 "" simulate --policy optimal --nodes 2 --rate burst --requests 100
+# DDiT on real ranks (OpenSora a, resumable): a burst of 4 at two sizes on 2 units + the scheduler rank;
+# every request's frames are the bytes of the same requests run at a static DoP 1 (no promotion, no
+# group); the promotion itself is tested step by step in test_parallel (1 -> W -> 1 ranks)
+printf 'resolution,phase,dop,seconds\n40p,dit,1,0.04\n40p,dit,2,0.03\n40p,vae,1,0.2\n80p,dit,1,0.2\n80p,dit,2,0.1\n80p,vae,1,0.8\n' > "$tmpd/dd.csv"
+expect 0 "" profile import "$tmpd/dd.csv" --name dd
+dd=(ddit --model "$data/opensora/a" --sizes 56x40,112x80 --frames 34 --profile dd --steps 12 --requests 4 --mix 1:1)
+expect 2 "power of two" "${dd[@]}" --units 3
+expect 2 "but profile 'mine' has 2 resolutions" ddit --model "$data/opensora/a" --sizes 56x40 --frames 34 --profile mine
+expect 2 "cannot move a request between rank groups" ddit --model "$data/wan/a" --sizes 48x32 --frames 9 --profile dd
+if command -v mpirun >/dev/null; then
+    out=$("$bin" "${dd[@]}" --units 2 --out "$tmpd/dd1" --json "$tmpd/dd1.json" 2>&1)
+    if [[ "$out" == *"completed 4  failed 0"* && "$out" == *"simulated / real"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: ddit run: $out"; fi
+    out=$("$bin" "${dd[@]}" --units 2 --policy sdop:1 --out "$tmpd/dd0" 2>&1)
+    # PSNR >= 50 dB per request against DoP 1 (identical where the layout allows)
+    got=$(python3 - "$tmpd/dd1" "$tmpd/dd0" <<'PY'
+import math, os, sys
+worst = math.inf
+for i in range(4):
+    a = open(os.path.join(sys.argv[1], "%d.rgb" % i), "rb").read()
+    b = open(os.path.join(sys.argv[2], "%d.rgb" % i), "rb").read()
+    if len(a) != len(b) or not a:
+        worst = -1
+        break
+    if a != b:
+        mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(a)
+        worst = min(worst, 10 * math.log10(255 ** 2 / mse))
+print("identical" if worst == math.inf else "%.1f" % worst)
+PY
+)
+    if [ "$got" = identical ] || awk -v p="$got" 'BEGIN { exit !(p >= 50) }'; then pass=$((pass+1));
+    else fail=$((fail+1)); echo "FAIL: ddit outputs against static DoP 1's: worst PSNR $got (want >= 50): $out"; fi
+fi
 out=$("$bin" version) && [[ "$out" == difflet* ]] && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: version output: $out"; }
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -134,6 +134,81 @@ static void test_refusals(void) {
     }
 }
 
+/* DDiT's promotion on one rank: a request preempted at a step boundary hands over its
+ * latents and resumes from them (here on the same pipeline); the video is the bytes of
+ * an uninterrupted run, whichever step it stops at. What a resumable request refuses. */
+typedef struct {
+    int stop_after; /* set the flag when this step is done */
+    atomic_int flag;
+    int steps_done;
+    float *lat;
+    int64_t n;
+} preempt_ctx;
+
+static void pre_step(void *ctx, int step, int steps, double elapsed) {
+    preempt_ctx *c = ctx;
+    (void)steps, (void)elapsed;
+    if (step == c->stop_after) atomic_store(&c->flag, 1);
+}
+
+static void pre_take(void *ctx, int steps_done, const float *lat, int64_t n) {
+    preempt_ctx *c = ctx;
+    c->steps_done = steps_done;
+    free(c->lat);
+    c->lat = malloc((size_t)n * sizeof *lat);
+    if (c->lat) memcpy(c->lat, lat, (size_t)n * sizeof *lat);
+    c->n = n;
+}
+
+static void test_resume(void) {
+    dl_gen_shape shape = {.width = 56, .height = 40, .frames = 34, .dt = DL_F32};
+    dl_pipeline *p;
+    if (dl_pipeline_load(&p, DATA_DIR "/opensora/a", &shape) != DL_OK) {
+        CHECK(0, "load: %s", dl_last_error());
+        return;
+    }
+    CHECK(dl_pipeline_entry(p)->resumable, "OpenSoraPipeline is not resumable");
+    dl_gen_request r = {.prompt = "a red fox runs through the snow", .steps = 5, .guidance = 7.f, .seed = 3};
+    dl_media ref, m;
+    if (dl_pipeline_generate(p, &r, &ref, NULL) != DL_OK) {
+        CHECK(0, "uninterrupted: %s", dl_last_error());
+        dl_pipeline_free(p);
+        return;
+    }
+    for (int stop = 1; stop < r.steps; stop += 2) {
+        preempt_ctx c = {.stop_after = stop};
+        dl_gen_request a = r;
+        a.preempt = &c.flag, a.on_step = pre_step, a.on_preempt = pre_take, a.ctx = &c;
+        dl_status s = dl_pipeline_generate(p, &a, &m, NULL);
+        CHECK(s == DL_ERR_PREEMPTED && c.steps_done == stop && c.lat && m.frames == 0,
+              "preempt after step %d: status %d, %d steps done (%s)", stop, s, c.steps_done, dl_last_error());
+        dl_gen_request b = r;
+        b.resume_step = c.steps_done, b.resume_latents = c.lat, b.resume_numel = c.n;
+        if (s == DL_ERR_PREEMPTED && dl_pipeline_generate(p, &b, &m, NULL) == DL_OK) {
+            const size_t nb = (size_t)m.frames * m.width * m.height * 3;
+            CHECK(m.frames == ref.frames && !memcmp(m.rgb, ref.rgb, nb), "resumed after step %d: not the uninterrupted bytes", stop);
+            dl_media_free(&m);
+        } else
+            CHECK(0, "resume after step %d: %s", stop, dl_last_error());
+        /* refused: a step out of range, latents of another size, step caching */
+        b.resume_step = r.steps;
+        CHECK(dl_pipeline_generate(p, &b, &m, NULL) == DL_ERR_INVALID, "resume at the last step accepted");
+        b.resume_step = c.steps_done, b.resume_numel = c.n - 1;
+        CHECK(dl_pipeline_generate(p, &b, &m, NULL) == DL_ERR_INVALID && strstr(dl_last_error(), "resume"),
+              "short resume latents: %s", dl_last_error());
+        b.resume_numel = c.n;
+        dl_stepcache_config cc;
+        if (dl_stepcache_parse("cadence:2", &cc) == DL_OK) {
+            b.cache = &cc;
+            CHECK(dl_pipeline_generate(p, &b, &m, NULL) == DL_ERR_INVALID && strstr(dl_last_error(), "step caching"),
+                  "a resumed request with step caching: %s", dl_last_error());
+        }
+        free(c.lat);
+    }
+    dl_media_free(&ref);
+    dl_pipeline_free(p);
+}
+
 static const pipe_case k_cases[] = {{"a", 56, 40, 34, 4}, {"b", 48, 48, 17, 3}};
 
 int main(void) {
@@ -142,5 +217,6 @@ int main(void) {
         test_pipeline(&k_cases[i], DL_BF16);
     }
     test_refusals();
+    test_resume();
     return test_done("test_opensora");
 }

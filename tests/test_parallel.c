@@ -419,6 +419,90 @@ static void gen_layout(dl_comm *world, const gen_case *gc, const char *spec) {
     dl_par_place_free(&pl);
 }
 
+/* DDiT's promotion: an OpenSora request runs steps on one rank, is preempted at a step
+ * boundary, resumes on all the ranks (CP over W), is preempted again and finishes on
+ * one rank; every frame >= 50 dB against the uninterrupted one-rank run (f32). */
+typedef struct {
+    int stop_after;
+    atomic_int flag;
+    int done;
+    float *lat;
+    int64_t n;
+} promo_ctx;
+
+static void promo_step(void *ctx, int step, int steps, double elapsed) {
+    promo_ctx *c = ctx;
+    (void)steps, (void)elapsed;
+    if (step == c->stop_after) atomic_store(&c->flag, 1);
+}
+
+static void promo_take(void *ctx, int done, const float *lat, int64_t n) {
+    promo_ctx *c = ctx;
+    float *keep = malloc((size_t)n * sizeof *keep);
+    if (keep) memcpy(keep, lat, (size_t)n * sizeof *keep);
+    free(c->lat);
+    c->lat = keep, c->n = n, c->done = done;
+}
+
+static void opensora_promotion(dl_comm *world) {
+    const int W = dl_comm_size(world);
+    if (W < 2) return;
+    char spec[32];
+    snprintf(spec, sizeof spec, "cp=%d:ulysses", W);
+    dl_par_config pc;
+    dl_par_place pl;
+    if (dl_par_parse(spec, &pc) != DL_OK || dl_par_place_new(world, &pc, &pl) != DL_OK) {
+        CHECK(0, "opensora promotion %s: place: %s", spec, dl_last_error());
+        return;
+    }
+    const char *dir = DATA_DIR "/opensora/a";
+    dl_gen_shape one = {.width = 56, .height = 40, .frames = 34, .dt = DL_F32, .cache = DL_CACHE_OFF}, par = one;
+    par.par = &pl;
+    dl_gen_request r = {.prompt = "a red fox runs through the snow", .steps = 6, .guidance = 7.f, .seed = 5, .want_pixels = 1};
+    dl_pipeline *p1 = NULL, *pw = NULL;
+    dl_media ref = {0}, out = {0};
+    promo_ctx c = {.stop_after = 2};
+    int ok = 1;
+    if (g_rank == 0) { /* one rank: the reference, then steps 1-2 */
+        dl_gen_request a = r;
+        a.preempt = &c.flag, a.on_step = promo_step, a.on_preempt = promo_take, a.ctx = &c;
+        ok = dl_pipeline_load(&p1, dir, &one) == DL_OK && dl_pipeline_generate(p1, &r, &ref, NULL) == DL_OK &&
+             dl_pipeline_generate(p1, &a, &out, NULL) == DL_ERR_PREEMPTED && c.done == 2;
+        CHECK(ok, "opensora promotion: one rank: %s (%d steps)", dl_last_error(), c.done);
+    }
+    /* all ranks: steps 3-4 at DoP W, preempted again */
+    int ok2 = all_ok(world, ok) && dl_pipeline_load(&pw, dir, &par) == DL_OK;
+    if (ok2 && !dl_pipeline_is_host(pw)) {
+        ok2 = dl_pipeline_worker_one(pw, &(int){0}) == DL_OK;
+    } else if (ok2) {
+        dl_gen_request b = r;
+        c.stop_after = 4, atomic_store(&c.flag, 0);
+        b.resume_step = c.done, b.resume_latents = c.lat, b.resume_numel = c.n;
+        b.preempt = &c.flag, b.on_step = promo_step, b.on_preempt = promo_take, b.ctx = &c;
+        ok2 = dl_pipeline_generate(pw, &b, &out, NULL) == DL_ERR_PREEMPTED && c.done == 4;
+        CHECK(ok2, "opensora promotion: %s: %s (%d steps)", spec, dl_last_error(), c.done);
+    }
+    if (all_ok(world, ok2) && g_rank == 0) { /* back on one rank: steps 5-6 and the decode */
+        dl_gen_request d = r;
+        d.resume_step = c.done, d.resume_latents = c.lat, d.resume_numel = c.n;
+        if (dl_pipeline_generate(p1, &d, &out, NULL) == DL_OK) {
+            double worst = INFINITY;
+            const int64_t fr = (int64_t)out.width * out.height * 3;
+            for (int f = 0; f < out.frames; f++) worst = fmin(worst, test_psnr(ref.pixels + f * fr, out.pixels + f * fr, fr, 1.0));
+            CHECK(out.frames == ref.frames && worst >= 50, "opensora promotion 1 -> %d -> 1 rank(s): worst frame %.1f dB < 50", W, worst);
+            char q[32];
+            snprintf(q, sizeof q, isinf(worst) ? "identical" : "worst frame %.1f dB", worst);
+            printf("  opensora   promotion 1 -> %s -> 1 rank at steps 2 and 4 of 6: %s vs uninterrupted\n", spec, q);
+        } else
+            CHECK(0, "opensora promotion: the last steps: %s", dl_last_error());
+    }
+    dl_media_free(&ref), dl_media_free(&out);
+    free(c.lat);
+    dl_pipeline_free(pw);
+    dl_pipeline_free(p1);
+    dl_par_place_free(&pl);
+}
+
 static void pipelines(dl_comm *world) {
     static const char *two[] = {"cfg=2", "tp=2,sp", "cp=2:ring", "dp=2", NULL};
     static const char *four[] = {"tp=2,cfg=2", "cp=2:ulysses,cfg=2", "tp=2,cp=2:gather", "dp=2,cp=2:ring", NULL};
@@ -1009,6 +1093,7 @@ int main(void) {
     hunyuan_model(world, DATA_DIR "/hunyuan/b", "hunyuan-b", 4, 3, 5);
     stdit3_model(world, DATA_DIR "/opensora/a", "stdit3-a", 10, 8, 12, 10, 24);
     stdit3_model(world, DATA_DIR "/opensora/b", "stdit3-b", 5, 6, 6, 3, 9);
+    opensora_promotion(world);
     /* LTX-2: a (interleaved RoPE, caption projections), b (split RoPE, gated attention, prompt
      * adaLN, 2 x 2 patches, perturbed_attn), the pipeline's transformer; 14 / 15 / 192 video
      * tokens (uneven shards over 2, 3 and 4 ranks) */

@@ -24,6 +24,7 @@ typedef enum {
     DL_ERR_UNSUPPORTED, /* valid request that this build or CPU cannot serve */
     DL_ERR_BACKEND,     /* oneDNN or another library returned an error */
     DL_ERR_CANCELLED,   /* the caller asked to stop (a request cancelled or timed out) */
+    DL_ERR_PREEMPTED,   /* a resumable request stopped at a step boundary to continue elsewhere (DDiT) */
 } dl_status;
 
 /* Short name of a status ("invalid argument", ...). Never NULL. */

@@ -61,6 +61,11 @@ dl_status dl_comm_alltoallv(dl_comm *c, const void *send, const size_t *scounts,
 dl_status dl_comm_sendrecv(dl_comm *c, const void *send, size_t sbytes, int dst, void *recv, size_t rbytes, int src);
 dl_status dl_comm_send(dl_comm *c, const void *buf, size_t bytes, int dst, int tag);
 dl_status dl_comm_recv(dl_comm *c, void *buf, size_t bytes, int src, int tag);
+/* Is a message from src (-1: any source) with tag (-1: any tag) waiting? 1 with its
+ * source, tag and size (any of them may be NULL), 0 when none is, -1 on an error (the
+ * message in dl_last_error). Never blocks: a loop that also does other work polls
+ * with it (DDiT's scheduler and units). */
+int dl_comm_iprobe(dl_comm *c, int src, int tag, int *src_out, int *tag_out, size_t *bytes);
 
 /* Bytes this rank sent and seconds it spent in communication through c since the
  * last reset. */

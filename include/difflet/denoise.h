@@ -126,16 +126,36 @@ typedef struct {
     int pass_cond[DL_PASS_MAX];
     dl_status (*combine)(void *combine_ctx, int step, float *const *out, float *latents);
     void *combine_ctx;
+    /* Resumable requests (DDiT's promotion to another rank group): the loop starts at
+     * step first_step (0: the start; the latents then hold the state after step
+     * first_step - 1), and stops at the first step boundary after it at which
+     * *preempt is nonzero (set from any thread), returning DL_ERR_PREEMPTED with the
+     * latents as the steps done left them (timing's steps_done; the request ends on
+     * every rank as usual). Only for updates that keep no state between steps (Euler,
+     * a combine, a stateless sched_step such as OpenSora's: a multistep scheduler's
+     * history is not carried; the pipeline's registry entry says `resumable`) and with
+     * step caching off (nor is its estimator's memory). */
+    int first_step;
+    atomic_int *preempt;
 } dl_denoise_request;
 
 typedef struct {
     double denoise_s, probe_s, cached_s, comm_s;
     int calls, cached_steps, ranks;
+    int steps_done; /* the steps the latents have had (a preempted request's resume point) */
 } dl_denoise_timing;
 
 /* Host: run the request's steps on the latents. Ends the request on every rank of
  * the replica exactly once, whatever happens. */
 dl_status dl_denoise_run(dl_denoise *d, const dl_denoise_request *r, dl_denoise_timing *tm);
+/* Host: dl_denoise_run for a pipeline's request g, resumable (a pipeline whose entry
+ * is `resumable` calls this instead, after writing its initial latents): g's resume
+ * latents replace the loop's and g's resume step and preempt flag go into r; when the
+ * loop is preempted, g->on_preempt gets the steps done and the latents, and
+ * DL_ERR_PREEMPTED is returned. */
+struct dl_gen_request; /* registry.h */
+dl_status dl_denoise_run_resumable(dl_denoise *d, const struct dl_gen_request *g, dl_denoise_request *r,
+                                   dl_denoise_timing *tm);
 /* Host: end a request that failed before dl_denoise_run (the workers wait for its
  * end); keeps the request's own error message. */
 void dl_denoise_abandon(dl_denoise *d);

@@ -30,7 +30,7 @@ typedef struct {
 } dl_gen_shape;
 
 /* One request, as the pipeline's __call__ takes it. */
-typedef struct {
+typedef struct dl_gen_request {
     const char *prompt, *negative_prompt;
     int steps;
     float guidance;     /* guidance_scale */
@@ -60,6 +60,18 @@ typedef struct {
      * x0 = latents - sigma * v after evenly spaced steps, as RGB bytes */
     int partial_images;
     void (*on_partial)(void *ctx, int index, const uint8_t *rgb, int width, int height);
+    /* DDiT (models whose entry is `resumable`): continue a preempted request at step
+     * resume_step (>= 1) from the loop latents on_preempt handed over (resume_numel
+     * values; NULL: from the start); with preempt, stop at the first step boundary at
+     * which *preempt is set (from any thread): on_preempt(ctx, steps done, latents)
+     * and DL_ERR_PREEMPTED, nothing decoded. The same request resumed on any layout
+     * makes the output an uninterrupted run would (up to the layouts' own rounding).
+     * Step caching must be off. */
+    int resume_step;
+    const float *resume_latents;
+    int64_t resume_numel;
+    atomic_int *preempt;
+    void (*on_preempt)(void *ctx, int steps_done, const float *latents, int64_t n);
 } dl_gen_request;
 
 /* The call for a typed request (request.h): its prompt pointers are borrowed; a
@@ -82,6 +94,8 @@ struct dl_model_entry {
     int image_to_image;         /* 1: requests may carry an init image and a mask (dl_gen_request.image) */
     int any_frames;             /* video: every frame count is valid (OpenSora); 0: k s + 1, s the VAE's
                                    scale_factor_temporal (4 when it does not say), as diffusers' pipelines round */
+    int resumable;              /* 1: requests may be preempted and resumed (dl_gen_request's resume_*,
+                                   preempt): its loop steps by Euler or a combine, no multistep state */
     int guidance_cfg;           /* 1: classifier-free guidance whenever guidance_scale > 1 (Wan);
                                    0: guidance is distilled, CFG is true_cfg_scale > 1 with a negative prompt (FLUX) */
     const char *const *components; /* its programs, in load order; the denoiser (the one every rank runs) last */
@@ -97,6 +111,11 @@ struct dl_model_entry {
      * (default_heads when it does not say) */
     const char *(*split_check)(const char *model_dir, const dl_par_config *c, char *buf, size_t n);
     int64_t default_heads;
+    /* the denoiser passes a step makes for a request's guidance_scale, true_cfg_scale
+     * and negative prompt (1 or more; cfg=2 places them on two rank groups); NULL:
+     * 2 when guided (guidance_cfg above), else 1. LTX-2's guidance terms act at
+     * guidance_scale 1 too. */
+    int (*passes)(const char *model_dir, float guidance, float true_cfg, int negative);
     dl_status (*load)(void **impl, const char *model_dir, const dl_gen_shape *shape);
     void (*free)(void *impl);
     int (*is_host)(const void *impl);
@@ -105,6 +124,8 @@ struct dl_model_entry {
     const char *(*program_id)(const void *impl, int component);
 };
 
+/* The denoiser passes per step of a request on a model (the entry's passes, see above). */
+int dl_registry_passes(const dl_model_entry *e, const char *model_dir, float guidance, float true_cfg, int negative);
 /* A model folder's default shape by its entry (see default_shape above). */
 void dl_registry_default_shape(const dl_model_entry *e, const char *model_dir, int *width, int *height, int *frames);
 /* The DiT split check every entry shares: `c` against the transformer's

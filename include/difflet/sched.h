@@ -89,7 +89,7 @@ typedef struct {
 } dl_sim_config;
 
 typedef struct {
-    double avg_latency, p99_latency, makespan;
+    double avg_latency, p50_latency, p99_latency, makespan;
     double cost;            /* device-seconds held by requests (the paper's monetary cost) */
     double reserved_cost;   /* devices x makespan: the pool rented for the whole trace, idle
                                devices included (the makespan-based cost) */
@@ -101,6 +101,18 @@ typedef struct {
 } dl_sim_result;
 
 dl_status dl_simulate(const dl_profile *p, const dl_sim_config *c, dl_sim_result *r);
+
+/* The simulator's request trace (c's seed, rate: Poisson arrivals or 0 a burst at
+ * time 0, mix over p's resolutions), one request at a time: the real-ranks run
+ * (ddit_real.h) replays exactly the trace a simulation of the same config sees. */
+typedef struct {
+    uint64_t rng;
+    double t;
+} dl_sim_trace;
+void dl_sim_trace_init(dl_sim_trace *tr, const dl_sim_config *c);
+void dl_sim_trace_next(dl_sim_trace *tr, const dl_profile *p, const dl_sim_config *c, double *arrive, int *res);
+/* the q-quantile (0.5, 0.99) of n sorted values: the ceil(q n)-th */
+double dl_sched_percentile(const double *sorted, int n, double q);
 const char *dl_policy_name(dl_policy p);
 
 /* ---- the theoretical optimum (Algorithm 1) ------------------------------------------ */

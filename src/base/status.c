@@ -20,6 +20,7 @@ const char *dl_status_str(dl_status s) {
     case DL_ERR_UNSUPPORTED: return "unsupported";
     case DL_ERR_BACKEND: return "backend error";
     case DL_ERR_CANCELLED: return "cancelled";
+    case DL_ERR_PREEMPTED: return "preempted";
     }
     return "unknown status";
 }

@@ -121,24 +121,30 @@ dl_status bench_wgen_save(bench_wgen *g, const char *path) {
 }
 
 /* U(+-sc) bf16 [shape], plus 1 when `one`, from the next seed */
-static void put_scaled(bench_wgen *g, const char *name, int nd, const int64_t *shape, float sc, int one) {
-    if (g->s != DL_OK) return;
-    int64_t n = 1;
-    for (int i = 0; i < nd; i++) n *= shape[i];
+/* a buffer of [shape] elements of `es` bytes that lives until the save (NULL: g->s says
+ * why, or an earlier failure); *n its element count */
+static void *keep_new(bench_wgen *g, int nd, const int64_t *shape, size_t es, int64_t *n) {
+    if (g->s != DL_OK) return NULL;
+    *n = 1;
+    for (int i = 0; i < nd; i++) *n *= shape[i];
     if (g->n == g->cap) {
         void **k = realloc(g->keep, (size_t)(g->cap = g->cap ? 2 * g->cap : 64) * sizeof *k);
         if (!k) {
             g->s = dl_fail(DL_ERR_NOMEM, "out of memory");
-            return;
+            return NULL;
         }
         g->keep = k;
     }
-    uint16_t *p = malloc((size_t)n * 2);
-    if (!p) {
-        g->s = dl_fail(DL_ERR_NOMEM, "out of memory");
-        return;
-    }
-    g->keep[g->n++] = p;
+    void *p = malloc((size_t)*n * es);
+    if (!p) g->s = dl_fail(DL_ERR_NOMEM, "out of memory");
+    else g->keep[g->n++] = p;
+    return p;
+}
+
+static void put_scaled(bench_wgen *g, const char *name, int nd, const int64_t *shape, float sc, int one) {
+    int64_t n;
+    uint16_t *p = keep_new(g, nd, shape, 2, &n);
+    if (!p) return;
     dl_fill_uniform(DL_BF16, p, n, -sc, sc, g->seed++);
     if (one)
         for (int64_t i = 0; i < n; i++) p[i] = dl_f32_to_bf16(1.f + dl_bf16_to_f32(p[i]));
@@ -174,6 +180,14 @@ void bench_put_vec(bench_wgen *g, const char *prefix, const char *base, int64_t 
     char nm[320];
     snprintf(nm, sizeof nm, "%s%s", prefix, base);
     bench_put(g, nm, 1, &n);
+}
+
+void bench_put_f32(bench_wgen *g, const char *name, int nd, const int64_t *shape, const float *v) {
+    int64_t n;
+    float *p = keep_new(g, nd, shape, 4, &n);
+    if (!p) return;
+    memcpy(p, v, (size_t)n * 4);
+    g->s = dl_st_writer_add(g->w, name, DL_ST_F32, nd, shape, p);
 }
 
 dl_status bench_write_text(const char *path, const char *text) {
@@ -237,4 +251,17 @@ double bench_joint_attn_seconds(int64_t T, int64_t L, int64_t N, int64_t heads, 
     }
     free(qkv), free(out), free(o[0]), free(o[1]), free(ml);
     return best;
+}
+
+dl_status bench_write_json(const cJSON *root, const char *path) {
+    char *t = cJSON_Print(root);
+    dl_status s = t ? dl_file_write_atomic(path, t, strlen(t)) : dl_fail(DL_ERR_NOMEM, "out of memory");
+    free(t);
+    return s;
+}
+
+void bench_remove_dir(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "difflet: bench: could not remove %s\n", dir);
 }

@@ -311,17 +311,12 @@ int cli_bench_flux(int argc, char **argv) {
         cJSON_Delete(pj);
     }
     rc = 0;
-    if (json_path) {
-        char *txtj = cJSON_Print(root);
-        if (!txtj || dl_file_write_atomic(json_path, txtj, strlen(txtj)) != DL_OK) rc = 1;
-        free(txtj);
-    }
+    if (json_path && bench_write_json(root, json_path) != DL_OK) rc = 1;
 done:
     dl_flux_free(m);
     dl_model_dir_free(md);
     cJSON_Delete(root);
     free(lat), free(txt), free(pooled), free(out);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "difflet: bench: could not remove %s\n", dir);
+    bench_remove_dir(dir);
     return rc;
 }

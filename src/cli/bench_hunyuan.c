@@ -162,7 +162,7 @@ int cli_bench_hunyuan(int argc, char **argv) {
     int reps = 2, warm = 1;
     if (quick) c.lat[0] = 2, c.lat[1] = c.lat[2] = 32, c.T = 64, c.L = 40, reps = 1, warm = 0; /* tests: seconds */
     const int64_t N = video_tokens(&c), nlat = c.lat[0] * c.lat[1] * c.lat[2];
-    char dir[] = "/tmp/difflet-bench-hunyuan-XXXXXX", path[4200], cmd[4300];
+    char dir[] = "/tmp/difflet-bench-hunyuan-XXXXXX", path[4200];
     if (!mkdtemp(dir)) {
         fprintf(stderr, "difflet: bench: cannot create a temporary folder\n");
         return 1;
@@ -290,18 +290,13 @@ int cli_bench_hunyuan(int argc, char **argv) {
         cJSON_AddNumberToObject(root, "diffusers_peak_rss_mib", prss);
     }
     rc = 0;
-    if (json_path) {
-        char *txtj = cJSON_Print(root);
-        if (!txtj || dl_file_write_atomic(json_path, txtj, strlen(txtj)) != DL_OK) rc = 1;
-        free(txtj);
-    }
+    if (json_path && bench_write_json(root, json_path) != DL_OK) rc = 1;
 done:
     dl_hunyuan_video_free(m);
     dl_model_dir_free(md);
     cJSON_Delete(pj);
     cJSON_Delete(root);
     free(lat), free(txt), free(pooled), free(out);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "difflet: bench: could not remove %s\n", dir);
+    bench_remove_dir(dir);
     return rc;
 }

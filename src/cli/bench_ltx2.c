@@ -234,7 +234,7 @@ int cli_bench_ltx2(int argc, char **argv) {
     c.frames = (c.lat[0] - 1) * 8 + 1;
     c.Na = audio_frames(c.frames, c.fps);
     const int64_t Nv = video_tokens(&c), D = c.H * c.Dh, Da = c.Ha * c.Dha, nout = (Nv + c.Na) * c.Cin;
-    char dir[] = "/tmp/difflet-bench-ltx2-XXXXXX", path[4200], cmd[4300];
+    char dir[] = "/tmp/difflet-bench-ltx2-XXXXXX", path[4200];
     if (!mkdtemp(dir)) {
         fprintf(stderr, "difflet: bench: cannot create a temporary folder\n");
         return 1;
@@ -384,18 +384,13 @@ int cli_bench_ltx2(int argc, char **argv) {
         cJSON_AddNumberToObject(root, "diffusers_peak_rss_mib", prss);
     }
     rc = 0;
-    if (json_path) {
-        char *txtj = cJSON_Print(root);
-        if (!txtj || dl_file_write_atomic(json_path, txtj, strlen(txtj)) != DL_OK) rc = 1;
-        free(txtj);
-    }
+    if (json_path && bench_write_json(root, json_path) != DL_OK) rc = 1;
 done:
     dl_ltx2_transformer_free(m);
     dl_model_dir_free(md);
     cJSON_Delete(pj);
     cJSON_Delete(root);
     free(vid), free(aud), free(txt), free(atxt), free(out);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "difflet: bench: could not remove %s\n", dir);
+    bench_remove_dir(dir);
     return rc;
 }

@@ -103,7 +103,7 @@ int cli_bench_qwen(int argc, char **argv) {
     int reps = 2, warm = 1;
     if (quick) c.gh = c.gw = 16, c.T = 64, c.L = 24, reps = 1, warm = 0; /* tests: seconds, not a measurement */
     const int64_t N = c.gh * c.gw;
-    char dir[] = "/tmp/difflet-bench-qwen-XXXXXX", path[4200], cmd[4300];
+    char dir[] = "/tmp/difflet-bench-qwen-XXXXXX", path[4200];
     if (!mkdtemp(dir)) {
         fprintf(stderr, "difflet: bench: cannot create a temporary folder\n");
         return 1;
@@ -226,18 +226,13 @@ int cli_bench_qwen(int argc, char **argv) {
         cJSON_AddNumberToObject(root, "diffusers_peak_rss_mib", prss);
     }
     rc = 0;
-    if (json_path) {
-        char *txtj = cJSON_Print(root);
-        if (!txtj || dl_file_write_atomic(json_path, txtj, strlen(txtj)) != DL_OK) rc = 1;
-        free(txtj);
-    }
+    if (json_path && bench_write_json(root, json_path) != DL_OK) rc = 1;
 done:
     dl_qwenimage_free(m);
     dl_model_dir_free(md);
     cJSON_Delete(pj);
     cJSON_Delete(root);
     free(lat), free(txt), free(out);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "difflet: bench: could not remove %s\n", dir);
+    bench_remove_dir(dir);
     return rc;
 }

@@ -385,7 +385,7 @@ int cli_bench_wan(int argc, char **argv) {
     int reps = 1, warm = 0;
     if (quick) c.lat[0] = 3, c.lat[1] = c.lat[2] = 16, c.T = 128, warm = 1;
     const int64_t N = c.lat[0] / c.P[0] * (c.lat[1] / c.P[1]) * (c.lat[2] / c.P[2]), nlat = c.Cin * c.lat[0] * c.lat[1] * c.lat[2];
-    char dir[] = "/tmp/difflet-bench-wan-XXXXXX", path[4200], cmd[4300];
+    char dir[] = "/tmp/difflet-bench-wan-XXXXXX", path[4200];
     if (!mkdtemp(dir)) {
         fprintf(stderr, "difflet: bench: cannot create a temporary folder\n");
         return 1;
@@ -507,18 +507,13 @@ int cli_bench_wan(int argc, char **argv) {
     }
     if (vae && !bench_vae(md, &c, dt, peak, vae_time, root)) goto done;
     rc = 0;
-    if (json_path) {
-        char *txtj = cJSON_Print(root);
-        if (!txtj || dl_file_write_atomic(json_path, txtj, strlen(txtj)) != DL_OK) rc = 1;
-        free(txtj);
-    }
+    if (json_path && bench_write_json(root, json_path) != DL_OK) rc = 1;
 done:
     dl_wan_free(m);
     dl_model_dir_free(md);
     cJSON_Delete(pj);
     cJSON_Delete(root);
     free(lat), free(txt), free(out);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "difflet: bench: could not remove %s\n", dir);
+    bench_remove_dir(dir);
     return rc;
 }

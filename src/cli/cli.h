@@ -23,6 +23,8 @@ int cli_bench_wan(int argc, char **argv);
 int cli_bench_qwen(int argc, char **argv);
 int cli_bench_hunyuan(int argc, char **argv);
 int cli_bench_ltx2(int argc, char **argv);
+int cli_bench_opensora(int argc, char **argv);
+int cli_ddit(int argc, char **argv);
 int cli_compile(int argc, char **argv);
 int cli_eval_tiny(int argc, char **argv);
 int cli_eval_tiny_video(int argc, char **argv);
@@ -98,8 +100,23 @@ void bench_put_wb(bench_wgen *g, const char *prefix, const char *base, int nd, c
 void bench_put_lin(bench_wgen *g, const char *prefix, const char *base, int64_t out, int64_t in);
 /* `<prefix><base>` [n] (a norm's weight or bias) */
 void bench_put_vec(bench_wgen *g, const char *prefix, const char *base, int64_t n);
+/* tensor `name` [shape] holding the values v (copied), stored as f32: a checkpoint's
+ * fixed, non-random buffers (STDiT3's rope.freqs) */
+void bench_put_f32(bench_wgen *g, const char *name, int nd, const int64_t *shape, const float *v);
+/* a bench's JSON report to path, written atomically */
+dl_status bench_write_json(const struct cJSON *root, const char *path);
+/* a bench's scratch folder and everything in it, gone (a warning when it cannot be) */
+void bench_remove_dir(const char *dir);
 /* text to path, written atomically (a config.json, a model_index.json) */
 dl_status bench_write_text(const char *path, const char *text);
+
+/* An OpenSora 1.2 folder with random weights at the published sizes (bench_opensora.c):
+ * dir/transformer, an STDiT3 of hpcai-tech/OpenSora-STDiT-v3's config (hidden 1152, 16
+ * heads x 72, caption_channels 4096, model_max_length 300, patch (1, 2, 2)) but `depth`
+ * block pairs, the published key names (rope.freqs its real values); with vae also
+ * dir/vae, the OpenSoraVAE v1.2 decoder's published config (VAE_Temporal_SD + the SDXL
+ * spatial VAE); dir/model_index.json names them. Fixed seeds: the same bytes each time. */
+dl_status bench_opensora_folder(const char *dir, int64_t depth, int vae);
 
 /* Seconds of one block's joint attention done standalone as dit.c's joint_attn does
  * it on one rank: S = T + N query rows of a fused [S, 3 heads head_dim] QKV buffer

@@ -217,7 +217,7 @@ int cli_generate(int argc, char **argv) {
         fprintf(stderr, "difflet: generate: %s\n", dl_last_error());
         return 2;
     }
-    const int ranks = dl_par_ranks(&pc), passes = (entry->guidance_cfg ? guidance > 1.f : true_cfg > 1.f && neg) ? 2 : 1;
+    const int ranks = dl_par_ranks(&pc), passes = dl_registry_passes(entry, model, guidance, true_cfg, neg != NULL);
     if (cfg_batch && pc.cfg == 2) {
         fprintf(stderr, "difflet: generate: --cfg-batch and --parallel cfg=2 both place the two CFG branches: choose one\n");
         return 2;

@@ -56,10 +56,17 @@ static void usage(FILE *f) {
             "                       [--rate R] [--requests N] [--steps S] [--slo SECONDS]\n"
 "  profile             DDiT profile table (RIB): import FILE.csv [--name N] | show [NAME]\n"
             "                       | measure  [--db FILE]  (built in: fig17, the paper's Figure 17)\n"
+            "                       measure: [--model DIR] [--sizes WxH,...] [--frames F] [--steps N] [--reps N]\n"
+            "                       [--max-dop D] [--oversubscribe] [--name N] [--csv FILE] | --real-width opensora\n"
+            "                       [--depth 28] [--caption-valid V] [--vae-check] (`profile measure --help`)\n"
             "  simulate            DDiT scheduling simulation: [--profile P] [--policy ddit|sdop:N|\n"
             "                       spci|dpci|dp|optimal] [--rate R|burst] [--mix L:M:H]\n"
             "                       [--requests N] [--nodes K] [--devices-per-node D] [--seed S]\n"
             "  sched-eval          the DDiT paper's evaluation grid as CSV: [--out docs/sched]\n"
+            "  ddit                a request trace served by DDiT on real ranks (elastic CP groups,\n"
+            "                       promotion at step boundaries, decoupled VAE) beside its simulation:\n"
+            "                       --model DIR --sizes WxH,... --profile NAME [--units U] [--frames F]\n"
+            "                       [--policy ddit|sdop:N] [--rate R|burst] [--requests N] [--out DIR]\n"
             "  cache ls|verify|rm   list, check every checksum of, or remove cached programs\n"
             "  selfcheck            check every CPU kernel of this machine's fast path against\n"
             "                       the plain C references (f32, bf16, f16) and the fused\n"
@@ -85,6 +92,11 @@ static void usage(FILE *f) {
             "  bench ltx2-step      one LTX-2-width audio-video block (2,304 video + 43 audio tokens,\n"
             "                       1024 text rows) vs diffusers on the same weights: ratio,\n"
             "                       attention share, memory  [--json FILE] [--quick] [--dtype f32|bf16]\n"
+            "  bench stdit-step     one OpenSora 1.2 STDiT3-width spatial + temporal block pair at\n"
+            "                       240 x 426 x 51 frames (6,075 tokens, CFG batch 2, 120 valid of 300\n"
+            "                       caption rows) vs a torch transcription checked against Open-Sora's\n"
+            "                       outputs, same weights: ratio, phases, attention kernels, memory\n"
+            "                       [--json FILE] [--quick] [--dtype f32|bf16] [--reps N]\n"
             "  bench startup        restart cost: checkpoint load vs compile vs artifact load,\n"
             "                       resident memory, first image cold / warm  [--json FILE]\n"
             "  bench parallel       one FLUX-width step on 1 rank x 2 threads and on 2 ranks x 1\n"
@@ -190,9 +202,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "profile")) return cli_profile(argc - 2, argv + 2);
     if (!strcmp(cmd, "simulate")) return cli_simulate(argc - 2, argv + 2);
     if (!strcmp(cmd, "sched-eval")) return cli_sched_eval(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ddit")) return cli_ddit(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {
-            fprintf(stderr, "difflet: bench needs a target: kernels, flux-step, wan-step, qwen-step, hunyuan-step, ltx2-step\n");
+            fprintf(stderr, "difflet: bench needs a target: kernels, flux-step, wan-step, qwen-step, hunyuan-step, ltx2-step, stdit-step\n");
             return 2;
         }
         if (!strcmp(argv[2], "kernels")) return cli_bench_kernels(argc - 3, argv + 3);
@@ -201,11 +214,12 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[2], "qwen-step")) return cli_bench_qwen(argc - 3, argv + 3);
         if (!strcmp(argv[2], "hunyuan-step")) return cli_bench_hunyuan(argc - 3, argv + 3);
         if (!strcmp(argv[2], "ltx2-step")) return cli_bench_ltx2(argc - 3, argv + 3);
+        if (!strcmp(argv[2], "stdit-step")) return cli_bench_opensora(argc - 3, argv + 3);
         if (!strcmp(argv[2], "startup")) return cli_bench_startup(argc - 3, argv + 3);
         if (!strcmp(argv[2], "startup-child")) return cli_bench_startup_child(argc - 3, argv + 3);
         if (!strcmp(argv[2], "parallel")) return cli_bench_parallel(argc - 3, argv + 3);
         if (!strcmp(argv[2], "parallel-rank")) return cli_bench_parallel_rank(argc - 3, argv + 3);
-        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels, flux-step, wan-step, qwen-step, hunyuan-step, ltx2-step, startup, parallel)\n", argv[2]);
+        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels, flux-step, wan-step, qwen-step, hunyuan-step, ltx2-step, stdit-step, startup, parallel)\n", argv[2]);
         return 2;
     }
     fprintf(stderr, "difflet: unknown command '%s' (try 'difflet --help')\n", cmd);

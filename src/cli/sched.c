@@ -8,8 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli/cli.h"
+#include "difflet/ddit.h"
 #include "difflet/program.h"
+#include "difflet/registry.h"
 #include "difflet/sched.h"
 
 static void default_db(char *buf, size_t n) {
@@ -598,4 +602,182 @@ int cli_sched_eval(int argc, char **argv) {
     }
     printf("wrote the CSVs of [%s] to %s\n", only, o.out);
     return 0;
+}
+
+/* ---- DDiT on real ranks ------------------------------------------------------------ */
+
+/* `difflet ddit`: a trace served by DDiT on real ranks (ddit.h): 1 + --units ranks of
+ * one thread (self-launched under mpirun), then the same config simulated on the same
+ * profile, side by side. */
+int cli_ddit(int argc, char **argv) {
+    char db[1024];
+    default_db(db, sizeof db);
+    const char *prof = NULL, *model = NULL, *sizes = NULL, *json = NULL, *out = NULL, *dtype = "f32";
+    int units = 2;
+    dl_ddit_config dc = {.frames = 1, .steps = 0, .guidance = 7.f, .prompt = "a red circle moving from left to right"};
+    dl_sim_config *c = &dc.sim;
+    *c = (dl_sim_config){.policy = DL_POLICY_DDIT, .decouple = 1, .promote = 1, .vae_dop = 1, .nodes = 1, .rate = 0,
+                         .mix = {1, 1, 1, 1, 1, 1, 1, 1}, .nreq = 40, .seed = 1};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = 1;
+        if (!strcmp(a, "--no-decouple")) c->decouple = 0;
+        else if (!strcmp(a, "--queue-aware")) c->queue_aware = 1;
+        else if (!strcmp(a, "--no-promote")) c->promote = 0;
+        else if (!v) ok = 0;
+        else if (!strcmp(a, "--model")) model = v, i++;
+        else if (!strcmp(a, "--units")) units = atoi(v), i++;
+        else if (!strcmp(a, "--sizes")) sizes = v, i++;
+        else if (!strcmp(a, "--frames")) dc.frames = atoi(v), ok = dc.frames >= 1 && dc.frames <= 100000, i++;
+        else if (!strcmp(a, "--steps")) dc.steps = atoi(v), ok = dc.steps >= 1 && dc.steps <= 1000, i++;
+        else if (!strcmp(a, "--guidance")) dc.guidance = (float)atof(v), ok = isfinite(dc.guidance), i++;
+        else if (!strcmp(a, "--prompt")) dc.prompt = v, i++;
+        else if (!strcmp(a, "--dtype")) dtype = v, ok = !strcmp(v, "f32") || !strcmp(v, "bf16"), i++;
+        else if (!strcmp(a, "--profile")) prof = v, i++;
+        else if (!strcmp(a, "--db")) snprintf(db, sizeof db, "%s", v), i++;
+        else if (!strcmp(a, "--policy")) ok = parse_policy(v, c) && (c->policy == DL_POLICY_DDIT || c->policy == DL_POLICY_SDOP), i++;
+        else if (!strcmp(a, "--rate")) c->rate = !strcmp(v, "burst") ? 0 : atof(v), ok = !strcmp(v, "burst") || c->rate > 0, i++;
+        else if (!strcmp(a, "--mix")) ok = parse_mix(v, c->mix), i++;
+        else if (!strcmp(a, "--requests")) c->nreq = atoi(v), ok = c->nreq >= 1 && c->nreq <= 100000, i++;
+        else if (!strcmp(a, "--seed")) c->seed = strtoull(v, NULL, 10), i++;
+        else if (!strcmp(a, "--out")) out = v, i++;
+        else if (!strcmp(a, "--json")) json = v, i++;
+        else ok = 0;
+        if (!ok) {
+            fprintf(stderr, "difflet ddit: bad argument '%s'%s%s\n", a, v ? " " : "", v ? v : "");
+            fprintf(stderr, "usage: difflet ddit --model DIR --sizes WxH,... --profile NAME [--db FILE] [--units U (2)]\n"
+                            "  [--frames F] [--steps S (the profile's)] [--guidance G] [--prompt P] [--dtype f32|bf16]\n"
+                            "  [--policy ddit|sdop:N|sdop:N+dec] [--queue-aware] [--no-promote] [--no-decouple]\n"
+                            "  [--rate R|burst] [--mix A:B:...] [--requests N (40)] [--seed S] [--out DIR] [--json FILE]\n");
+            return 2;
+        }
+    }
+    if (!model || !sizes || !prof) {
+        fprintf(stderr, "difflet ddit: --model, --sizes and --profile are needed (difflet ddit --help)\n");
+        return 2;
+    }
+    if (units < 1 || units > 64 || (units & (units - 1))) {
+        fprintf(stderr, "difflet ddit: --units %d: a power of two up to 64\n", units);
+        return 2;
+    }
+    if (c->policy == DL_POLICY_SDOP && c->static_dop > units) {
+        fprintf(stderr, "difflet ddit: sdop:%d needs %d units, there are %d\n", c->static_dop, c->static_dop, units);
+        return 2;
+    }
+    char mbuf[4096], list[512];
+    if (!cli_model("ddit", model, mbuf, sizeof mbuf)) return 1;
+    dc.model = mbuf;
+    const dl_model_entry *e;
+    if (dl_registry_lookup(dc.model, &e) != DL_OK) {
+        fprintf(stderr, "difflet ddit: %s\n", dl_last_error());
+        return 1;
+    }
+    if (!e->resumable) {
+        fprintf(stderr, "difflet ddit: %s cannot move a request between rank groups (its scheduler keeps state between "
+                        "steps); resumable: OpenSoraPipeline\n", e->pipeline_class);
+        return 2;
+    }
+    if (!load_profile(db, prof, &dc.prof)) return 1;
+    snprintf(list, sizeof list, "%s", sizes);
+    for (char *save = NULL, *sz = strtok_r(list, ",", &save); sz; sz = strtok_r(NULL, ",", &save)) {
+        char x;
+        if (dc.nsizes == DL_SCHED_MAX_RES || sscanf(sz, "%d%c%d", &dc.sizes[dc.nsizes][0], &x, &dc.sizes[dc.nsizes][1]) != 3 ||
+            x != 'x' || dc.sizes[dc.nsizes][0] < 16 || dc.sizes[dc.nsizes][1] < 16) {
+            fprintf(stderr, "difflet ddit: --sizes: `%s` is not WxH (16 or more; at most %d sizes)\n", sz, DL_SCHED_MAX_RES);
+            return 2;
+        }
+        dc.nsizes++;
+    }
+    if (dc.nsizes != dc.prof.nres) {
+        fprintf(stderr, "difflet ddit: %d sizes, but profile '%s' has %d resolutions (size r is its resolution r)\n",
+                dc.nsizes, prof, dc.prof.nres);
+        return 2;
+    }
+    if (!dc.steps) dc.steps = dc.prof.steps;
+    for (int k = dc.nsizes; k < DL_SCHED_MAX_RES; k++) c->mix[k] = 0;
+    c->per_node = units;
+    dc.dt = strcmp(dtype, "bf16") ? DL_F32 : DL_BF16;
+    dc.out_dir = out;
+    if (!dl_comm_launched()) {
+        if (out && dl_mkdir_p(out) != DL_OK) {
+            fprintf(stderr, "difflet ddit: %s\n", dl_last_error());
+            return 1;
+        }
+        const char *sub[1] = {"ddit"};
+        return cli_mpirun(sub, 1, argc, argv, units + 1, 1, 1);
+    }
+    dl_comm *world;
+    if (dl_comm_world(&world) != DL_OK || dl_comm_size(world) != units + 1) {
+        fprintf(stderr, "difflet ddit: a world of %d ranks (the scheduler and %d units) is needed\n", units + 1, units);
+        dl_comm_abort(2);
+    }
+    const int rank = dl_comm_rank(world);
+    if (rank == 0)
+        printf("difflet ddit: %s, %d units + the scheduler rank (1 thread each), policy %s%s, %d requests (%s), profile %s, "
+               "%d steps\n",
+               e->pipeline_class, units, c->policy == DL_POLICY_DDIT ? (c->queue_aware ? "ddit (queue-aware)" : "ddit") : "sdop",
+               c->policy == DL_POLICY_SDOP ? "" : "", c->nreq, c->rate > 0 ? "poisson" : "burst", prof, dc.steps);
+    fflush(stdout);
+    dl_ddit_result r;
+    dl_status s = dl_ddit_run(world, &dc, &r);
+    int rc = 0;
+    if (rank == 0) {
+        if (s != DL_OK) {
+            fprintf(stderr, "difflet ddit: %s\n", dl_last_error());
+            rc = 1;
+        } else {
+            dl_sim_config sc = *c;
+            dl_profile sp = dc.prof;
+            /* the simulator steps the profile's DiT time per step: the run's step count scales it */
+            for (int k = 0; k < sp.nres; k++)
+                for (int d = 0; d < DL_SCHED_MAX_DOP; d++) sp.dit[k][d] *= (double)dc.steps / dc.prof.steps;
+            sp.steps = dc.steps;
+            dl_sim_result sim;
+            dl_status ss = dl_simulate(&sp, &sc, &sim);
+            for (int i = 0; i < r.nreq && r.nreq <= 200; i++)
+                printf("  request %3d  %-8s DoP %d -> %d  latency %8.3f s  (last run: DiT %.3f s, VAE %.3f s)\n", i,
+                       dc.prof.name[r.res[i]], r.first_dop[i], r.last_dop[i], r.latency[i], r.dit_last[i], r.vae[i]);
+            printf("real:      avg %8.3f s  p50 %8.3f s  p99 %8.3f s  makespan %8.2f s  promotions %d  completed %d  failed %d\n",
+                   r.avg, r.p50, r.p99, r.makespan, r.promotions, r.completed, r.failed);
+            if (ss == DL_OK) {
+                printf("simulated: avg %8.3f s  p50 %8.3f s  p99 %8.3f s  makespan %8.2f s  promotions %d\n", sim.avg_latency,
+                       sim.p50_latency, sim.p99_latency, sim.makespan, sim.promotions);
+                printf("simulated / real: avg %.3f  p50 %.3f  p99 %.3f\n", sim.avg_latency / r.avg, sim.p50_latency / r.p50,
+                       sim.p99_latency / r.p99);
+            } else
+                printf("simulated: %s\n", dl_last_error());
+            printf("promotion handover (latents through the scheduler rank): avg %.3f ms, max %.3f ms; prompt encoding "
+                   "per run %.3f s\n",
+                   1e3 * r.handover_avg, 1e3 * r.handover_max, r.encode_avg);
+            if (json) {
+                cJSON *j = cJSON_CreateObject();
+                cJSON_AddStringToObject(j, "pipeline", e->pipeline_class);
+                cJSON_AddNumberToObject(j, "units", units);
+                cJSON_AddNumberToObject(j, "requests", r.nreq);
+                cJSON_AddNumberToObject(j, "real_avg", r.avg), cJSON_AddNumberToObject(j, "real_p50", r.p50);
+                cJSON_AddNumberToObject(j, "real_p99", r.p99), cJSON_AddNumberToObject(j, "promotions", r.promotions);
+                cJSON_AddNumberToObject(j, "completed", r.completed), cJSON_AddNumberToObject(j, "failed", r.failed);
+                cJSON_AddNumberToObject(j, "handover_max_s", r.handover_max);
+                if (ss == DL_OK) {
+                    cJSON_AddNumberToObject(j, "sim_avg", sim.avg_latency), cJSON_AddNumberToObject(j, "sim_p50", sim.p50_latency);
+                    cJSON_AddNumberToObject(j, "sim_p99", sim.p99_latency), cJSON_AddNumberToObject(j, "sim_promotions", sim.promotions);
+                }
+                cJSON *q = cJSON_AddArrayToObject(j, "requests_detail");
+                for (int i = 0; i < r.nreq; i++) {
+                    cJSON *o = cJSON_CreateObject();
+                    cJSON_AddNumberToObject(o, "res", r.res[i]), cJSON_AddNumberToObject(o, "first_dop", r.first_dop[i]);
+                    cJSON_AddNumberToObject(o, "last_dop", r.last_dop[i]), cJSON_AddNumberToObject(o, "latency", r.latency[i]);
+                    cJSON_AddItemToArray(q, o);
+                }
+                char *t = cJSON_Print(j);
+                if (!t || dl_file_write_atomic(json, t, strlen(t)) != DL_OK) rc = 1;
+                free(t);
+                cJSON_Delete(j);
+            }
+            rc = r.failed ? 1 : rc;
+        }
+        dl_ddit_result_free(&r);
+    }
+    dl_comm_finalize();
+    return rc;
 }

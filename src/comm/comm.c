@@ -310,6 +310,25 @@ dl_status dl_comm_send(dl_comm *c, const void *buf, size_t bytes, int dst, int t
     return DL_OK;
 }
 
+int dl_comm_iprobe(dl_comm *c, int src, int tag, int *src_out, int *tag_out, size_t *bytes) {
+    if (c->size == 1) return 0;
+#ifdef DIFFLET_HAVE_MPI
+    int flag = 0, n = 0;
+    MPI_Status st;
+    int rc = MPI_Iprobe(src < 0 ? MPI_ANY_SOURCE : src, tag < 0 ? MPI_ANY_TAG : tag, c->mc, &flag, &st);
+    if (rc != MPI_SUCCESS) return mpi_err(rc, "MPI_Iprobe"), -1;
+    if (!flag) return 0;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    if (src_out) *src_out = st.MPI_SOURCE;
+    if (tag_out) *tag_out = st.MPI_TAG;
+    if (bytes) *bytes = (size_t)n;
+    return 1;
+#else
+    (void)src, (void)tag, (void)src_out, (void)tag_out, (void)bytes;
+    return 0;
+#endif
+}
+
 dl_status dl_comm_recv(dl_comm *c, void *buf, size_t bytes, int src, int tag) {
     if (c->size == 1) return dl_fail(DL_ERR_INVALID, "receive on a single-rank communicator");
 #ifdef DIFFLET_HAVE_MPI

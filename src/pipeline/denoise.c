@@ -16,6 +16,7 @@
  * rank reports a hash of the steps it ran per pass and the host checks them against
  * its decisions. */
 #include "difflet/denoise.h"
+#include "difflet/registry.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -310,6 +311,17 @@ dl_status dl_denoise_run(dl_denoise *d, const dl_denoise_request *r, dl_denoise_
         dl_denoise_abandon(d);
         return s;
     }
+    const int resumable = r->first_step > 0 || r->preempt;
+    if (r->first_step < 0 || r->first_step >= r->steps ||
+        (resumable && ((r->cache && r->cache->mode != DL_STEPCACHE_OFF) || r->on_probe))) {
+        dl_status s = dl_fail(DL_ERR_INVALID, r->first_step < 0 || r->first_step >= r->steps
+                                                  ? "denoise: resume at step %d of %d"
+                                                  : "denoise: a resumable request (resume at step %d of %d, or preemptible) "
+                                                    "needs step caching off",
+                              r->first_step, r->steps);
+        dl_denoise_abandon(d);
+        return s;
+    }
     if ((r->cache && r->cache->mode == DL_STEPCACHE_CALIBRATED) || r->on_probe) {
         if (!d->d.ops->probe) {
             dl_status s = dl_fail(DL_ERR_UNSUPPORTED, "this model has no step-caching probe (calibrated caching)");
@@ -339,9 +351,14 @@ dl_status dl_denoise_run(dl_denoise *d, const dl_denoise_request *r, dl_denoise_
     /* the probe: every CFG branch its own slot; a multi-pass step one call (slot 0) for all */
     const unsigned probed = multi ? 1u : act;
     double t0 = dl_now();
-    for (int i = 0; i < r->steps && s == DL_OK; i++) {
+    int done = r->first_step, preempted = 0;
+    for (int i = r->first_step; i < r->steps && s == DL_OK; i++) {
         if (r->cancel && atomic_load_explicit(r->cancel, memory_order_relaxed)) {
             s = dl_fail(DL_ERR_CANCELLED, "cancelled at step %d of %d", i, r->steps);
+            break;
+        }
+        if (i > r->first_step && r->preempt && atomic_load_explicit(r->preempt, memory_order_relaxed)) {
+            preempted = 1;
             break;
         }
         float tin = r->t[i];
@@ -408,6 +425,7 @@ dl_status dl_denoise_run(dl_denoise *d, const dl_denoise_request *r, dl_denoise_
             }
         }
         if (r->after_step) r->after_step(r->after_ctx, i, d->lat, d->v[0], n);
+        done = i + 1;
         if (r->on_step) r->on_step(r->ctx, i + 1, r->steps, dl_now() - t0);
     }
     /* every rank reports what it ran, even after a cancel (it keeps them in step) */
@@ -417,6 +435,27 @@ dl_status dl_denoise_run(dl_denoise *d, const dl_denoise_request *r, dl_denoise_
     if (s != DL_OK) return s;
     if (d->parallel) tm.comm_s = comm_seconds(d) - c0;
     tm.denoise_s = dl_now() - t0;
+    tm.steps_done = done;
     if (timing) *timing = tm;
-    return DL_OK;
+    return preempted ? dl_fail(DL_ERR_PREEMPTED, "preempted after step %d of %d", done, r->steps) : DL_OK;
+}
+
+dl_status dl_denoise_run_resumable(dl_denoise *d, const struct dl_gen_request *g, dl_denoise_request *r,
+                                   dl_denoise_timing *tm) {
+    if (g->resume_latents) {
+        if (g->resume_numel != d->n || g->resume_step < 1) {
+            dl_status s = dl_fail(DL_ERR_INVALID, "resume: %lld latents at step %d, the loop steps %lld from step 1 on",
+                                  (long long)g->resume_numel, g->resume_step, (long long)d->n);
+            dl_denoise_abandon(d);
+            return s;
+        }
+        memcpy(d->lat, g->resume_latents, (size_t)d->n * sizeof(float));
+        r->first_step = g->resume_step;
+    }
+    r->preempt = g->preempt;
+    dl_denoise_timing t = {0};
+    dl_status s = dl_denoise_run(d, r, &t);
+    if (tm) *tm = t;
+    if (s == DL_ERR_PREEMPTED && g->on_preempt) g->on_preempt(g->ctx, t.steps_done, d->lat, d->n);
+    return s;
 }

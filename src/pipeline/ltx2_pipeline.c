@@ -521,6 +521,23 @@ static dl_status combine(void *ctx, int i, float *const *out, float *lat) {
     return DL_OK;
 }
 
+/* The passes a step makes (on[P_*], the transformer forwards) and each stream's scales
+ * for a request's guidance, from p's difflet.json settings and the transformer's
+ * layer count and perturbed_attn flag. STG changes nothing unless a listed block
+ * exists and perturbs: otherwise its pass is the cond pass, and its term (cond - cond)
+ * is exactly 0: the pass is left out. */
+static void passes_on(const lt_pipe *p, float guidance, int64_t layers, int perturbed, int on[NPASS], stream_scales *vs,
+                      stream_scales *as) {
+    *vs = (stream_scales){p->stg, p->mod, p->rescale, guidance}, *as = p->audio_s;
+    if (as->cfg == 0) as->cfg = guidance; /* `audio_guidance_scale or guidance_scale` */
+    int stg_live = 0;
+    for (int j = 0; perturbed && j < p->n_stg; j++) stg_live |= p->stg_blocks[j] < layers;
+    on[P_COND] = 1;
+    on[P_UNCOND] = vs->cfg > 1.f || as->cfg > 1.f;
+    on[P_STG] = (vs->stg > 0 || as->stg > 0) && stg_live;
+    on[P_MOD] = vs->mod > 1.f || as->mod > 1.f;
+}
+
 static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *timing, int *ran) {
     dl_gen_timing tm = {.ranks = 1};
     *out = (dl_media){0};
@@ -530,15 +547,12 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
     if (r->fps > 0 && fabs(r->fps - p->fps) > 1e-9 * p->fps)
         return dl_fail(DL_ERR_INVALID, "LTX-2 is loaded for frame_rate %g (RoPE positions and the audio length depend on it); "
                                        "%g fps asked: set `fps` in the model's difflet.json", p->fps, r->fps);
-    stream_scales vs = {p->stg, p->mod, p->rescale, r->guidance}, as = p->audio_s;
-    if (as.cfg == 0) as.cfg = r->guidance; /* `audio_guidance_scale or guidance_scale` */
-    const int cfg = vs.cfg > 1.f || as.cfg > 1.f, stg = vs.stg > 0 || as.stg > 0, mod = vs.mod > 1.f || as.mod > 1.f;
-    /* STG changes nothing unless a listed block exists and perturbs: otherwise its pass is
-     * the cond pass, and its term (cond - cond) is exactly 0: the pass is left out */
+    stream_scales vs, as;
     const dl_ltx2_transformer_info *in = dl_ltx2_transformer_get_info(p->tr);
-    int stg_live = 0;
-    for (int j = 0; in->perturbed_attn && j < p->n_stg; j++) stg_live |= p->stg_blocks[j] < in->layers;
-    lt_combine cc = {p, {1, cfg, stg && stg_live, mod}, vs, as}; /* the passes that are transformer forwards */
+    lt_combine cc = {.p = p};
+    passes_on(p, r->guidance, in->layers, in->perturbed_attn, cc.on, &vs, &as);
+    cc.vs = vs, cc.as = as;
+    const int cfg = cc.on[P_UNCOND];
     unsigned mask = 0;
     for (int k = 0; k < NPASS; k++) mask |= (unsigned)cc.on[k] << k;
     if (p->par && p->par->cfg.cfg == 2 && __builtin_popcount(mask) < 2)
@@ -647,6 +661,30 @@ static dl_status entry_generate(void *impl, const dl_gen_request *g, dl_media *o
     return dl_pipeline_host_generate(p, p->host, p->loop, gen_fn, g, out, tm);
 }
 
+/* the registry's passes: a step's transformer forwards for this guidance, read from the
+ * folder as a load reads it (difflet.json's settings, the transformer's config); 1 when
+ * they cannot be read (the load reports why) */
+static int entry_passes(const char *model_dir, float guidance, float true_cfg, int negative) {
+    (void)true_cfg, (void)negative;
+    lt_pipe *p = calloc(1, sizeof *p);
+    int n = 1, pert = 0;
+    int64_t layers = 0;
+    char path[4200];
+    cJSON *cfg = NULL;
+    snprintf(path, sizeof path, "%s/transformer/config.json", model_dir);
+    if (p && settings_load(p, model_dir) == DL_OK && dl_json_read_object(path, "transformer/config.json", &cfg) == DL_OK &&
+        dl_cfg_int(cfg, "transformer/config.json", "num_layers", 48, &layers) == DL_OK &&
+        dl_cfg_bool(cfg, "transformer/config.json", "perturbed_attn", 0, &pert) == DL_OK) {
+        int on[NPASS];
+        stream_scales vs, as;
+        passes_on(p, guidance, layers, pert, on, &vs, &as);
+        n = on[P_COND] + on[P_UNCOND] + on[P_STG] + on[P_MOD];
+    }
+    cJSON_Delete(cfg);
+    free(p);
+    return n;
+}
+
 const dl_model_entry dl_ltx2_entry = {
     .pipeline_class = "LTX2Pipeline",
     .output = DL_MEDIA_VIDEO_AUDIO,
@@ -661,6 +699,7 @@ const dl_model_entry dl_ltx2_entry = {
     .default_height = 512,
     .default_frames = 121,
     .split_check = entry_split_check,
+    .passes = entry_passes,
     .load = entry_load,
     .free = entry_free,
     .is_host = entry_is_host,

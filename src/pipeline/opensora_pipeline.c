@@ -344,7 +344,7 @@ static dl_status generate(os_pipe *p, const dl_gen_request *r, dl_media *out, dl
                              .cancel = r->cancel, .on_step = r->on_step, .on_probe = r->on_probe, .ctx = r->ctx};
     dl_denoise_timing dt;
     *ran = 1;
-    if ((s = dl_denoise_run(p->loop, &dr, &dt)) != DL_OK) return s;
+    if ((s = dl_denoise_run_resumable(p->loop, r, &dr, &dt)) != DL_OK) return s;
     tm.denoise_s = dt.denoise_s, tm.probe_s = dt.probe_s, tm.cached_s = dt.cached_s, tm.comm_s = dt.comm_s;
     tm.denoiser_calls = dt.calls, tm.cached_steps = dt.cached_steps, tm.ranks = dt.ranks;
     t0 = dl_now();
@@ -397,6 +397,7 @@ const dl_model_entry dl_opensora_entry = {
     .default_fps = DEFAULT_FPS,
     .guidance_cfg = 1,
     .any_frames = 1, /* 17 frames make 5 latent frames, the remainder its own */
+    .resumable = 1, /* RFLOW's Euler update keeps no state between steps */
     .components = k_os_components,
     .ncomponents = NCOMP,
     .default_width = 426,

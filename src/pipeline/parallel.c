@@ -65,8 +65,8 @@ const char *dl_par_check(const dl_par_config *c, int passes, int world, char *bu
                  c->tp, c->cp, dl_par_ranks(c), world);
         return buf;
     }
-    if (c->cfg == 2 && passes != 2) {
-        snprintf(buf, n, "cfg=2 runs the conditional and unconditional passes on separate ranks, but this request makes "
+    if (c->cfg == 2 && passes < 2) {
+        snprintf(buf, n, "cfg=2 runs a step's guidance passes on two rank groups, but this request makes "
                          "%d pass per step (CFG needs --guidance > 1 for models guided by CFG (Wan, OpenSora, LTX-2), else "
                          "--true-cfg > 1 and a --negative-prompt)", passes);
         return buf;

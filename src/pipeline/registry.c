@@ -111,6 +111,19 @@ dl_status dl_pipeline_worker(dl_pipeline *p) {
 dl_status dl_pipeline_generate(dl_pipeline *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm) {
     memset(out, 0, sizeof *out);
     dl_gen_timing t = {0};
+    if ((r->resume_latents || r->preempt) && !p->e->resumable) {
+        dl_status s = dl_fail(DL_ERR_UNSUPPORTED, "%s cannot resume or preempt a request (its scheduler keeps state "
+                                                  "between steps)", p->e->pipeline_class);
+        if (dl_pipeline_is_host(p)) { /* every pipeline refuses a request without a prompt before its loop, which
+                                        ends the request on the replica's other ranks */
+            dl_gen_request none = {.steps = 1};
+            p->e->generate(p->impl, &none, out, &t);
+            dl_media_free(out);
+            s = dl_fail(DL_ERR_UNSUPPORTED, "%s cannot resume or preempt a request (its scheduler keeps state "
+                                            "between steps)", p->e->pipeline_class);
+        }
+        return s;
+    }
     dl_status s = p->e->generate(p->impl, r, out, &t);
     if (s != DL_OK) dl_media_free(out);
     if (tm) *tm = t;
@@ -138,6 +151,11 @@ const char *dl_pipeline_layout_check(const char *model_dir, const dl_par_config 
     }
     if (e->split_check) return e->split_check(model_dir, c, buf, n);
     return e->default_heads > 0 ? dl_registry_heads_check(model_dir, c, e->default_heads, buf, n) : NULL;
+}
+
+int dl_registry_passes(const dl_model_entry *e, const char *model_dir, float guidance, float true_cfg, int negative) {
+    if (e->passes) return e->passes(model_dir, guidance, true_cfg, negative);
+    return (e->guidance_cfg ? guidance > 1.f : true_cfg > 1.f && negative) ? 2 : 1;
 }
 
 void dl_registry_default_shape(const dl_model_entry *e, const char *model_dir, int *w, int *h, int *frames) {

@@ -90,6 +90,31 @@ static void release(dl_buddy *b, req *r, int keep) {
     }
 }
 
+void dl_sim_trace_init(dl_sim_trace *tr, const dl_sim_config *c) {
+    tr->rng = c->seed * 0x9e3779b97f4a7c15ull + 1;
+    tr->t = 0;
+}
+
+void dl_sim_trace_next(dl_sim_trace *tr, const dl_profile *p, const dl_sim_config *c, double *arrive, int *res) {
+    double mixsum = 0;
+    for (int i = 0; i < p->nres; i++) mixsum += c->mix[i] > 0 ? c->mix[i] : 0;
+    if (c->rate > 0) tr->t += -log((double)((dl_rng_next(&tr->rng) >> 11) + 1) * 0x1p-53) / c->rate;
+    double u = (double)(dl_rng_next(&tr->rng) >> 11) * 0x1p-53 * mixsum, acc = 0;
+    *res = 0;
+    for (int k = 0; k < p->nres; k++) {
+        acc += c->mix[k] > 0 ? c->mix[k] : 0;
+        *res = k;
+        if (u < acc) break;
+    }
+    *arrive = tr->t;
+}
+
+double dl_sched_percentile(const double *sorted, int n, double q) {
+    if (n < 1) return 0;
+    int k = (int)ceil(q * n) - 1;
+    return sorted[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -119,20 +144,12 @@ dl_status dl_simulate(const dl_profile *p, const dl_sim_config *c, dl_sim_result
         free(rq), free(lat), free(run), free(cl);
         return dl_fail(DL_ERR_NOMEM, "out of memory");
     }
-    uint64_t rng = c->seed * 0x9e3779b97f4a7c15ull + 1;
     double t = 0;
+    dl_sim_trace tr;
+    dl_sim_trace_init(&tr, c);
     for (int i = 0; i < c->nreq; i++) { /* arrivals and classes, fixed by the seed */
-        if (c->rate > 0) t += -log((double)((dl_rng_next(&rng) >> 11) + 1) * 0x1p-53) / c->rate;
-        double u = (double)(dl_rng_next(&rng) >> 11) * 0x1p-53 * mixsum, acc = 0;
-        int res = 0;
-        for (int k = 0; k < p->nres; k++) {
-            acc += c->mix[k] > 0 ? c->mix[k] : 0;
-            if (u < acc) {
-                res = k;
-                break;
-            }
-            res = k;
-        }
+        int res;
+        dl_sim_trace_next(&tr, p, c, &t, &res);
         rq[i] = (req){.res = res, .arrive = t, .B = dl_profile_best_dop(p, res), .gstart = -1, .pend_start = -1, .unit_cls = -1};
         if (rq[i].B > c->per_node) rq[i].B = c->per_node;
     }
@@ -352,7 +369,8 @@ dl_status dl_simulate(const dl_profile *p, const dl_sim_config *c, dl_sim_result
     for (int i = 0; i < c->nreq; i++) sum += lat[i];
     out->completed = done;
     out->avg_latency = sum / c->nreq;
-    out->p99_latency = lat[(int)fmin(c->nreq - 1, ceil(0.99 * c->nreq) - 1)];
+    out->p99_latency = dl_sched_percentile(lat, c->nreq, 0.99);
+    out->p50_latency = dl_sched_percentile(lat, c->nreq, 0.50);
     out->makespan = t;
     out->reserved_cost = M * t;
     out->utilization = t > 0 ? out->cost / out->reserved_cost : 0;

@@ -1,0 +1,67 @@
+/* DDiT on real ranks (../shared/seeds/001_921b6427be4c2427.txt §4): one MPI world of
+ * 1 + U ranks serves a request trace. Rank 0 is the scheduler (the control plane: it
+ * speaks MPI to the units, so rank groups, promotions and the decoupled VAE are
+ * decided where the ranks are, and it holds no model); ranks 1..U are the units (the
+ * paper's devices), U a power of two. At start every unit loads the pipeline of every
+ * served size once per aligned rank group it belongs to (1, 2, 4, ... units: the
+ * buddy allocator's blocks, so the sub-communicators are made once and kept, as the
+ * paper keeps them in a table), context-parallel over the group.
+ *
+ * A request runs on the group the policy gives it (dl_sim_config's: DDiT's greedy
+ * policy with its optimal DoP B from the profile, the queue-aware variant, or a
+ * static DoP): the group's first unit is the pipeline's host (the leader), the others
+ * serve its steps. After each step the leader tells rank 0; a hungry request is
+ * promoted at a step boundary: rank 0 reserves the larger group and tells the leader,
+ * whose loop stops at the next boundary (a preempted request, dl_gen_request.preempt)
+ * and sends its latents and step to rank 0, which starts the request on the new group
+ * from there (dl_gen_request.resume_*): the output is the one a fixed group would
+ * make. After the last step the other units of the group go back to the pool at
+ * once (decoupling) while the leader decodes. The trace is the simulator's
+ * (dl_sim_trace), so the same config simulated on the same profile is the
+ * prediction the real run is compared with. */
+#ifndef DIFFLET_DDIT_H
+#define DIFFLET_DDIT_H
+
+#include "difflet/comm.h"
+#include "difflet/sched.h"
+#include "difflet/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char *model;               /* a model folder whose registry entry is resumable */
+    int nsizes;                      /* served sizes: resolution r of the profile is size r */
+    int sizes[DL_SCHED_MAX_RES][2];  /* width, height */
+    int frames;                      /* video models: frames per request (1: images) */
+    int steps;                       /* per request (the profile's DiT times cover its own steps) */
+    float guidance;
+    dl_dtype dt;
+    const char *prompt;              /* every request's; request i is seeded i */
+    dl_sim_config sim;               /* the policy and the trace: nodes 1, per_node = units */
+    dl_profile prof;                 /* B per resolution (dl_profile_best_dop) and starvation (Eq. 5) */
+    const char *out_dir;             /* NULL, or each request's frames as raw RGB bytes: <i>.rgb */
+} dl_ddit_config;
+
+typedef struct {
+    int nreq, completed, failed, promotions;
+    double avg, p50, p99, makespan;  /* latency: arrival to the end of the decode, seconds */
+    double handover_avg, handover_max; /* a promotion's latents through rank 0 to the new group, seconds */
+    double encode_avg;               /* the prompt's encoding in a request's last run (a promoted request
+                                        encodes it again on its new group) */
+    double *latency;                 /* [nreq] in trace order (the caller frees) */
+    int *res, *first_dop, *last_dop; /* [nreq] resolution, the DoP it started and ended its DiT at */
+    double *dit_last, *vae;          /* [nreq] its last run's denoising and decode seconds (the leader's clock) */
+} dl_ddit_result;
+
+/* Every rank of a world of 1 + units ranks calls this (units a power of two, at most
+ * 64); rank 0 fills *out and returns when every request has ended, the units when rank
+ * 0 stops them. A unit that cannot load aborts the world (the error printed). */
+dl_status dl_ddit_run(dl_comm *world, const dl_ddit_config *c, dl_ddit_result *out);
+void dl_ddit_result_free(dl_ddit_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
