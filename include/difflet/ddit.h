@@ -35,6 +35,8 @@ typedef struct {
     int nsizes;                      /* served sizes: resolution r of the profile is size r */
     int sizes[DL_SCHED_MAX_RES][2];  /* width, height */
     int frames;                      /* video models: frames per request (1: images) */
+    int res_frames[DL_SCHED_MAX_RES]; /* > 0: resolution r's own frame count (serve: a pipeline per
+                                        size and frame count) */
     int steps;                       /* per request (the profile's DiT times cover its own steps) */
     float guidance;
     dl_dtype dt;
@@ -60,6 +62,41 @@ typedef struct {
  * 0 stops them. A unit that cannot load aborts the world (the error printed). */
 dl_status dl_ddit_run(dl_comm *world, const dl_ddit_config *c, dl_ddit_result *out);
 void dl_ddit_result_free(dl_ddit_result *r);
+
+/* ---- the same world fed by something else than a trace (serve's model process) ----- */
+
+typedef struct dl_ddit_sched dl_ddit_sched; /* rank 0's state */
+
+/* Rank 0's side of a request source; every call is on rank 0's thread. */
+typedef struct {
+    void *ctx;
+    /* the requests that have come by `now` (seconds since the units were ready): each
+     * added with dl_ddit_add; cancels with dl_ddit_cancel */
+    void (*poll)(void *ctx, dl_ddit_sched *s, double now);
+    /* request `req`'s leader finished step `step` of `steps` */
+    void (*step)(void *ctx, int req, int step, int steps);
+    /* request `req` ended: ok (its output written by the leader), or cancelled, or failed
+     * with error; seconds: its model time (its last run's encode + denoise + decode),
+     * calls: its last run's denoiser calls */
+    void (*done)(void *ctx, int req, int ok, int cancelled, const char *error, double seconds, int calls);
+    /* the units are ready (loaded) */
+    void (*ready)(void *ctx, double load_seconds);
+    /* 1: stop once nothing runs or waits */
+    int (*stop)(void *ctx);
+} dl_ddit_source;
+
+/* A request of resolution res (pipeline res of the config) and `steps` steps arrived at
+ * `arrive`. job:
+ * its request as the API process sends it ({"request": {...}, "out": path}; the
+ * leader reads it and writes the output there), copied; NULL: the config's prompt,
+ * seeded by the request's index. Returns the request's index (the source's handle). */
+int dl_ddit_add(dl_ddit_sched *s, int res, int steps, double arrive, const char *job);
+/* A request's client gave up: a waiting one ends cancelled now, a running one at its
+ * leader's next step boundary. */
+void dl_ddit_cancel(dl_ddit_sched *s, int req);
+/* dl_ddit_run with requests from src instead of the config's trace (rank 0; the
+ * units as in dl_ddit_run). */
+dl_status dl_ddit_serve(dl_comm *world, const dl_ddit_config *c, const dl_ddit_source *src, dl_ddit_result *out);
 
 #ifdef __cplusplus
 }

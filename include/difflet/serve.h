@@ -42,6 +42,16 @@ typedef struct {
     char dtype[8], cache[256]; /* default step-caching mode */
     char parallel[128];     /* each replica's layout (tp, sp, cp; "" = one rank): its model
                                process is an mpirun job whose first rank talks to the server */
+    /* "ddit": the model process is one MPI world of a scheduler rank and `units` units
+     * (ddit.h) that places each request on an elastic rank group (DDiT: promotion at
+     * step boundaries, the VAE decoupled) and runs several at once; "" one request at
+     * a time on the layout above */
+    char scheduler[16];
+    int units;              /* ddit: units (a power of two, 1..8) */
+    char ddit_profile[64];  /* ddit: the profile (`difflet profile`) that gives each
+                               pipeline's B; resolution r is pipeline r (size i, frame count k:
+                               r = i * nframes + k) */
+    char ddit_policy[16];   /* ddit: ddit (default), ddit-qa (queue-aware), sdop:N */
 } dl_deployment;
 
 /* Defaults (difflet-tiny, 64x64, 127.0.0.1), then the deployment's JSON file if given,
@@ -91,6 +101,9 @@ int dl_serve_api_main(const dl_serve_config *c, const char *self_exe);
  * process; or, fd < 0, the unix socket path the first rank of a parallel model
  * process connects to. */
 int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *p);
+/* The same for a deployment with "scheduler": "ddit": every rank of the mpirun world
+ * (ddit_worker.c) */
+int dl_serve_ddit_main(const char *sock_path, const dl_deployment *p);
 
 
 #ifdef __cplusplus

@@ -22,24 +22,34 @@ enum { MAX_BODY = 64 * 1024, NBUCKETS = 10 };
 
 enum { MAX_WORKERS = DL_SERVE_MAX_PROCESSES };
 
-/* One resident model process (data parallel: several per model; every process on its
- * own cores). It runs jobs of its model only. The supervisor thread (models.c) writes
- * every field but cancel_wanted; other threads read ready, pid, inflight, live_step and
- * live_steps, and set cancel_wanted, under dl_api.mu; the other fields are the
- * supervisor's alone. */
+enum { MAX_SLOTS = 16 };
+
+/* One job in flight on a model process (its slot; empty: inflight[0] == 0). */
 typedef struct {
-    int model; /* dl_api.m[model] */
-    int fd, ready, cancel_sent;
-    pid_t pid;
-    int mpi, listening; /* an mpirun job (its own session); still waiting for its first rank */
-    char sock[108];     /* the unix socket that first rank connects to */
-    double spawn_time;
     char inflight[40];
     char out[1200]; /* where the in-flight job's result goes */
     int cancel_wanted;  /* a client cancelled the in-flight job */
+    int cancel_sent;
     int live_step, live_steps; /* the in-flight job's progress as the model process reports it (every step) */
-    double deadline, cancel_time, next_spawn, backoff;
+    double deadline, cancel_time;
     double progress_written; /* per-step progress reaches SQLite at most every 0.25 s */
+} job_slot;
+
+/* One resident model process (data parallel: several per model; every process on its
+ * own cores). It runs jobs of its model only, nslots at a time (1; a process that
+ * schedules its own ranks takes more). The supervisor thread (models.c) writes every
+ * field but the slots' cancel_wanted; other threads read ready, pid and the slots'
+ * inflight, live_step and live_steps, and set cancel_wanted, under dl_api.mu; the
+ * other fields are the supervisor's alone. */
+typedef struct {
+    int model; /* dl_api.m[model] */
+    int fd, ready;
+    pid_t pid;
+    int mpi, listening; /* an mpirun job (its own session); still waiting for its first rank */
+    char sock[108];     /* the unix socket that first rank connects to */
+    double spawn_time, next_spawn, backoff;
+    int nslots;
+    job_slot s[MAX_SLOTS];
 } worker;
 
 /* One served model: its deployment (its id is what requests and jobs name it by). */

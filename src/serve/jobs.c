@@ -346,6 +346,11 @@ int dl_jobs_transition(dl_jobstore *js, const char *id, const char *from, const 
     return update(js, sql, 5, text, 1, &t);
 }
 
+int dl_jobs_requeue(dl_jobstore *js, const char *id) {
+    return update(js, "UPDATE jobs SET status='queued', started=NULL, step=0 WHERE id=?1 AND status='in_progress';", 1, &id, 0,
+                  NULL);
+}
+
 dl_status dl_jobs_model_seconds(dl_jobstore *js, const char *id, double secs) {
     const double t = secs;
     /* ?1 the id, ?2 the seconds */

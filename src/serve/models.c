@@ -105,7 +105,8 @@ int dl_api_all_ready(void) {
 
 int dl_api_inflight(const served *m) {
     int n = 0;
-    for (int i = m->first; i < m->first + m->n; i++) n += dl_api.w[i].inflight[0] != 0;
+    for (int i = m->first; i < m->first + m->n; i++)
+        for (int k = 0; k < dl_api.w[i].nslots; k++) n += dl_api.w[i].s[k].inflight[0] != 0;
     return n;
 }
 
@@ -164,7 +165,12 @@ static void spawn_worker(worker *w, int k) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int per = (int)(ncpu / dl_api.nworkers);
     dl_par_config pc;
-    if (dl_par_parse(dl_api.m[w->model].pr.parallel, &pc) == DL_OK && dl_par_ranks(&pc) > 1) {
+    const dl_deployment *pr = &dl_api.m[w->model].pr;
+    if (pr->scheduler[0]) { /* DDiT: the scheduler rank and the units */
+        spawn_mpi_worker(w, k, pr->units + 1, per > 0 ? per : 1);
+        return;
+    }
+    if (dl_par_parse(pr->parallel, &pc) == DL_OK && dl_par_ranks(&pc) > 1) {
         spawn_mpi_worker(w, k, dl_par_ranks(&pc), per > 0 ? per : 1);
         return;
     }
@@ -241,12 +247,19 @@ static void count_restart(worker *w) {
 }
 
 /* the in-flight job is no longer w's: streams and waiters hear it */
-static void clear_inflight(worker *w) {
+static void clear_inflight(job_slot *sl) {
     lock();
-    w->inflight[0] = 0;
+    sl->inflight[0] = 0;
     dl_api_notify_locked();
     unlock();
-    w->cancel_sent = 0;
+    sl->cancel_sent = 0;
+}
+
+/* w's slot running job id, or NULL */
+static job_slot *slot_of(worker *w, const char *id) {
+    for (int i = 0; id && i < w->nslots; i++)
+        if (w->s[i].inflight[0] && !strcmp(w->s[i].inflight, id)) return &w->s[i];
+    return NULL;
 }
 
 /* A queued job on its way to a model process. */
@@ -262,7 +275,7 @@ typedef struct {
  * w's in memory before the store says in_progress: a client's cancel that finds the
  * job in_progress finds w too. 1 with *nx; 0 when the queue is empty (or the store
  * failed). */
-static int take_next(worker *w, next_job *nx) {
+static int take_next(worker *w, job_slot *sl, next_job *nx) {
     for (;;) {
         char *req = NULL;
         if (!dl_jobs_next(dl_api.js, dl_api.m[w->model].pr.model_id, nx->id, sizeof nx->id, &req, &nx->deadline)) return 0;
@@ -285,10 +298,10 @@ static int take_next(worker *w, next_job *nx) {
         cJSON_AddStringToObject(nx->msg, "out", nx->out);
         cJSON_AddItemToObject(nx->msg, "request", rq);
         lock();
-        snprintf(w->inflight, sizeof w->inflight, "%s", nx->id);
-        w->cancel_wanted = 0;
-        w->live_step = 0;
-        w->live_steps = nx->steps;
+        snprintf(sl->inflight, sizeof sl->inflight, "%s", nx->id);
+        sl->cancel_wanted = 0;
+        sl->live_step = 0;
+        sl->live_steps = nx->steps;
         unlock();
         return 1;
     }
@@ -304,14 +317,14 @@ static int start_in_tx(const next_job *nx) {
 }
 
 /* After the commit: nx runs on w (it is sent), or (won != 1) w's slot is empty again. */
-static void start_after(worker *w, next_job *nx, int won) {
+static void start_after(worker *w, job_slot *sl, next_job *nx, int won) {
     if (won != 1) {
-        clear_inflight(w);
+        clear_inflight(sl);
     } else {
-        snprintf(w->out, sizeof w->out, "%s", nx->out);
-        w->progress_written = wall();
-        w->deadline = nx->deadline;
-        w->cancel_sent = 0;
+        snprintf(sl->out, sizeof sl->out, "%s", nx->out);
+        sl->progress_written = wall();
+        sl->deadline = nx->deadline;
+        sl->cancel_sent = 0;
         cJSON *j = dl_jobs_get(dl_api.js, nx->id);
         double created = j ? cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "created")) : wall();
         cJSON_Delete(j);
@@ -331,10 +344,11 @@ static void start_after(worker *w, next_job *nx, int won) {
  * a client that hears of the end already finds the queue one shorter (as one lock over
  * both used to make it). The store first, then memory: a reader that no longer finds a
  * job in memory finds its end in the store. */
-static void finish_inflight(worker *w, const char *status, const char *err, const char *result, const cJSON *done, int next) {
-    if (!w->inflight[0]) return;
+static void finish_inflight(worker *w, job_slot *sl, const char *status, const char *err, const char *result, const cJSON *done,
+                            int next) {
+    if (!sl->inflight[0]) return;
     char id[40];
-    snprintf(id, sizeof id, "%s", w->inflight); /* w's slot may pass to the next job below */
+    snprintf(id, sizeof id, "%s", sl->inflight); /* the slot may pass to the next job below */
     int steps = 0;
     if (done) {
         cJSON *j = dl_jobs_get(dl_api.js, id);
@@ -343,7 +357,7 @@ static void finish_inflight(worker *w, const char *status, const char *err, cons
         cJSON_Delete(j);
     }
     next_job nx = {0};
-    const int have = next && w->ready && take_next(w, &nx);
+    const int have = next && w->ready && take_next(w, sl, &nx);
     int won = -1;
     dl_status s = dl_jobs_begin(dl_api.js, 0);
     if (s == DL_OK) {
@@ -357,8 +371,8 @@ static void finish_inflight(worker *w, const char *status, const char *err, cons
         if (s != DL_OK) dl_jobs_rollback(dl_api.js), won = -1;
     }
     if (s != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
-    if (have) start_after(w, &nx, won);
-    else clear_inflight(w);
+    if (have) start_after(w, sl, &nx, won);
+    else clear_inflight(sl);
 }
 
 static void handle_msg(worker *w, cJSON *m) {
@@ -381,27 +395,28 @@ static void handle_msg(worker *w, cJSON *m) {
         snprintf(sm->last_error, sizeof sm->last_error, "%s", msg ? msg : "no reason given");
         unlock();
         DL_ERROR("serve: the model process of %s failed to start: %s", sm->pr.model_id, msg ? msg : "no reason given");
-    } else if (id && !strcmp(id, w->inflight)) {
+    } else if (slot_of(w, id)) {
+        job_slot *sl = slot_of(w, id);
         if (!strcmp(type, "progress")) {
             /* every step to the event streams (memory), at most every 0.25 s to the store */
             lock();
-            w->live_step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step"));
-            w->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps"));
+            sl->live_step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step"));
+            sl->live_steps = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps"));
             dl_api_notify_locked();
             unlock();
-            if (wall() - w->progress_written >= 0.25) { /* each write is a commit: not one per step */
+            if (wall() - sl->progress_written >= 0.25) { /* each write is a commit: not one per step */
                 dl_jobs_progress(dl_api.js, id, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "step")),
                               (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "steps")), 0);
-                w->progress_written = wall();
+                sl->progress_written = wall();
             }
         } else if (!strcmp(type, "done")) {
-            char path[sizeof w->out];
-            snprintf(path, sizeof path, "%s", w->out);
+            char path[sizeof sl->out];
+            snprintf(path, sizeof path, "%s", sl->out);
             lock();
             dl_api.steps_full += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "calls"));
             dl_api.steps_cached += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "cached"));
             unlock();
-            finish_inflight(w, "completed", NULL, path, m, 1); /* its result, step counts and time land together */
+            finish_inflight(w, sl, "completed", NULL, path, m, 1); /* its result, step counts and time land together */
         } else if (!strcmp(type, "partial")) { /* a preview for the job's stream (stream.c keeps it) */
             cJSON *b = cJSON_GetObjectItemCaseSensitive(m, "b64");
             if (cJSON_IsString(b)) {
@@ -411,8 +426,8 @@ static void handle_msg(worker *w, cJSON *m) {
             }
         } else if (!strcmp(type, "error")) {
             int cancelled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "cancelled"));
-            finish_inflight(w, cancelled ? "cancelled" : "failed", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL,
-                            NULL, 1);
+            finish_inflight(w, sl, cancelled ? "cancelled" : "failed",
+                            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message")), NULL, NULL, 1);
         }
     }
 }
@@ -421,26 +436,54 @@ static void handle_msg(worker *w, cJSON *m) {
  * taken (sent, or lost to a cancel meanwhile: the next one may be taken), 0 when its
  * queue is empty or the store failed. The store's change is conditional (queued ->
  * in_progress), so a cancel that won the race leaves the job cancelled and unsent. */
-static int dispatch_one(worker *w) {
+static int dispatch_one(worker *w, job_slot *sl) {
     next_job nx = {0};
-    if (!take_next(w, &nx)) return 0;
+    if (!take_next(w, sl, &nx)) return 0;
     int won = -1;
     if (dl_jobs_begin(dl_api.js, 0) == DL_OK) {
         won = start_in_tx(&nx);
         if (won < 0 || dl_jobs_commit(dl_api.js) != DL_OK) dl_jobs_rollback(dl_api.js), won = -1;
     }
     if (won < 0) DL_ERROR("serve: job store: %s", dl_last_error());
-    start_after(w, &nx, won);
+    start_after(w, sl, &nx, won);
     return won >= 0;
 }
 
-/* Each queued job goes to a ready model process of its model with nothing in flight. */
+/* Each queued job goes to a free slot of a ready model process of its model. */
 static void dispatch(void) {
     for (int i = 0; i < dl_api.nworkers; i++) {
         worker *w = &dl_api.w[i];
-        while (w->ready && !w->inflight[0] && dispatch_one(w)) {}
+        for (int k = 0; k < w->nslots; k++)
+            while (w->ready && !w->s[k].inflight[0] && dispatch_one(w, &w->s[k])) {}
     }
 }
+
+/* every job in flight on a model process that died: failed (it may be retried); on a
+ * DDiT world (whose restarts are part of its design: one rank's death ends the world)
+ * back in the queue, to run again from the start with the same result */
+static void fail_all(worker *w, const char *why) {
+    const int requeue = dl_api.m[w->model].pr.scheduler[0] != 0;
+    for (int k = 0; k < w->nslots; k++) {
+        job_slot *sl = &w->s[k];
+        if (!sl->inflight[0]) continue;
+        if (requeue && dl_jobs_requeue(dl_api.js, sl->inflight) == 1) {
+            DL_WARN("serve: job %s back in the queue (its DDiT world is restarting)", sl->inflight);
+            clear_inflight(sl);
+            dl_api_notify();
+        } else {
+            finish_inflight(w, sl, "failed", why, NULL, NULL, 0);
+        }
+    }
+}
+
+/* the first job in flight on w ("" when none) */
+static const char *first_job(const worker *w) {
+    for (int k = 0; k < w->nslots; k++)
+        if (w->s[k].inflight[0]) return w->s[k].inflight;
+    return "";
+}
+
+static int busy(const worker *w) { return first_job(w)[0] != 0; }
 
 /* One pass over a model process: spawn, messages, death, deadline, kill. */
 static void tend(worker *w, int k, const struct pollfd *pf, int stopping) {
@@ -469,8 +512,7 @@ static void tend(worker *w, int k, const struct pollfd *pf, int stopping) {
             }
             reap_worker(w, !gone); /* an mpirun already reaped: its wait returns at once; every rank is killed */
             count_restart(w);
-            if (w->inflight[0])
-                finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL, NULL, 0);
+            fail_all(w, "the model process exited unexpectedly; the request failed (it may be retried)");
             DL_WARN("serve: parallel model process %d exited; replacing it", (int)pid);
             w->next_spawn = now + w->backoff;
             w->backoff = fmin(w->backoff * 2, 30);
@@ -488,9 +530,9 @@ static void tend(worker *w, int k, const struct pollfd *pf, int stopping) {
             pid_t pid = w->pid;
             reap_worker(w, 1); /* SIGKILL: a no-op on one that already exited, and never a wait on a stuck one */
             count_restart(w);
-            if (w->inflight[0]) {
-                DL_WARN("serve: model process %d died during job %s; replacing it", (int)pid, w->inflight);
-                finish_inflight(w, "failed", "the model process exited unexpectedly; the request failed (it may be retried)", NULL, NULL, 0);
+            if (busy(w)) {
+                DL_WARN("serve: model process %d died during job %s; replacing it", (int)pid, first_job(w));
+                fail_all(w, "the model process exited unexpectedly; the request failed (it may be retried)");
             } else {
                 DL_WARN("serve: model process %d exited; replacing it", (int)pid);
             }
@@ -498,33 +540,40 @@ static void tend(worker *w, int k, const struct pollfd *pf, int stopping) {
             w->backoff = was_ready ? 0.5 : fmin(w->backoff * 2, 30);
         }
     }
-    lock();
-    const int cancel_wanted = w->cancel_wanted;
-    unlock();
-    if (w->inflight[0] && !w->cancel_sent && (now > w->deadline || cancel_wanted)) {
-        /* deadline (or a cancel request): the client hears now; the process stops at a step boundary */
-        int timed_out = now > w->deadline;
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "type", "cancel");
-        cJSON_AddStringToObject(c, "id", w->inflight);
-        dl_msg_send(w->fd, c);
-        cJSON_Delete(c);
-        if (timed_out) {
-            char err[128];
-            snprintf(err, sizeof err, "timed out after %.0f s", sm->pr.timeout_s);
-            if (dl_jobs_transition(dl_api.js, w->inflight, "in_progress", "failed", err, NULL) < 0)
-                DL_ERROR("serve: job store: %s", dl_last_error());
-            dl_api_notify();
+    for (int j = 0; j < w->nslots; j++) {
+        job_slot *sl = &w->s[j];
+        lock();
+        const int cancel_wanted = sl->cancel_wanted;
+        unlock();
+        if (sl->inflight[0] && !sl->cancel_sent && (now > sl->deadline || cancel_wanted)) {
+            /* deadline (or a cancel request): the client hears now; the process stops at a step boundary */
+            int timed_out = now > sl->deadline;
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddStringToObject(c, "type", "cancel");
+            cJSON_AddStringToObject(c, "id", sl->inflight);
+            dl_msg_send(w->fd, c);
+            cJSON_Delete(c);
+            if (timed_out) {
+                char err[128];
+                snprintf(err, sizeof err, "timed out after %.0f s", sm->pr.timeout_s);
+                if (dl_jobs_transition(dl_api.js, sl->inflight, "in_progress", "failed", err, NULL) < 0)
+                    DL_ERROR("serve: job store: %s", dl_last_error());
+                dl_api_notify();
+            }
+            sl->cancel_sent = 1;
+            sl->cancel_time = now;
         }
-        w->cancel_sent = 1;
-        w->cancel_time = now;
-    }
-    if (w->inflight[0] && w->cancel_sent && now > w->cancel_time + sm->pr.grace_s) {
-        DL_WARN("serve: model process %d did not stop job %s within %.1f s: killing it", (int)w->pid, w->inflight, sm->pr.grace_s);
-        finish_inflight(w, "failed", "timed out; the model process was replaced", NULL, NULL, 0);
-        reap_worker(w, 1);
-        count_restart(w);
-        w->next_spawn = wall();
+        if (sl->inflight[0] && sl->cancel_sent && now > sl->cancel_time + sm->pr.grace_s) {
+            DL_WARN("serve: model process %d did not stop job %s within %.1f s: killing it", (int)w->pid, sl->inflight,
+                    sm->pr.grace_s);
+            finish_inflight(w, sl, "failed", "timed out; the model process was replaced", NULL, NULL, 0);
+            fail_all(w, "the model process was replaced (another job on it did not stop in time); the request failed (it "
+                        "may be retried)");
+            reap_worker(w, 1);
+            count_restart(w);
+            w->next_spawn = wall();
+            break;
+        }
     }
 }
 

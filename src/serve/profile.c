@@ -61,13 +61,16 @@ static int num_field(const cJSON *j, const char *k, double *dst) {
 dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
     if (cJSON_GetObjectItemCaseSensitive(j, "models"))
         return dl_fail(DL_ERR_FORMAT, "serving deployment: `models` (a list) is a whole server's; one model's deployment has `model`");
-    double reps = p->replicas;
+    double reps = p->replicas, units = p->units;
     double port = p->port, qc = p->queue_capacity, ms = p->max_steps, mp = p->max_prompt_bytes, nc = p->no_compile;
     double mc = p->max_connections, mci = p->max_connections_per_ip, hp = p->health_port;
     if (!str_field(j, "model", p->model, sizeof p->model) || !str_field(j, "results_dir", p->results, sizeof p->results) ||
         !str_field(j, "db", p->db, sizeof p->db) || !str_field(j, "host", p->host, sizeof p->host) ||
         !str_field(j, "api_key", p->api_key, sizeof p->api_key) || !str_field(j, "dtype", p->dtype, sizeof p->dtype) ||
         !str_field(j, "cache", p->cache, sizeof p->cache) || !str_field(j, "parallel", p->parallel, sizeof p->parallel) ||
+        !str_field(j, "scheduler", p->scheduler, sizeof p->scheduler) ||
+        !str_field(j, "ddit_profile", p->ddit_profile, sizeof p->ddit_profile) ||
+        !str_field(j, "ddit_policy", p->ddit_policy, sizeof p->ddit_policy) || !num_field(j, "units", &units) ||
         !num_field(j, "port", &port) ||
         !num_field(j, "queue_capacity", &qc) || !num_field(j, "max_steps", &ms) || !num_field(j, "max_prompt_bytes", &mp) ||
         !num_field(j, "request_timeout_s", &p->timeout_s) || !num_field(j, "cancel_grace_s", &p->grace_s) ||
@@ -121,6 +124,27 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
                                       "max_connections_per_ip (1..max_connections) or health_port (-1..65535) out of range");
     p->replicas = (int)reps;
     if (p->replicas < 1 || p->replicas > 8) return dl_fail(DL_ERR_FORMAT, "serving profile: replicas must be 1..8");
+    p->units = (int)units;
+    if (p->scheduler[0]) {
+        if (strcmp(p->scheduler, "ddit"))
+            return dl_fail(DL_ERR_FORMAT, "serving deployment: scheduler `%s`: the one there is is `ddit`", p->scheduler);
+        if (units != floor(units) || p->units < 1 || p->units > 8 || (p->units & (p->units - 1)))
+            return dl_fail(DL_ERR_FORMAT, "serving deployment: scheduler ddit needs `units`: a power of two, 1..8");
+        if (p->replicas != 1 || (p->parallel[0] && strcmp(p->parallel, "1")))
+            return dl_fail(DL_ERR_FORMAT, "serving deployment: scheduler ddit places every request on its own rank groups: "
+                                          "leave out replicas and parallel");
+        if (!p->ddit_profile[0])
+            return dl_fail(DL_ERR_FORMAT, "serving deployment: scheduler ddit needs `ddit_profile` (a profile name: "
+                                          "`difflet profile measure` or `import`)");
+        if (p->ddit_policy[0] && strcmp(p->ddit_policy, "ddit") && strcmp(p->ddit_policy, "ddit-qa") &&
+            strncmp(p->ddit_policy, "sdop:", 5))
+            return dl_fail(DL_ERR_FORMAT, "serving deployment: ddit_policy `%s` (ddit, ddit-qa or sdop:N)", p->ddit_policy);
+        const dl_model_entry *ent = NULL;
+        if (dl_registry_lookup(p->model, &ent) == DL_OK && !ent->resumable)
+            return dl_fail(DL_ERR_FORMAT, "serving deployment: scheduler ddit moves requests between rank groups, and %s "
+                                          "cannot (its scheduler keeps state between steps); resumable: OpenSoraPipeline",
+                           ent->pipeline_class);
+    }
     dl_par_config pc;
     if (dl_par_parse(p->parallel, &pc) != DL_OK) return dl_fail(DL_ERR_FORMAT, "serving profile: %s", dl_last_error());
     if (pc.dp > 1 || pc.cfg > 1)
@@ -231,7 +255,8 @@ dl_status dl_deployment_load(dl_deployment *p, const char *path) {
  * fields are the server's, given once at the top level. */
 static const char *const k_own[] = {"model", "model_id", "sizes", "frames", "fps", "max_sequence_length", NULL};
 static const char *const k_per_model[] = {"dtype", "cache", "replicas", "parallel", "no_compile", "queue_capacity", "max_steps",
-                                          "max_prompt_bytes", "request_timeout_s", "cancel_grace_s", NULL};
+                                          "max_prompt_bytes", "request_timeout_s", "cancel_grace_s", "scheduler", "units",
+                                          "ddit_profile", "ddit_policy", NULL};
 static const char *const k_server[] = {"results_dir", "db", "host", "port", "api_key", "result_ttl_s", "idle_timeout_s",
                                        "max_connections", "max_connections_per_ip", "health_port", NULL};
 
@@ -372,6 +397,10 @@ cJSON *dl_deployment_to_json(const dl_deployment *p) {
     cJSON_AddStringToObject(j, "dtype", p->dtype);
     cJSON_AddStringToObject(j, "cache", p->cache);
     cJSON_AddStringToObject(j, "parallel", p->parallel);
+    cJSON_AddStringToObject(j, "scheduler", p->scheduler);
+    cJSON_AddNumberToObject(j, "units", p->units);
+    cJSON_AddStringToObject(j, "ddit_profile", p->ddit_profile);
+    cJSON_AddStringToObject(j, "ddit_policy", p->ddit_policy);
     cJSON_AddNumberToObject(j, "port", p->port);
     cJSON_AddNumberToObject(j, "queue_capacity", p->queue_capacity);
     cJSON_AddNumberToObject(j, "max_steps", p->max_steps);

@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "serve/serve_impl.h"
@@ -73,4 +75,16 @@ dl_status dl_msg_recv_within(int fd, cJSON **out, int timeout_ms) {
     *out = cJSON_ParseWithLength(buf, n);
     free(buf);
     return *out ? DL_OK : dl_fail(DL_ERR_FORMAT, "model process sent malformed JSON");
+}
+
+int dl_unix_connect(const char *path) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path) return -1;
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
 }

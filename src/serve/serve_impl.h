@@ -11,6 +11,9 @@
 
 /* ---- framed messages: u32 little-endian length + JSON ---- */
 dl_status dl_msg_send(int fd, const cJSON *msg);
+/* a stream socket connected to the Unix socket path (a model process's first rank to
+ * the API process), -1 when it cannot be */
+int dl_unix_connect(const char *path);
 /* Blocks; DL_ERR_IO on EOF or error. *out is the caller's. */
 dl_status dl_msg_recv(int fd, cJSON **out);
 /* The same with a limit on the wait for each part of the frame (the API side: a model
@@ -52,6 +55,10 @@ dl_status dl_jobs_set(dl_jobstore *js, const char *id, const char *status, const
  * cannot both win. */
 int dl_jobs_transition(dl_jobstore *js, const char *id, const char *from, const char *to, const char *error, const char *result);
 dl_status dl_jobs_progress(dl_jobstore *js, const char *id, int step, int steps, int cached);
+/* A running job back in the queue (its model process died; it runs again from the
+ * start, its seed making the same output): 1 when it was in_progress, 0 if not, -1 on
+ * an error. FCFS keeps its place: the queue is ordered by creation. */
+int dl_jobs_requeue(dl_jobstore *js, const char *id);
 dl_status dl_jobs_model_seconds(dl_jobstore *js, const char *id, double secs);
 /* The job as JSON (id, status, progress, kind, model, finished...), NULL when unknown. */
 cJSON *dl_jobs_get(dl_jobstore *js, const char *id);

@@ -86,18 +86,26 @@ void dl_api_notify(void) {
     pthread_mutex_unlock(&dl_api.mu);
 }
 
+/* the slot running job id (under dl_api.mu), or NULL */
+static job_slot *running_slot(const char *id) {
+    for (int i = 0; i < dl_api.nworkers; i++)
+        for (int k = 0; k < dl_api.w[i].nslots; k++)
+            if (dl_api.w[i].s[k].inflight[0] && !strcmp(dl_api.w[i].s[k].inflight, id)) return &dl_api.w[i].s[k];
+    return NULL;
+}
+
 void dl_api_live(const char *id, int *step, int *steps) {
     *step = *steps = 0;
     pthread_mutex_lock(&dl_api.mu);
-    for (int i = 0; i < dl_api.nworkers; i++)
-        if (!strcmp(dl_api.w[i].inflight, id)) *step = dl_api.w[i].live_step, *steps = dl_api.w[i].live_steps;
+    const job_slot *sl = running_slot(id);
+    if (sl) *step = sl->live_step, *steps = sl->live_steps;
     pthread_mutex_unlock(&dl_api.mu);
 }
 
 void dl_api_cancel_running(const char *id) {
     pthread_mutex_lock(&dl_api.mu);
-    for (int i = 0; i < dl_api.nworkers; i++)
-        if (!strcmp(dl_api.w[i].inflight, id)) dl_api.w[i].cancel_wanted = 1;
+    job_slot *sl = running_slot(id);
+    if (sl) sl->cancel_wanted = 1;
     dl_api_notify_locked();
     pthread_mutex_unlock(&dl_api.mu);
 }
@@ -702,8 +710,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
         int running = 0, live_step = 0, live_steps = 0;
         pthread_mutex_lock(&dl_api.mu);
         const unsigned long seen = dl_api.changes;
-        for (int i = 0; i < dl_api.nworkers && !running; i++)
-            if (!strcmp(dl_api.w[i].inflight, e->id)) running = 1, live_step = dl_api.w[i].live_step, live_steps = dl_api.w[i].live_steps;
+        const job_slot *sl = running_slot(e->id);
+        if (sl) running = 1, live_step = sl->live_step, live_steps = sl->live_steps;
         pthread_mutex_unlock(&dl_api.mu);
         if (running && live_step > e->last_step && !strcmp(e->last_status, "in_progress")) {
             /* running: an event for every step done since the last one sent */
@@ -1100,7 +1108,9 @@ static int setup_models(void) {
         m->first = dl_api.nworkers;
         m->n = m->pr.replicas < 1 ? 1 : m->pr.replicas;
         DL_ASSERT(m->first + m->n <= MAX_WORKERS); /* dl_serve_config_check */
-        for (int i = m->first; i < m->first + m->n; i++) dl_api.w[i] = (worker){.model = k, .fd = -1, .pid = -1, .backoff = 0.5};
+        const int slots = m->pr.scheduler[0] ? (2 * m->pr.units < MAX_SLOTS ? 2 * m->pr.units : MAX_SLOTS) : 1;
+        for (int i = m->first; i < m->first + m->n; i++)
+            dl_api.w[i] = (worker){.model = k, .fd = -1, .pid = -1, .backoff = 0.5, .nslots = slots};
         dl_api.nworkers += m->n;
         if (k) snprintf(m->profile_path, sizeof m->profile_path, "%.1000s/profile-%d.json", m->pr.results, k);
         else snprintf(m->profile_path, sizeof m->profile_path, "%.1000s/profile.json", m->pr.results);

@@ -14,8 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "difflet/comm.h"
@@ -157,19 +155,6 @@ static dl_status test_generation(dl_pipeline *p, const dl_deployment *pr, int w,
     return s;
 }
 
-/* the API process's socket, for the first rank of a parallel model process */
-static int connect_unix(const char *path) {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof a.sun_path) return -1;
-    strcpy(a.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
 /* which pipeline the next request runs on, host to every rank (-1: the end) */
 static dl_status dispatch(const dl_par_place *pl, int32_t idx) {
     return pl ? dl_comm_bcast(pl->replica_comm, &idx, sizeof idx, 0) : DL_OK;
@@ -194,6 +179,7 @@ static int serve_ranks(dl_pipeline **pipes, int n, const dl_par_place *pl) {
 }
 
 int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr) {
+    if (pr->scheduler[0]) return sock_path ? dl_serve_ddit_main(sock_path, pr) : 2; /* always an mpirun job */
     dl_pipeline *pipes[16] = {0}; /* size i, frame count k: pipes[i * nframes + k] */
     const int npipes = pr->nsizes * pr->nframes;
     dl_dtype dt = strcmp(pr->dtype, "bf16") ? DL_F32 : DL_BF16;
@@ -211,7 +197,7 @@ int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr)
         pl = &place;
     }
     int host = !pl || dl_comm_rank(pl->replica_comm) == 0;
-    if (host && fd < 0 && (fd = connect_unix(sock_path)) < 0) {
+    if (host && fd < 0 && (fd = dl_unix_connect(sock_path)) < 0) {
         fprintf(stderr, "difflet: serve-worker: cannot connect to %s\n", sock_path);
         if (pl) dl_comm_abort(1);
         return 1;
