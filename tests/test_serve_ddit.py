@@ -101,6 +101,16 @@ for i, vid in enumerate(ids):
     if vid:
         compare(s, vid, i, 12, "concurrent request")
 
+# the pool in /metrics and /v1/models: the units, every finished request counted by its DoP
+st, body, _ = s.req("GET", "/metrics")
+text = body.decode() if st == 200 else ""
+by_dop = sum(int(line.split()[-1]) for line in text.splitlines() if line.startswith('difflet_ddit_requests_total{model="a"'))
+check('difflet_ddit_units{model="a"} 2' in text and by_dop == 6 and "difflet_ddit_promotions_total" in text
+      and "difflet_ddit_utilization" in text, f"/metrics: the DDiT pool ({by_dop} requests by DoP): {text[-900:]}")
+st, m = s.json("GET", "/v1/models")
+d = (m or {}).get("data", [{}])[0].get("ddit")
+check(d and d["units"] == 2 and d["busy"] == 0 and d["waiting"] == 0, f"/v1/models: the pool: {d}")
+
 # ---- a cancel while it runs -------------------------------------------------------------
 vid = submit(s, 7, 200)
 t0 = time.time()

@@ -67,6 +67,16 @@ void dl_ddit_result_free(dl_ddit_result *r);
 
 typedef struct dl_ddit_sched dl_ddit_sched; /* rank 0's state */
 
+/* How a request ended (dl_ddit_source.done). */
+typedef struct {
+    int ok, cancelled;       /* ok: its output written by the leader; else cancelled or failed */
+    const char *error;       /* why not ok ("" when ok) */
+    double seconds;          /* its model time: its last run's encode + denoise + decode */
+    int calls;               /* its last run's denoiser calls */
+    int first_dop, last_dop; /* the DoP its DiT started and ended at (0: it never started) */
+    int promotions;
+} dl_ddit_end;
+
 /* Rank 0's side of a request source; every call is on rank 0's thread. */
 typedef struct {
     void *ctx;
@@ -75,10 +85,11 @@ typedef struct {
     void (*poll)(void *ctx, dl_ddit_sched *s, double now);
     /* request `req`'s leader finished step `step` of `steps` */
     void (*step)(void *ctx, int req, int step, int steps);
-    /* request `req` ended: ok (its output written by the leader), or cancelled, or failed
-     * with error; seconds: its model time (its last run's encode + denoise + decode),
-     * calls: its last run's denoiser calls */
-    void (*done)(void *ctx, int req, int ok, int cancelled, const char *error, double seconds, int calls);
+    /* request `req` ended */
+    void (*done)(void *ctx, int req, const dl_ddit_end *e);
+    /* the pool changed: units held by requests, requests waiting for units, promotions
+     * so far (NULL: not wanted) */
+    void (*pool)(void *ctx, int busy, int waiting, long promotions);
     /* the units are ready (loaded) */
     void (*ready)(void *ctx, double load_seconds);
     /* 1: stop once nothing runs or waits */

@@ -239,6 +239,7 @@ enum { WAITING, DIT, VAE, OVER };
 typedef struct {
     int res, state, step, steps, B, gstart, gsize, pend_start, pend_size, pend_moved, last_step, run, first_dop, last_dop;
     int cancel;  /* a client gave up: sent to its leader */
+    int promotions;
     char *job;   /* the leader's request (NULL: the config's prompt) */
     double arrive, finish, starv, dit_s, vae_s;
 } rreq;
@@ -286,7 +287,8 @@ void dl_ddit_cancel(dl_ddit_sched *S, int i) {
     rreq *r = &S->rq[i];
     if (r->state == WAITING) { /* never started: ends here */
         r->state = OVER, S->nwait--;
-        if (S->src->done) S->src->done(S->src->ctx, i, 0, 1, "cancelled before it started", 0, 0);
+        const dl_ddit_end e = {.cancelled = 1, .error = "cancelled before it started"};
+        if (S->src->done) S->src->done(S->src->ctx, i, &e);
     } else if (r->state == DIT && !r->cancel) { /* its leader stops at the next step boundary */
         step_msg m = {i, 0, 0};
         r->cancel = 1;
@@ -362,7 +364,7 @@ static int take_messages(dl_ddit_sched *S, double t0, float **buf, int64_t *bufn
             if (r->pend_moved) dl_buddy_free(&S->bd, r->gstart, r->gsize);
             r->gstart = r->pend_start, r->gsize = r->pend_size, r->pend_size = 0;
             r->step = m.done;
-            out->promotions++;
+            r->promotions++, out->promotions++;
             S->s = dispatch(S, m.req, m.done, *buf, m.nlat);
             const double h = dl_now() - th;
             *hand_sum += h, *hand_max = fmax(*hand_max, h);
@@ -388,8 +390,9 @@ static int take_messages(dl_ddit_sched *S, double t0, float **buf, int64_t *bufn
             S->running--, S->new_dev = 1;
             out->completed += m.ok, out->failed += !m.ok && !m.cancelled;
             S->encode_sum += m.encode_s, S->encodes++;
-            if (S->src->done)
-                S->src->done(S->src->ctx, m.req, m.ok, m.cancelled, err, m.encode_s + m.denoise_s + m.decode_s, m.calls);
+            const dl_ddit_end e = {m.ok, m.cancelled, err, m.encode_s + m.denoise_s + m.decode_s, m.calls, r->first_dop,
+                                   r->last_dop, r->promotions};
+            if (S->src->done) S->src->done(S->src->ctx, m.req, &e);
         } else {
             S->s = dl_fail(DL_ERR_INVALID, "ddit scheduler: unexpected message tag %d from rank %d", tag, src);
         }
@@ -475,12 +478,19 @@ static dl_status sched_main(dl_comm *world, const dl_ddit_config *c, const dl_dd
     float *buf = NULL;
     int64_t bufn = 0;
     double hand_sum = 0, hand_max = 0;
+    int last_busy = -1, last_wait = -1;
+    long last_promo = -1;
     while (S.s == DL_OK) {
         const int before = S.n;
         src->poll(src->ctx, &S, dl_now() - t0);
         const int any = take_messages(&S, t0, &buf, &bufn, &hand_sum, &hand_max, out);
         if (S.s != DL_OK) break;
         schedule(&S);
+        const int busy = units - dl_buddy_free_count(&S.bd);
+        if (src->pool && (busy != last_busy || S.nwait != last_wait || out->promotions != last_promo)) {
+            last_busy = busy, last_wait = S.nwait, last_promo = out->promotions;
+            src->pool(src->ctx, busy, S.nwait, out->promotions);
+        }
         if (!S.running && !S.nwait && src->stop(src->ctx)) break;
         if (!any && S.n == before) nap();
     }
@@ -540,8 +550,8 @@ static void trace_poll(void *ctx, dl_ddit_sched *S, double now) {
     }
 }
 
-static void trace_done(void *ctx, int req, int ok, int cancelled, const char *error, double seconds, int calls) {
-    (void)req, (void)ok, (void)cancelled, (void)error, (void)seconds, (void)calls;
+static void trace_done(void *ctx, int req, const dl_ddit_end *e) {
+    (void)req, (void)e;
     ((trace_src *)ctx)->ended++;
 }
 

@@ -123,20 +123,32 @@ static void api_step(void *ctx, int req, int step, int steps) {
     send_obj(a, m);
 }
 
-static void api_done(void *ctx, int req, int ok, int cancelled, const char *error, double seconds, int calls) {
+static void api_done(void *ctx, int req, const dl_ddit_end *e) {
     api_src *a = ctx;
     if (req >= a->nids) return;
-    if (!ok) {
-        send_error(a, a->ids[req], error && *error ? error : "failed", cancelled);
+    if (!e->ok) {
+        send_error(a, a->ids[req], e->error && *e->error ? e->error : "failed", e->cancelled);
         return;
     }
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "type", "done");
     cJSON_AddStringToObject(m, "id", a->ids[req]);
-    cJSON_AddNumberToObject(m, "calls", calls);
+    cJSON_AddNumberToObject(m, "calls", e->calls);
     cJSON_AddNumberToObject(m, "cached", 0);
-    cJSON_AddNumberToObject(m, "seconds", seconds);
+    cJSON_AddNumberToObject(m, "seconds", e->seconds);
+    cJSON_AddNumberToObject(m, "dop", e->last_dop);
+    cJSON_AddNumberToObject(m, "first_dop", e->first_dop);
+    cJSON_AddNumberToObject(m, "promotions", e->promotions);
     send_obj(a, m);
+}
+
+static void api_pool(void *ctx, int busy, int waiting, long promotions) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "pool");
+    cJSON_AddNumberToObject(m, "busy", busy);
+    cJSON_AddNumberToObject(m, "waiting", waiting);
+    cJSON_AddNumberToObject(m, "promotions", (double)promotions);
+    send_obj(ctx, m);
 }
 
 static void api_ready(void *ctx, double load_seconds) {
@@ -204,8 +216,8 @@ int dl_serve_ddit_main(const char *sock_path, const dl_deployment *pr) {
     }
     pthread_t th;
     if (rank == 0) pthread_create(&th, NULL, reader, &a);
-    const dl_ddit_source src = {.ctx = &a, .poll = api_poll, .step = api_step, .done = api_done, .ready = api_ready,
-                                .stop = api_stop};
+    const dl_ddit_source src = {.ctx = &a, .poll = api_poll, .step = api_step, .done = api_done, .pool = api_pool,
+                                .ready = api_ready, .stop = api_stop};
     dl_ddit_result r;
     s = dl_ddit_serve(world, &c, &src, &r);
     if (rank == 0) {

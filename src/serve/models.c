@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "difflet/comm.h"
+#include "difflet/sched.h"
 #include "serve/serve_impl.h"
 #include "serve/api_impl.h"
 
@@ -388,6 +389,13 @@ static void handle_msg(worker *w, cJSON *m) {
         unlock();
         DL_INFO("serve: model process %d (%s) ready (%.1f s)", (int)w->pid, dl_api.m[w->model].pr.model_id,
                 cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "load_seconds")));
+    } else if (!strcmp(type, "pool")) { /* a DDiT world's units (metrics, /v1/models, the page) */
+        served *sm = &dl_api.m[w->model];
+        lock();
+        sm->pool_busy = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "busy"));
+        sm->pool_waiting = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "waiting"));
+        sm->pool_promotions = (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "promotions"));
+        unlock();
     } else if (!strcmp(type, "fatal")) {
         served *sm = &dl_api.m[w->model];
         const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "message"));
@@ -415,6 +423,8 @@ static void handle_msg(worker *w, cJSON *m) {
             lock();
             dl_api.steps_full += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "calls"));
             dl_api.steps_cached += (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "cached"));
+            const int dop = dl_dop_index((int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "dop")));
+            if (dop >= 0) dl_api.m[w->model].by_dop[dop]++;
             unlock();
             finish_inflight(w, sl, "completed", NULL, path, m, 1); /* its result, step counts and time land together */
         } else if (!strcmp(type, "partial")) { /* a preview for the job's stream (stream.c keeps it) */

@@ -11,6 +11,8 @@
  * ran with (its `request` on GET /v1/jobs/ID: a random seed or a model's default
  * guidance shows as its value). The gallery lives in sessionStorage as job ids and
  * settings only (no pictures): a reload keeps it and fetches the content again.
+ * A DDiT deployment's pool (units busy, requests waiting, promotions) shows under the
+ * status line, refreshed every 2 s from /v1/models.
  *
  * The query string fills the form (`?prompt=...&negative_prompt=...&steps=2&seed=7`,
  * the API's field names), so a setting can be linked to; `?autorun` submits it. An API
@@ -52,7 +54,7 @@ const char dl_serve_page[] =
     "<label>cache<select id=q_cache><option>off<option>cadence:2<option>online-delta</select></label></div>"
     "<button id=q_go>Generate</button> <button id=q_cancel type=button disabled>Cancel</button>"
     "<div class=key>API key <input id=q_key type=password placeholder='(none)' autocomplete=off> kept in this browser</div>"
-    "</form><section class=card><div id=wrap><div id=bar></div></div><p id=q_status></p>"
+    "</form><section class=card><div id=wrap><div id=bar></div></div><p id=q_status></p><p id=q_pool hidden></p>"
     "<img id=q_img alt='' hidden><video id=q_video controls loop autoplay muted hidden></video></section>"
     "<section id=q_gcard class=card><h2>This session <button id=q_clear type=button>clear</button></h2>"
     "<div id=q_gallery></div></section></main>"
@@ -133,4 +135,8 @@ const char dl_serve_page[] =
     "$('q_cancel').onclick=async()=>{if(!job||!job.id)return;const J=job;J.cancel=1;say('cancelling');"
     "try{const s=await(await api('/v1/jobs/'+J.id+'/cancel',{method:'POST'})).json();if(s.status)show(J.id,s)}"
     "catch(x){say('the cancel did not reach the server: '+x)}};"
+    /* a DDiT world's pool (a served model with `ddit`): units busy, requests waiting, promotions; every 2 s */
+    "const pool=()=>api('/v1/models').then(r=>r.json()).then(m=>{const P=(m.data||[]).filter(d=>d.ddit);$('q_pool').hidden=!P.length;"
+    "$('q_pool').textContent=P.map(d=>d.id+': DDiT pool '+d.ddit.busy+'/'+d.ddit.units+' units busy, '+d.ddit.waiting+' waiting, '"
+    "+d.ddit.promotions+' promotions').join('; ')}).catch(()=>{});setInterval(pool,2000);pool();"
     "models();</script></body></html>";

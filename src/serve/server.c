@@ -528,6 +528,28 @@ static enum MHD_Result metrics(struct MHD_Connection *c) {
         P("# TYPE %s\n", per_model[f]);
         for (int k = 0; k < nm; k++) P("%s{model=\"%s\"} %ld\n", name, dl_api.m[k].pr.model_id, values[f][k]);
     }
+    /* DDiT worlds: the pool as their scheduler rank reports it */
+    int any_ddit = 0;
+    for (int k = 0; k < nm; k++) any_ddit |= dl_api.m[k].pr.scheduler[0] != 0;
+    if (any_ddit) {
+        P("# TYPE difflet_ddit_units gauge\n# TYPE difflet_ddit_units_busy gauge\n# TYPE difflet_ddit_utilization gauge\n"
+          "# TYPE difflet_ddit_waiting gauge\n# TYPE difflet_ddit_promotions_total counter\n"
+          "# TYPE difflet_ddit_requests_total counter\n");
+        pthread_mutex_lock(&dl_api.mu);
+        for (int k = 0; k < nm; k++) {
+            const served *sm = &dl_api.m[k];
+            if (!sm->pr.scheduler[0]) continue;
+            const char *id = sm->pr.model_id;
+            P("difflet_ddit_units{model=\"%s\"} %d\ndifflet_ddit_units_busy{model=\"%s\"} %d\n", id, sm->pr.units, id,
+              sm->pool_busy);
+            P("difflet_ddit_utilization{model=\"%s\"} %.4f\n", id, (double)sm->pool_busy / sm->pr.units);
+            P("difflet_ddit_waiting{model=\"%s\"} %d\ndifflet_ddit_promotions_total{model=\"%s\"} %ld\n", id,
+              sm->pool_waiting, id, sm->pool_promotions);
+            for (int d = 0; d < 4; d++)
+                P("difflet_ddit_requests_total{model=\"%s\",dop=\"%d\"} %ld\n", id, 1 << d, sm->by_dop[d]);
+        }
+        pthread_mutex_unlock(&dl_api.mu);
+    }
 #undef P
     if (!tb.p) return dl_api_error_reply(c, 500, "server_error", NULL, "out of memory");
     enum MHD_Result r = respond(c, 200, "text/plain; version=0.0.4", tb.p, tb.n, NULL, NULL);
@@ -797,6 +819,15 @@ static cJSON *model_object(const served *sm) {
         cJSON_AddItemToArray(s, cJSON_CreateString(t));
     }
     cJSON_AddStringToObject(m, "output", p->video ? "video" : "image"); /* which API it answers */
+    if (p->scheduler[0]) { /* a DDiT world's pool (the web page shows it) */
+        cJSON *d = cJSON_AddObjectToObject(m, "ddit");
+        pthread_mutex_lock(&dl_api.mu);
+        cJSON_AddNumberToObject(d, "units", p->units);
+        cJSON_AddNumberToObject(d, "busy", sm->pool_busy);
+        cJSON_AddNumberToObject(d, "waiting", sm->pool_waiting);
+        cJSON_AddNumberToObject(d, "promotions", (double)sm->pool_promotions);
+        pthread_mutex_unlock(&dl_api.mu);
+    }
     if (p->video) { /* the lengths served: frame counts, and as `seconds` at the default fps */
         cJSON *f = cJSON_AddArrayToObject(m, "frames"), *sec = cJSON_AddArrayToObject(m, "seconds");
         for (int i = 0; i < p->nframes; i++) {
