@@ -48,6 +48,7 @@ typedef struct {
 
 typedef struct {
     int nreq, completed, failed, promotions;
+    int nodes, per_node;             /* the units' hosts (a group never spans two), units on each */
     double avg, p50, p99, makespan;  /* latency: arrival to the end of the decode, seconds */
     double handover_avg, handover_max; /* a promotion's latents through rank 0 to the new group, seconds */
     double encode_avg;               /* the prompt's encoding in a request's last run (a promoted request

@@ -698,11 +698,11 @@ int cli_ddit(int argc, char **argv) {
     c->per_node = units;
     dc.dt = strcmp(dtype, "bf16") ? DL_F32 : DL_BF16;
     dc.out_dir = out;
+    if (out && dl_mkdir_p(out) != DL_OK) { /* on every host of a world that spans several */
+        fprintf(stderr, "difflet ddit: %s\n", dl_last_error());
+        return 1;
+    }
     if (!dl_comm_launched()) {
-        if (out && dl_mkdir_p(out) != DL_OK) {
-            fprintf(stderr, "difflet ddit: %s\n", dl_last_error());
-            return 1;
-        }
         const char *sub[1] = {"ddit"};
         return cli_mpirun(sub, 1, argc, argv, units + 1, 1, 1);
     }
@@ -727,6 +727,7 @@ int cli_ddit(int argc, char **argv) {
             rc = 1;
         } else {
             dl_sim_config sc = *c;
+            sc.nodes = r.nodes, sc.per_node = r.per_node; /* as the units' hosts are */
             dl_profile sp = dc.prof;
             /* the simulator steps the profile's DiT time per step: the run's step count scales it */
             for (int k = 0; k < sp.nres; k++)
@@ -737,8 +738,10 @@ int cli_ddit(int argc, char **argv) {
             for (int i = 0; i < r.nreq && r.nreq <= 200; i++)
                 printf("  request %3d  %-8s DoP %d -> %d  latency %8.3f s  (last run: DiT %.3f s, VAE %.3f s)\n", i,
                        dc.prof.name[r.res[i]], r.first_dop[i], r.last_dop[i], r.latency[i], r.dit_last[i], r.vae[i]);
-            printf("real:      avg %8.3f s  p50 %8.3f s  p99 %8.3f s  makespan %8.2f s  promotions %d  completed %d  failed %d\n",
-                   r.avg, r.p50, r.p99, r.makespan, r.promotions, r.completed, r.failed);
+            printf("real:      avg %8.3f s  p50 %8.3f s  p99 %8.3f s  makespan %8.2f s  promotions %d  completed %d  failed %d"
+                   "  (%d node%s x %d units)\n",
+                   r.avg, r.p50, r.p99, r.makespan, r.promotions, r.completed, r.failed, r.nodes, r.nodes > 1 ? "s" : "",
+                   r.per_node);
             if (ss == DL_OK) {
                 printf("simulated: avg %8.3f s  p50 %8.3f s  p99 %8.3f s  makespan %8.2f s  promotions %d\n", sim.avg_latency,
                        sim.p50_latency, sim.p99_latency, sim.makespan, sim.promotions);

@@ -55,6 +55,37 @@ static int log2i(int v) {
     return l;
 }
 
+/* The units' nodes, from every rank's host name (collective over the world): units on
+ * one host are one node; the nodes must hold consecutive units, as many each, a power
+ * of two (mpirun's by-slot mapping of a host file with the scheduler first). A group
+ * never spans nodes (the buddy allocator's per-node blocks). */
+static dl_status topology(dl_comm *world, int *nodes, int *per_node) {
+    const int size = dl_comm_size(world), units = size - 1;
+    char me[64] = {0}, *all = malloc((size_t)size * sizeof me);
+    if (!all) return dl_fail(DL_ERR_NOMEM, "out of memory");
+    gethostname(me, sizeof me - 1);
+    dl_status s = dl_comm_allgather(world, me, sizeof me, all);
+    int n = 1, run = 1, per = 0;
+    for (int u = 1; s == DL_OK && u < units; u++) {
+        const char *prev = all + (size_t)u * sizeof me, *cur = all + (size_t)(u + 1) * sizeof me;
+        if (!strcmp(prev, cur)) {
+            run++;
+            continue;
+        }
+        for (int k = 0; k < u; k++) /* a host seen before: its units are not consecutive */
+            if (!strcmp(all + (size_t)(k + 1) * sizeof me, cur))
+                s = dl_fail(DL_ERR_INVALID, "ddit: host %s's units are not consecutive", cur);
+        if (per && run != per) s = dl_fail(DL_ERR_INVALID, "ddit: the nodes hold %d and %d units (as many each)", per, run);
+        per = run, run = 1, n++;
+    }
+    if (per && run != per) s = dl_fail(DL_ERR_INVALID, "ddit: the nodes hold %d and %d units (as many each)", per, run);
+    per = run;
+    if (s == DL_OK && (per & (per - 1))) s = dl_fail(DL_ERR_INVALID, "ddit: %d units per node (a power of two)", per);
+    free(all);
+    *nodes = n, *per_node = per;
+    return s;
+}
+
 /* ---- a unit ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -103,8 +134,8 @@ static void unit_fail(int u, const char *what) {
     dl_comm_abort(1);
 }
 
-static int unit_main(dl_comm *world, const dl_ddit_config *c) {
-    const int units = dl_comm_size(world) - 1, levels = log2i(units) + 1;
+static int unit_main(dl_comm *world, const dl_ddit_config *c, int per_node) {
+    const int levels = log2i(per_node) + 1; /* groups never span nodes */
     dl_comm *ucomm = NULL, *lcomm[MAX_LEVELS] = {0};
     dl_par_place pl[MAX_LEVELS];
     dl_pipeline *pipes[MAX_LEVELS][DL_SCHED_MAX_RES] = {{0}};
@@ -250,7 +281,7 @@ struct dl_ddit_sched {
     const dl_ddit_source *src;
     dl_buddy bd;
     rreq *rq;
-    int n, cap, nwait, new_dev, running;
+    int n, cap, nwait, new_dev, running, per_node;
     double encode_sum;
     int encodes;
     dl_status s;
@@ -272,11 +303,10 @@ int dl_ddit_add(dl_ddit_sched *S, int res, int steps, double arrive, const char 
         }
         S->rq = q, S->cap = cap;
     }
-    const int units = dl_comm_size(S->world) - 1;
     rreq *r = &S->rq[S->n];
     *r = (rreq){.res = res, .steps = steps, .arrive = arrive, .B = dl_profile_best_dop(&S->c->prof, res), .gstart = -1,
                 .pend_start = -1};
-    if (r->B > units) r->B = units;
+    if (r->B > S->per_node) r->B = S->per_node; /* a group never spans nodes */
     if (job && !(r->job = strdup(job))) S->s = dl_fail(DL_ERR_NOMEM, "out of memory");
     S->nwait++;
     return S->n++;
@@ -460,13 +490,15 @@ static void schedule(dl_ddit_sched *S) {
     }
 }
 
-static dl_status sched_main(dl_comm *world, const dl_ddit_config *c, const dl_ddit_source *src, dl_ddit_result *out) {
+static dl_status sched_main(dl_comm *world, const dl_ddit_config *c, const dl_ddit_source *src, dl_ddit_result *out, int nodes,
+                            int per_node) {
     const int units = dl_comm_size(world) - 1;
-    dl_ddit_sched S = {.world = world, .c = c, .src = src};
+    dl_ddit_sched S = {.world = world, .c = c, .src = src, .per_node = per_node};
     dl_comm *ucomm = NULL;
     memset(out, 0, sizeof *out);
     S.s = dl_comm_split(world, 0, 0, &ucomm); /* the units' split: rank 0 takes part, alone */
-    if (S.s == DL_OK) S.s = dl_buddy_init(&S.bd, 1, units);
+    if (S.s == DL_OK) S.s = dl_buddy_init(&S.bd, nodes, per_node);
+    out->nodes = nodes, out->per_node = per_node;
     if (S.s != DL_OK) {
         fprintf(stderr, "difflet ddit: scheduler: %s\n", dl_last_error());
         dl_comm_abort(1);
@@ -572,9 +604,11 @@ static dl_status check(dl_comm *world, const dl_ddit_config *c) {
 
 dl_status dl_ddit_serve(dl_comm *world, const dl_ddit_config *c, const dl_ddit_source *src, dl_ddit_result *out) {
     dl_status s = check(world, c);
+    int nodes = 1, per_node = dl_comm_size(world) - 1;
+    if (s == DL_OK) s = topology(world, &nodes, &per_node);
     if (s != DL_OK) return s;
-    if (dl_comm_rank(world) == 0) return sched_main(world, c, src, out);
-    unit_main(world, c);
+    if (dl_comm_rank(world) == 0) return sched_main(world, c, src, out, nodes, per_node);
+    unit_main(world, c, per_node);
     return DL_OK;
 }
 

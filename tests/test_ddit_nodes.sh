@@ -1,0 +1,78 @@
+#!/bin/bash
+# DDiT on two emulated nodes: two Linux network namespaces joined by a veth pair, each
+# with its own address and host name, and Open MPI over TCP between them (mpirun's
+# rsh agent enters the host's namespace; no shared memory crosses them). The world:
+# the scheduler and units 0-1 on node0, units 2-3 on node1. `difflet ddit` finds the
+# nodes from the host names, never lets a group span them (2 nodes x 2 units), and
+# every request's frames equal the same request at a static DoP 1 on one machine
+# (PSNR >= 50 dB, identical where the layout allows).
+#
+#   tests/test_ddit_nodes.sh path/to/difflet tests/data
+# Needs root (ip netns), iproute2 and Open MPI; skipped with a note otherwise.
+set -u
+bin=$(readlink -f "$1") data=$(readlink -f "$2")
+if ! command -v mpirun >/dev/null || ! command -v ip >/dev/null || ! command -v unshare >/dev/null || [ "$(id -u)" != 0 ]; then
+    echo "test_ddit_nodes: skipped (needs root, iproute2, unshare and mpirun)"; exit 0
+fi
+tag=dl$$ tmpd=$(mktemp -d) ns0=dl$$n0 ns1=dl$$n1 net=10.77.$(( $$ % 200 + 20 ))
+cleanup() {
+    ip netns del "$ns0" 2>/dev/null; ip netns del "$ns1" 2>/dev/null
+    rm -rf "/etc/netns/$ns0" "/etc/netns/$ns1" "$tmpd"
+}
+trap cleanup EXIT
+if ! ip netns add "$ns0" 2>/dev/null || ! ip netns add "$ns1" || ! ip link add "${tag}a" type veth peer name "${tag}b" ||
+   ! ip link set "${tag}a" netns "$ns0" || ! ip link set "${tag}b" netns "$ns1"; then
+    echo "test_ddit_nodes: skipped (cannot make network namespaces here)"; exit 0
+fi
+ip -n "$ns0" addr add "$net.1/24" dev "${tag}a" && ip -n "$ns1" addr add "$net.2/24" dev "${tag}b"
+for n in "$ns0" "$ns1"; do ip -n "$n" link set lo up; done
+ip -n "$ns0" link set "${tag}a" up && ip -n "$ns1" link set "${tag}b" up
+for n in "$ns0" "$ns1"; do mkdir -p "/etc/netns/$n"; printf '127.0.0.1 localhost\n%s.1 node0\n%s.2 node1\n' "$net" "$net" > "/etc/netns/$n/hosts"; done
+cat > "$tmpd/agent" <<EOF
+#!/bin/sh
+# Open MPI's rsh agent: \`agent [options] HOST command...\` in HOST's namespace, named HOST
+while [ \$# -gt 0 ]; do case "\$1" in -*) shift;; *) break;; esac; done
+host=\$1; shift
+case "\$host" in node0|$net.1) ns=$ns0;; node1|$net.2) ns=$ns1;; *) echo "agent: unknown host \$host" >&2; exit 1;; esac
+exec ip netns exec \$ns unshare --uts sh -c "hostname \$host; exec \$*"
+EOF
+chmod +x "$tmpd/agent"
+printf 'node0 slots=3\nnode1 slots=2\n' > "$tmpd/hosts"
+printf 'resolution,phase,dop,seconds\n40p,dit,1,0.13\n40p,dit,2,0.08\n40p,vae,1,0.2\n80p,dit,1,0.39\n80p,dit,2,0.23\n80p,vae,1,1.0\n' > "$tmpd/dd.csv"
+export DIFFLET_PROFILES="$tmpd/profiles.db"
+"$bin" profile import "$tmpd/dd.csv" --name dd >/dev/null || { echo "FAIL: profile import"; exit 1; }
+dd=(ddit --model "$data/opensora/a" --sizes 56x40,112x80 --frames 34 --profile dd --steps 12 --requests 8 --mix 1:1)
+pass=0 fail=0
+# the two nodes: scheduler + 2 units on node0, 2 units on node1
+out=$(timeout 300 ip netns exec "$ns0" unshare --uts sh -c "hostname node0; exec mpirun --allow-run-as-root --oversubscribe \
+      --bind-to none --hostfile $tmpd/hosts --mca plm_rsh_agent $tmpd/agent --mca oob_tcp_if_include $net.0/24 \
+      --mca btl_tcp_if_include $net.0/24 --mca btl tcp,self -x DIFFLET_PROFILES -x OMP_NUM_THREADS=1 -np 5 \
+      $bin ${dd[*]} --units 4 --out $tmpd/two" 2>&1)
+if [[ "$out" == *"completed 8  failed 0  (2 nodes x 2 units)"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: two nodes: $out"; fi
+# no group spans the nodes: the largest DoP is 2
+if ! grep -q "DoP 4" <<< "$out"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: a group of 4 across the nodes: $out"; fi
+# the same requests on one machine, one unit each
+out1=$("$bin" "${dd[@]}" --units 2 --policy sdop:1 --out "$tmpd/one" 2>&1)
+got=$(python3 - "$tmpd/two" "$tmpd/one" <<'PY'
+import math, os, sys
+worst = math.inf
+for i in range(8):
+    try:
+        a = open(os.path.join(sys.argv[1], "%d.rgb" % i), "rb").read()
+        b = open(os.path.join(sys.argv[2], "%d.rgb" % i), "rb").read()
+    except OSError:
+        worst = -1
+        break
+    if len(a) != len(b) or not a:
+        worst = -1
+        break
+    if a != b:
+        mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(a)
+        worst = min(worst, 10 * math.log10(255 ** 2 / mse))
+print("identical" if worst == math.inf else "%.1f" % worst)
+PY
+)
+if [ "$got" = identical ] || awk -v p="$got" 'BEGIN { exit !(p >= 50) }'; then pass=$((pass+1));
+else fail=$((fail+1)); echo "FAIL: two nodes' outputs against one machine's DoP 1: worst PSNR $got: $out1"; fi
+echo "test_ddit_nodes: $pass passed, $fail failed (worst PSNR against one machine: $got)"
+[ "$fail" = 0 ]
