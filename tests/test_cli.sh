@@ -311,6 +311,11 @@ PY
 )
     if [ "$got" = identical ] || awk -v p="$got" 'BEGIN { exit !(p >= 50) }'; then pass=$((pass+1));
     else fail=$((fail+1)); echo "FAIL: ddit outputs against static DoP 1's: worst PSNR $got (want >= 50): $out"; fi
+    # the VAE decoupled: two 80p requests (B = 2) at once; the second starts on the unit the first's DiT
+    # frees while its leader decodes (DoP 1), and without decoupling waits for both (DoP 2)
+    dec=(ddit --model "$data/opensora/a" --sizes 56x40,112x80 --frames 34 --profile dd --steps 12 --requests 2 --mix 0:1 --units 2)
+    a=$("$bin" "${dec[@]}" 2>&1 | grep "request   1 "); b=$("$bin" "${dec[@]}" --no-decouple 2>&1 | grep "request   1 ")
+    if [[ "$a" == *"DoP 1 ->"* && "$b" == *"DoP 2 -> 2"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: decoupled VAE: '$a' / '$b'"; fi
 fi
 out=$("$bin" version) && [[ "$out" == difflet* ]] && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: version output: $out"; }
 echo "test_cli: $pass passed, $fail failed"

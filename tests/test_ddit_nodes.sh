@@ -74,5 +74,39 @@ PY
 )
 if [ "$got" = identical ] || awk -v p="$got" 'BEGIN { exit !(p >= 50) }'; then pass=$((pass+1));
 else fail=$((fail+1)); echo "FAIL: two nodes' outputs against one machine's DoP 1: worst PSNR $got: $out1"; fi
+# serve with the same world: its model process's mpirun gets the host file and the agent
+cat > "$tmpd/serve.py" <<'PY'
+import os, sys, time
+sys.path.insert(0, sys.argv[3])
+from serve_util import Server, check, counts
+tmp, bin_, _, data, hosts, agent, net = sys.argv[1:8]
+dep = {"model": os.path.join(data, "opensora", "a"), "sizes": ["56x40", "112x80"], "frames": [34], "scheduler": "ddit",
+       "units": 4, "ddit_profile": "dd", "results_dir": os.path.join(tmp, "serve"), "port": 0, "request_timeout_s": 120,
+       "mpirun_hostfile": hosts,
+       "mpirun_args": f"--mca plm_rsh_agent {agent} --mca oob_tcp_if_include {net}.0/24 --mca btl_tcp_if_include {net}.0/24 "
+                      "--mca btl tcp,self"}
+s = Server(bin_, os.path.join(tmp, "serve"), dep, suffix="deployment")
+check(s.wait_ready(120), "the two-node DDiT world gets ready")
+ids = []
+for i in range(4):
+    st, v = s.json("POST", "/v1/videos", {"prompt": "a red fox", "size": ["56x40", "112x80"][i % 2], "frames": 34,
+                                          "steps": 12, "seed": i})
+    ids.append(v["id"] if st == 200 else None)
+for vid in ids:
+    d = s.wait_done(f"/v1/videos/{vid}", 120) if vid else None
+    check(d and d["status"] == "completed", f"a video on two nodes: {d}")
+st, body, _ = s.req("GET", "/metrics")
+t = body.decode()
+check('difflet_ddit_units{model="a"} 4' in t and 'difflet_ddit_nodes{model="a"} 2' in t
+      and 'difflet_ddit_requests_total{model="a",dop="4"} 0' in t,
+      f"/metrics: 4 units, no group of 4 across the nodes: {t[-700:]}")
+s.stop()
+p, f = counts()
+print(f"serve on two nodes: {p} passed, {f} failed")
+sys.exit(1 if f else 0)
+PY
+out=$(timeout 300 ip netns exec "$ns0" unshare --uts sh -c "hostname node0; exec python3 $tmpd/serve.py $tmpd $bin \
+      $(dirname "$(readlink -f "$0")") $data $tmpd/hosts $tmpd/agent $net" 2>&1)
+if [[ "$out" == *"serve on two nodes: "*" 0 failed"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: serve on two nodes: $out"; fi
 echo "test_ddit_nodes: $pass passed, $fail failed (worst PSNR against one machine: $got)"
 [ "$fail" = 0 ]

@@ -91,8 +91,8 @@ typedef struct {
     /* the pool changed: units held by requests, requests waiting for units, promotions
      * so far (NULL: not wanted) */
     void (*pool)(void *ctx, int busy, int waiting, long promotions);
-    /* the units are ready (loaded) */
-    void (*ready)(void *ctx, double load_seconds);
+    /* the units are ready (loaded), on `nodes` hosts */
+    void (*ready)(void *ctx, double load_seconds, int nodes);
     /* 1: stop once nothing runs or waits */
     int (*stop)(void *ctx);
 } dl_ddit_source;

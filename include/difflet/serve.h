@@ -52,6 +52,10 @@ typedef struct {
                                pipeline's B; resolution r is pipeline r (size i, frame count k:
                                r = i * nframes + k) */
     char ddit_policy[16];   /* ddit: ddit (default), ddit-qa (queue-aware), sdop:N */
+    /* a parallel or DDiT model process's mpirun: a host file (the ranks on several
+     * hosts: the first rank, which talks to this server, on this one) and more mpirun
+     * arguments (split at spaces; e.g. an rsh agent, the interfaces to use) */
+    char mpirun_hostfile[1024], mpirun_args[512];
 } dl_deployment;
 
 /* Defaults (difflet-tiny, 64x64, 127.0.0.1), then the deployment's JSON file if given,

@@ -506,7 +506,7 @@ static dl_status sched_main(dl_comm *world, const dl_ddit_config *c, const dl_dd
     const double tl = dl_now();
     dl_comm_barrier(world); /* the units have loaded */
     const double t0 = dl_now();
-    if (src->ready) src->ready(src->ctx, t0 - tl);
+    if (src->ready) src->ready(src->ctx, t0 - tl, nodes);
     float *buf = NULL;
     int64_t bufn = 0;
     double hand_sum = 0, hand_max = 0;

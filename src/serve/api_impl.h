@@ -64,7 +64,7 @@ typedef struct {
     long restarts;
     char last_error[512];        /* why its model process last failed to start */
     /* a DDiT world's pool as its scheduler rank last reported it (under dl_api.mu) */
-    int pool_busy, pool_waiting;
+    int pool_busy, pool_waiting, pool_nodes;
     long pool_promotions, by_dop[4]; /* promotions; finished requests by their last DiT DoP 1, 2, 4, 8 */
 } served;
 

@@ -151,11 +151,12 @@ static void api_pool(void *ctx, int busy, int waiting, long promotions) {
     send_obj(ctx, m);
 }
 
-static void api_ready(void *ctx, double load_seconds) {
+static void api_ready(void *ctx, double load_seconds, int nodes) {
     api_src *a = ctx;
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "type", "ready");
     cJSON_AddNumberToObject(m, "load_seconds", load_seconds);
+    cJSON_AddNumberToObject(m, "nodes", nodes);
     cJSON_AddNumberToObject(m, "pid", (double)getpid());
     send_obj(a, m);
 }

@@ -142,7 +142,16 @@ static void spawn_mpi_worker(worker *w, int k, int ranks, int per) {
         pin_replica(k, per);
         static char store[4200], connect_url[128];
         const char *av[64];
-        int n = dl_comm_mpirun_argv(av, 56, ranks, per / ranks > 0 ? per / ranks : 1, store, sizeof store);
+        int n = dl_comm_mpirun_argv(av, 24, ranks, per / ranks > 0 ? per / ranks : 1, store, sizeof store);
+        /* the deployment's hosts and mpirun arguments go before the program (av[n - 1]) */
+        const dl_deployment *pr = &dl_api.m[w->model].pr;
+        static char extra[sizeof pr->mpirun_args];
+        const char *exe = av[--n];
+        if (pr->mpirun_hostfile[0]) av[n++] = "--hostfile", av[n++] = pr->mpirun_hostfile;
+        if (getenv("DIFFLET_PROFILES")) av[n++] = "-x", av[n++] = "DIFFLET_PROFILES";
+        snprintf(extra, sizeof extra, "%s", pr->mpirun_args);
+        for (char *save = NULL, *t = strtok_r(extra, " ", &save); t && n < 56; t = strtok_r(NULL, " ", &save)) av[n++] = t;
+        av[n++] = exe;
         snprintf(connect_url, sizeof connect_url, "unix:%s", w->sock);
         av[n++] = "serve-worker", av[n++] = connect_url, av[n++] = dl_api.m[w->model].profile_path, av[n] = NULL;
         execvp("mpirun", (char *const *)av);
@@ -385,6 +394,7 @@ static void handle_msg(worker *w, cJSON *m) {
         lock();
         w->ready = 1;
         dl_api.m[w->model].last_error[0] = 0;
+        dl_api.m[w->model].pool_nodes = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "nodes"));
         dl_api_notify_locked();
         unlock();
         DL_INFO("serve: model process %d (%s) ready (%.1f s)", (int)w->pid, dl_api.m[w->model].pr.model_id,

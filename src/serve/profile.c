@@ -71,6 +71,8 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
         !str_field(j, "scheduler", p->scheduler, sizeof p->scheduler) ||
         !str_field(j, "ddit_profile", p->ddit_profile, sizeof p->ddit_profile) ||
         !str_field(j, "ddit_policy", p->ddit_policy, sizeof p->ddit_policy) || !num_field(j, "units", &units) ||
+        !str_field(j, "mpirun_hostfile", p->mpirun_hostfile, sizeof p->mpirun_hostfile) ||
+        !str_field(j, "mpirun_args", p->mpirun_args, sizeof p->mpirun_args) ||
         !num_field(j, "port", &port) ||
         !num_field(j, "queue_capacity", &qc) || !num_field(j, "max_steps", &ms) || !num_field(j, "max_prompt_bytes", &mp) ||
         !num_field(j, "request_timeout_s", &p->timeout_s) || !num_field(j, "cancel_grace_s", &p->grace_s) ||
@@ -256,7 +258,7 @@ dl_status dl_deployment_load(dl_deployment *p, const char *path) {
 static const char *const k_own[] = {"model", "model_id", "sizes", "frames", "fps", "max_sequence_length", NULL};
 static const char *const k_per_model[] = {"dtype", "cache", "replicas", "parallel", "no_compile", "queue_capacity", "max_steps",
                                           "max_prompt_bytes", "request_timeout_s", "cancel_grace_s", "scheduler", "units",
-                                          "ddit_profile", "ddit_policy", NULL};
+                                          "ddit_profile", "ddit_policy", "mpirun_hostfile", "mpirun_args", NULL};
 static const char *const k_server[] = {"results_dir", "db", "host", "port", "api_key", "result_ttl_s", "idle_timeout_s",
                                        "max_connections", "max_connections_per_ip", "health_port", NULL};
 
@@ -401,6 +403,8 @@ cJSON *dl_deployment_to_json(const dl_deployment *p) {
     cJSON_AddNumberToObject(j, "units", p->units);
     cJSON_AddStringToObject(j, "ddit_profile", p->ddit_profile);
     cJSON_AddStringToObject(j, "ddit_policy", p->ddit_policy);
+    cJSON_AddStringToObject(j, "mpirun_hostfile", p->mpirun_hostfile);
+    cJSON_AddStringToObject(j, "mpirun_args", p->mpirun_args);
     cJSON_AddNumberToObject(j, "port", p->port);
     cJSON_AddNumberToObject(j, "queue_capacity", p->queue_capacity);
     cJSON_AddNumberToObject(j, "max_steps", p->max_steps);

@@ -533,6 +533,7 @@ static enum MHD_Result metrics(struct MHD_Connection *c) {
     for (int k = 0; k < nm; k++) any_ddit |= dl_api.m[k].pr.scheduler[0] != 0;
     if (any_ddit) {
         P("# TYPE difflet_ddit_units gauge\n# TYPE difflet_ddit_units_busy gauge\n# TYPE difflet_ddit_utilization gauge\n"
+          "# TYPE difflet_ddit_nodes gauge\n"
           "# TYPE difflet_ddit_waiting gauge\n# TYPE difflet_ddit_promotions_total counter\n"
           "# TYPE difflet_ddit_requests_total counter\n");
         pthread_mutex_lock(&dl_api.mu);
@@ -542,6 +543,7 @@ static enum MHD_Result metrics(struct MHD_Connection *c) {
             const char *id = sm->pr.model_id;
             P("difflet_ddit_units{model=\"%s\"} %d\ndifflet_ddit_units_busy{model=\"%s\"} %d\n", id, sm->pr.units, id,
               sm->pool_busy);
+            P("difflet_ddit_nodes{model=\"%s\"} %d\n", id, sm->pool_nodes);
             P("difflet_ddit_utilization{model=\"%s\"} %.4f\n", id, (double)sm->pool_busy / sm->pr.units);
             P("difflet_ddit_waiting{model=\"%s\"} %d\ndifflet_ddit_promotions_total{model=\"%s\"} %ld\n", id,
               sm->pool_waiting, id, sm->pool_promotions);
