@@ -10,8 +10,9 @@
  *   leader -> 0 PREEMPTED {request, steps done, n} + LAT
  *   leader -> 0 DONE {request, ok, cancelled, seconds, error bytes} [+ ERR text]
  *   0 -> unit   STOP
- * A waiting rank polls with dl_comm_iprobe and sleeps 100 us between polls, so idle
- * units and the scheduler cost no core. Rank 0's policy is the simulator's (sim.c): at
+ * A waiting rank polls with dl_comm_iprobe and sleeps between polls (100 us after an
+ * event, up to 0.8 ms while nothing happens), so idle units and the scheduler cost next
+ * to no core. Rank 0's policy is the simulator's (sim.c): at
  * each pass, the paper's order (hungry requests promoted first, longest starved,
  * growing in place or moving; then the waiting ones, FCFS, each up to its B) or the
  * queue-aware one (waiting first, promotions only when nobody waits). */
@@ -47,7 +48,15 @@ typedef struct {
     double encode_s, denoise_s, decode_s; /* the last run's */
 } done_msg;
 
-static void nap(void) { usleep(100); }
+/* An idle poll's sleep: 100 us after something happened, doubling while nothing does,
+ * up to 0.8 ms (so an idle rank costs next to no core: on a machine where the units
+ * have all the cores, a waiting scheduler rank polling every 100 us took CPU from them);
+ * *idle counts the empty polls since the last event. */
+static void nap(int *idle) {
+    const int k = *idle < 3 ? *idle : 3;
+    usleep(100u << k);
+    (*idle)++;
+}
 
 static int log2i(int v) {
     int l = 0;
@@ -163,14 +172,16 @@ static int unit_main(dl_comm *world, const dl_ddit_config *c, int per_node) {
         }
     }
     dl_comm_barrier(world); /* every unit loaded: rank 0 starts the clock */
+    int idle = 0;
     for (;;) {
         int tag;
         int got = dl_comm_iprobe(world, 0, -1, NULL, &tag, NULL);
         if (got < 0) unit_fail(u, "probe");
         if (!got) {
-            nap();
+            nap(&idle);
             continue;
         }
+        idle = 0;
         if (tag == T_STOP) {
             int32_t z;
             dl_comm_recv(world, &z, sizeof z, 0, T_STOP);
@@ -512,6 +523,7 @@ static dl_status sched_main(dl_comm *world, const dl_ddit_config *c, const dl_dd
     double hand_sum = 0, hand_max = 0;
     int last_busy = -1, last_wait = -1;
     long last_promo = -1;
+    int idle = 0;
     while (S.s == DL_OK) {
         const int before = S.n;
         src->poll(src->ctx, &S, dl_now() - t0);
@@ -524,7 +536,8 @@ static dl_status sched_main(dl_comm *world, const dl_ddit_config *c, const dl_dd
             src->pool(src->ctx, busy, S.nwait, out->promotions);
         }
         if (!S.running && !S.nwait && src->stop(src->ctx)) break;
-        if (!any && S.n == before) nap();
+        if (!any && S.n == before) nap(&idle);
+        else idle = 0;
     }
     for (int u = 0; u < units; u++) { /* even after a failure: the units end */
         int32_t z = 0;
