@@ -4,7 +4,8 @@ model (tests/data/opensora/a) on a world of a scheduler rank and 2 units, behind
 videos API on a real server on a free loopback port. Several requests at two sizes
 at once; every video's frames against the same request made by `difflet generate`
 on one rank (decoded, PSNR >= 40 dB: both went through H.264; the frames themselves
-are held to 50 dB in tests/test_cli.sh); a cancel of a running request; a unit rank
+are held to 50 dB in tests/test_cli.sh); a request promoted from 1 to 2 units at a step
+boundary, against one rank's; the pool in /metrics; a cancel of a running request; a unit rank
 killed mid-request: its world restarts, the requests in flight go back to the queue
 and complete with the same videos, none lost. Refusals of a bad deployment.
 
@@ -75,20 +76,28 @@ def reference(size, seed, steps):
     return _refs[key]
 
 
-def submit(s, i, steps):
-    st, v = s.json("POST", "/v1/videos", {"prompt": "a red fox runs through the snow", "size": SIZES[i % 2],
+def submit(s, i, steps, size=None):
+    st, v = s.json("POST", "/v1/videos", {"prompt": "a red fox runs through the snow", "size": size or SIZES[i % 2],
                                           "frames": 34, "steps": steps, "seed": i})
     check(st == 200 and v and v.get("id"), f"submit {i}: {st} {v}")
     return v["id"] if st == 200 else None
 
 
-def compare(s, vid, i, steps, what):
+def promotions(s):
+    st, body, _ = s.req("GET", "/metrics")
+    for line in (body.decode() if st == 200 else "").splitlines():
+        if line.startswith('difflet_ddit_promotions_total{model="a"}'):
+            return int(line.split()[-1])
+    return -1
+
+
+def compare(s, vid, i, steps, what, size=None):
     done = s.wait_done(f"/v1/videos/{vid}", 120)
     check(done and done["status"] == "completed", f"{what} {i}: {done}")
     if not done or done["status"] != "completed":
         return
     st, mp4, _ = s.req("GET", f"/v1/videos/{vid}/content")
-    p = psnr(frames_of(mp4), reference(SIZES[i % 2], i, steps)) if st == 200 else -1
+    p = psnr(frames_of(mp4), reference(size or SIZES[i % 2], i, steps)) if st == 200 else -1
     check(p >= 40, f"{what} {i}: PSNR {p:.1f} dB against one rank's (want >= 40)")
 
 
@@ -110,6 +119,17 @@ check('difflet_ddit_units{model="a"} 2' in text and by_dop == 6 and "difflet_ddi
 st, m = s.json("GET", "/v1/models")
 d = (m or {}).get("data", [{}])[0].get("ddit")
 check(d and d["units"] == 2 and d["busy"] == 0 and d["waiting"] == 0, f"/v1/models: the pool: {d}")
+
+# ---- a promotion: two 112x80 requests (B = 2). The first takes both units; the second
+# starts on the unit the first's DiT frees (DoP 1) and, its 150 steps outlasting the
+# first's decode, is promoted to both units at a step boundary; its video is one rank's
+p0 = promotions(s)
+a = submit(s, 10, 12, "112x80")
+b = submit(s, 11, 150, "112x80")
+if a and b:
+    compare(s, a, 10, 12, "before the promotion, request", "112x80")
+    compare(s, b, 11, 150, "promoted request", "112x80")
+check(promotions(s) > p0, f"a promotion happened ({p0} -> {promotions(s)} promotions)")
 
 # ---- a cancel while it runs -------------------------------------------------------------
 vid = submit(s, 7, 200)
