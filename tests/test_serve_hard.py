@@ -271,6 +271,26 @@ conn.close()
 check(not rows and total == len(ids) + 1, f"the store holds each job once: {total} rows for {len(ids) + 1} jobs")
 s.stop()
 
+# A job's end that the store fails to write (an injected failure of the first two end
+# writes): the job is out of its model process's slot but not stuck in_progress; the
+# supervisor writes its end again until the store takes it, and the next job runs
+os.environ["DIFFLET_FAULT_STORE_END"] = "2"
+s = Server(os.path.join(tmp, "f"))
+del os.environ["DIFFLET_FAULT_STORE_END"]
+s.wait_ready(120)
+ids = [s.json("POST", "/v1/jobs", {"prompt": f"store {i}", "steps": 2, "seed": i})[1]["id"] for i in range(3)]
+ends = {}
+t0 = time.time()
+while time.time() - t0 < 60 and len(ends) < len(ids):
+    for i in ids:
+        st, j = s.json("GET", f"/v1/jobs/{i}")
+        if st == 200 and j["status"] not in ("queued", "in_progress"):
+            ends[i] = j["status"]
+    time.sleep(0.05)
+check(len(ends) == 3 and all(v == "completed" for v in ends.values()),
+      f"ends the store first failed to write are written again: {ends}")
+s.stop()
+
 subprocess.run(["rm", "-rf", tmp])
 passed, failed = counts()
 print(f"test_serve_hard: {passed} passed, {failed} failed")

@@ -348,6 +348,41 @@ static void start_after(worker *w, job_slot *sl, next_job *nx, int won) {
     nx->msg = NULL;
 }
 
+/* Ends the store could not record (a failed write: a full disk, an I/O error): the job
+ * is out of its slot, so without these it would stay in_progress until the next
+ * restart. The supervisor retries them every 0.25 s until the store takes them. */
+enum { MAX_UNFINISHED = 64 };
+typedef struct {
+    char id[40], status[16], err[256], result[1200];
+} unfinished;
+static unfinished g_unf[MAX_UNFINISHED];
+static int g_nunf, g_fault_store_end = -1;
+
+static void remember_end(const char *id, const char *status, const char *err, const char *result) {
+    if (g_nunf == MAX_UNFINISHED) {
+        DL_ERROR("serve: job %s: its end (%s) could not be stored, and %d others wait: it stays in_progress until a restart",
+                 id, status, MAX_UNFINISHED);
+        return;
+    }
+    unfinished *u = &g_unf[g_nunf++];
+    snprintf(u->id, sizeof u->id, "%s", id), snprintf(u->status, sizeof u->status, "%s", status);
+    snprintf(u->err, sizeof u->err, "%s", err ? err : ""), snprintf(u->result, sizeof u->result, "%s", result ? result : "");
+    DL_WARN("serve: job %s: its end (%s) could not be stored yet; retrying", id, status);
+}
+
+static void retry_ends(void) {
+    int k = 0;
+    for (int i = 0; i < g_nunf; i++) {
+        const unfinished *u = &g_unf[i];
+        if (dl_jobs_transition(dl_api.js, u->id, "in_progress", u->status, u->err[0] ? u->err : NULL,
+                               u->result[0] ? u->result : NULL) < 0)
+            g_unf[k++] = *u; /* still failing: kept */
+        else
+            dl_api_notify();
+    }
+    g_nunf = k;
+}
+
 /* The in-flight job ends (if it is still in progress: a timed-out job already failed),
  * in the store, with a finished job's step counts and time (done: its message). When
  * w goes on (next), the next queued job of its model starts in the same transaction, so
@@ -375,12 +410,20 @@ static void finish_inflight(worker *w, job_slot *sl, const char *status, const c
             dl_jobs_progress(dl_api.js, id, steps, steps, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(done, "cached")));
             dl_jobs_model_seconds(dl_api.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(done, "seconds")));
         }
-        if (dl_jobs_transition(dl_api.js, id, "in_progress", status, err, result) < 0) s = DL_ERR_IO;
+        if (g_fault_store_end < 0) { /* tests: DIFFLET_FAULT_STORE_END=N fails the first N end writes */
+            const char *f = getenv("DIFFLET_FAULT_STORE_END");
+            g_fault_store_end = f ? atoi(f) : 0;
+        }
+        if (g_fault_store_end > 0) g_fault_store_end--, s = dl_fail(DL_ERR_IO, "job store: an injected write failure");
+        else if (dl_jobs_transition(dl_api.js, id, "in_progress", status, err, result) < 0) s = DL_ERR_IO;
         if (s == DL_OK && have) won = start_in_tx(&nx);
         if (s == DL_OK) s = dl_jobs_commit(dl_api.js);
         if (s != DL_OK) dl_jobs_rollback(dl_api.js), won = -1;
     }
-    if (s != DL_OK) DL_ERROR("serve: job store: %s", dl_last_error());
+    if (s != DL_OK) {
+        DL_ERROR("serve: job store: %s", dl_last_error());
+        remember_end(id, status, err, result);
+    }
     if (have) start_after(w, sl, &nx, won);
     else clear_inflight(sl);
 }
@@ -616,6 +659,7 @@ void *dl_api_supervisor(void *arg) {
         double now = wall();
         if (now - dl_api.last_expire >= 0.25) { /* queued jobs no model process takes in time end at their deadline */
             dl_api.last_expire = now;
+            retry_ends();
             if (dl_jobs_expire(dl_api.js, now) > 0) dl_api_notify();
         }
         lock();
