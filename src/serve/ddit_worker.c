@@ -4,7 +4,9 @@
  * cancels in; ready, progress, done and error out), but takes several jobs at once
  * (the API gives it 2 x units slots) and places each on an elastic rank group; the
  * group's leader writes the result where the job says. Requests are the API's typed
- * requests; step caching is off (a promoted request cannot carry its estimator). */
+ * requests; step caching is off (a promoted request cannot carry its estimator).
+ * Before it says ready, the world proves it works: a 2-step request of the first
+ * pipeline must complete (the start-up check every model process makes). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,10 @@ typedef struct {
     const dl_deployment *pr;
     char (*ids)[40]; /* request index -> job id */
     int nids, cap;
+    /* the start-up check: -1 none yet; the units' load and hosts for "ready" */
+    int check_req, units_ready, failed, nodes;
+    double load_seconds;
+    char check_out[1200];
 } api_src;
 
 static void *reader(void *arg) {
@@ -74,8 +80,32 @@ static int res_of(const dl_deployment *pr, const cJSON *rq, int *steps) {
     return -1;
 }
 
+/* the start-up check's request: the first pipeline, 2 steps, into the results folder */
+static void start_check(api_src *a, dl_ddit_sched *s, double now) {
+    const dl_deployment *pr = a->pr;
+    dl_request rq;
+    dl_request_init(&rq);
+    dl_request_set_prompt(&rq, "a large red circle in the centre on a blue background", NULL);
+    rq.width = pr->sizes[0][0], rq.height = pr->sizes[0][1], rq.frames = pr->video ? pr->frames[0] : 0;
+    rq.steps = 2, rq.seed = 0, rq.output_format = pr->video ? DL_FMT_MP4 : DL_FMT_PNG;
+    snprintf(a->check_out, sizeof a->check_out, "%.1000s/.startup-check-%d.%s", pr->results, (int)getpid(),
+             pr->video ? "mp4" : "png");
+    cJSON *job = cJSON_CreateObject();
+    cJSON_AddStringToObject(job, "type", "job");
+    cJSON_AddStringToObject(job, "id", "startup-check");
+    cJSON_AddStringToObject(job, "out", a->check_out);
+    cJSON_AddItemToObject(job, "request", dl_request_to_json(&rq));
+    char *text = cJSON_PrintUnformatted(job);
+    a->check_req = text ? dl_ddit_add(s, 0, rq.steps, now, text) : -1;
+    if (a->check_req < 0) a->failed = 1;
+    free(text);
+    cJSON_Delete(job);
+    dl_request_free(&rq);
+}
+
 static void api_poll(void *ctx, dl_ddit_sched *s, double now) {
     api_src *a = ctx;
+    if (a->units_ready && a->check_req < 0 && !a->failed) start_check(a, s, now);
     cJSON *batch[MAX_PENDING];
     pthread_mutex_lock(&a->mu);
     const int n = a->nin;
@@ -99,6 +129,12 @@ static void api_poll(void *ctx, dl_ddit_sched *s, double now) {
                 send_error(a, id, "out of memory", 0);
             } else {
                 const int k = dl_ddit_add(s, res, steps, now, text);
+                if (k <= a->check_req) { /* never: the check is the first request */
+                    send_error(a, id, "ddit: request bookkeeping", 0);
+                    free(text);
+                    cJSON_Delete(m);
+                    continue;
+                }
                 if (k >= a->cap) {
                     int cap = a->cap ? 2 * a->cap : 64;
                     char(*ids)[40] = realloc(a->ids, (size_t)cap * sizeof *ids);
@@ -114,7 +150,7 @@ static void api_poll(void *ctx, dl_ddit_sched *s, double now) {
 
 static void api_step(void *ctx, int req, int step, int steps) {
     api_src *a = ctx;
-    if (req >= a->nids) return;
+    if (req == a->check_req || req >= a->nids) return;
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "type", "progress");
     cJSON_AddStringToObject(m, "id", a->ids[req]);
@@ -125,6 +161,23 @@ static void api_step(void *ctx, int req, int step, int steps) {
 
 static void api_done(void *ctx, int req, const dl_ddit_end *e) {
     api_src *a = ctx;
+    if (req == a->check_req) { /* the start-up check: ready, or a fatal error and the world ends */
+        unlink(a->check_out);
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "type", e->ok ? "ready" : "fatal");
+        if (e->ok) {
+            cJSON_AddNumberToObject(m, "load_seconds", a->load_seconds);
+            cJSON_AddNumberToObject(m, "nodes", a->nodes);
+            cJSON_AddNumberToObject(m, "pid", (double)getpid());
+        } else {
+            char msg[1200];
+            snprintf(msg, sizeof msg, "start-up check: %s", e->error && *e->error ? e->error : "failed");
+            cJSON_AddStringToObject(m, "message", msg);
+            a->failed = 1;
+        }
+        send_obj(a, m);
+        return;
+    }
     if (req >= a->nids) return;
     if (!e->ok) {
         send_error(a, a->ids[req], e->error && *e->error ? e->error : "failed", e->cancelled);
@@ -151,20 +204,16 @@ static void api_pool(void *ctx, int busy, int waiting, long promotions) {
     send_obj(ctx, m);
 }
 
+/* the units are loaded: the start-up check runs next (api_poll); "ready" after it */
 static void api_ready(void *ctx, double load_seconds, int nodes) {
     api_src *a = ctx;
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "type", "ready");
-    cJSON_AddNumberToObject(m, "load_seconds", load_seconds);
-    cJSON_AddNumberToObject(m, "nodes", nodes);
-    cJSON_AddNumberToObject(m, "pid", (double)getpid());
-    send_obj(a, m);
+    a->load_seconds = load_seconds, a->nodes = nodes, a->units_ready = 1;
 }
 
 static int api_stop(void *ctx) {
     api_src *a = ctx;
     pthread_mutex_lock(&a->mu);
-    const int c = a->closed && a->nin == 0;
+    const int c = (a->closed && a->nin == 0) || a->failed;
     pthread_mutex_unlock(&a->mu);
     return c;
 }
@@ -176,7 +225,7 @@ int dl_serve_ddit_main(const char *sock_path, const dl_deployment *pr) {
         return 1;
     }
     const int rank = dl_comm_rank(world);
-    api_src a = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .pr = pr};
+    api_src a = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .pr = pr, .check_req = -1};
     if (rank == 0 && (a.fd = dl_unix_connect(sock_path)) < 0) {
         fprintf(stderr, "difflet: serve-worker: cannot connect to %s\n", sock_path);
         dl_comm_abort(1);
@@ -231,5 +280,5 @@ int dl_serve_ddit_main(const char *sock_path, const dl_deployment *pr) {
         free(a.ids);
     }
     dl_comm_finalize();
-    return s == DL_OK ? 0 : 1;
+    return s == DL_OK && !a.failed ? 0 : 1;
 }
