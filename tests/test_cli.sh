@@ -294,21 +294,7 @@ if command -v mpirun >/dev/null; then
     if [[ "$out" == *"completed 4  failed 0"* && "$out" == *"simulated / real"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: ddit run: $out"; fi
     out=$("$bin" "${dd[@]}" --units 2 --policy sdop:1 --out "$tmpd/dd0" 2>&1)
     # PSNR >= 50 dB per request against DoP 1 (identical where the layout allows)
-    got=$(python3 - "$tmpd/dd1" "$tmpd/dd0" <<'PY'
-import math, os, sys
-worst = math.inf
-for i in range(4):
-    a = open(os.path.join(sys.argv[1], "%d.rgb" % i), "rb").read()
-    b = open(os.path.join(sys.argv[2], "%d.rgb" % i), "rb").read()
-    if len(a) != len(b) or not a:
-        worst = -1
-        break
-    if a != b:
-        mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(a)
-        worst = min(worst, 10 * math.log10(255 ** 2 / mse))
-print("identical" if worst == math.inf else "%.1f" % worst)
-PY
-)
+    got=$(python3 "$(dirname "$(readlink -f "$0")")/rgb_psnr.py" "$tmpd/dd1" "$tmpd/dd0" 4)
     if [ "$got" = identical ] || awk -v p="$got" 'BEGIN { exit !(p >= 50) }'; then pass=$((pass+1));
     else fail=$((fail+1)); echo "FAIL: ddit outputs against static DoP 1's: worst PSNR $got (want >= 50): $out"; fi
     # the VAE decoupled: two 80p requests (B = 2) at once; the second starts on the unit the first's DiT

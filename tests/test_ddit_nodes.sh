@@ -53,25 +53,7 @@ if [[ "$out" == *"completed 8  failed 0  (2 nodes x 2 units)"* ]]; then pass=$((
 if ! grep -q "DoP 4" <<< "$out"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: a group of 4 across the nodes: $out"; fi
 # the same requests on one machine, one unit each
 out1=$("$bin" "${dd[@]}" --units 2 --policy sdop:1 --out "$tmpd/one" 2>&1)
-got=$(python3 - "$tmpd/two" "$tmpd/one" <<'PY'
-import math, os, sys
-worst = math.inf
-for i in range(8):
-    try:
-        a = open(os.path.join(sys.argv[1], "%d.rgb" % i), "rb").read()
-        b = open(os.path.join(sys.argv[2], "%d.rgb" % i), "rb").read()
-    except OSError:
-        worst = -1
-        break
-    if len(a) != len(b) or not a:
-        worst = -1
-        break
-    if a != b:
-        mse = sum((x - y) ** 2 for x, y in zip(a, b)) / len(a)
-        worst = min(worst, 10 * math.log10(255 ** 2 / mse))
-print("identical" if worst == math.inf else "%.1f" % worst)
-PY
-)
+got=$(python3 "$(dirname "$(readlink -f "$0")")/rgb_psnr.py" "$tmpd/two" "$tmpd/one" 8)
 if [ "$got" = identical ] || awk -v p="$got" 'BEGIN { exit !(p >= 50) }'; then pass=$((pass+1));
 else fail=$((fail+1)); echo "FAIL: two nodes' outputs against one machine's DoP 1: worst PSNR $got: $out1"; fi
 # serve with the same world: its model process's mpirun gets the host file and the agent

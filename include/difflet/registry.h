@@ -195,6 +195,9 @@ dl_status dl_pipeline_worker_one(dl_pipeline *p, int *stopped);
 dl_status dl_pipeline_worker(dl_pipeline *p);
 /* Host: one request; `out` is filled (and owned by the caller) on success. */
 dl_status dl_pipeline_generate(dl_pipeline *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm);
+/* Host: end a request refused before it ran (the replica's other ranks wait for its
+ * end); the caller's error message stays the last one. No-op on other ranks. */
+void dl_pipeline_abandon(dl_pipeline *p);
 const char *dl_pipeline_program_id(const dl_pipeline *p, int component);
 /* The same into a caller's buffer of frames x height x width x 3 bytes (the loaded
  * shape): for evaluation loops that keep many pictures. */

@@ -114,14 +114,7 @@ dl_status dl_pipeline_generate(dl_pipeline *p, const dl_gen_request *r, dl_media
     if ((r->resume_latents || r->preempt) && !p->e->resumable) {
         dl_status s = dl_fail(DL_ERR_UNSUPPORTED, "%s cannot resume or preempt a request (its scheduler keeps state "
                                                   "between steps)", p->e->pipeline_class);
-        if (dl_pipeline_is_host(p)) { /* every pipeline refuses a request without a prompt before its loop, which
-                                        ends the request on the replica's other ranks */
-            dl_gen_request none = {.steps = 1};
-            p->e->generate(p->impl, &none, out, &t);
-            dl_media_free(out);
-            s = dl_fail(DL_ERR_UNSUPPORTED, "%s cannot resume or preempt a request (its scheduler keeps state "
-                                            "between steps)", p->e->pipeline_class);
-        }
+        dl_pipeline_abandon(p);
         return s;
     }
     dl_status s = p->e->generate(p->impl, r, out, &t);
@@ -151,6 +144,20 @@ const char *dl_pipeline_layout_check(const char *model_dir, const dl_par_config 
     }
     if (e->split_check) return e->split_check(model_dir, c, buf, n);
     return e->default_heads > 0 ? dl_registry_heads_check(model_dir, c, e->default_heads, buf, n) : NULL;
+}
+
+void dl_pipeline_abandon(dl_pipeline *p) {
+    if (!dl_pipeline_is_host(p)) return;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", dl_last_error());
+    /* every pipeline refuses a request without a prompt before its loop, which ends the
+     * request on the replica's other ranks */
+    dl_gen_request none = {.steps = 1};
+    dl_media m = {0};
+    dl_gen_timing t = {0};
+    p->e->generate(p->impl, &none, &m, &t);
+    dl_media_free(&m);
+    dl_fail(DL_ERR_INVALID, "%s", msg); /* the caller's message again */
 }
 
 int dl_registry_passes(const dl_model_entry *e, const char *model_dir, float guidance, float true_cfg, int negative) {

@@ -233,9 +233,9 @@ static int unit_main(dl_comm *world, const dl_ddit_config *c, int per_node) {
         char err[1024] = "";
         if (s == DL_OK) {
             s = dl_pipeline_generate(p, &r, &media, &tm);
-        } else { /* refused: a request without a prompt ends it on the group's other units */
+        } else { /* refused: it still ends on the group's other units */
             snprintf(err, sizeof err, "%s", dl_last_error());
-            dl_pipeline_generate(p, &(dl_gen_request){.steps = 1}, &media, &tm);
+            dl_pipeline_abandon(p);
         }
         free(resume), free(jt);
         if (s == DL_ERR_PREEMPTED) {
@@ -360,6 +360,16 @@ static dl_status dispatch(dl_ddit_sched *S, int i, int from, const float *lat, i
     return s;
 }
 
+/* a reserved promotion returned: the whole new group when it was a move, else the
+ * units it added to the request's own */
+static void drop_promotion(dl_ddit_sched *S, rreq *r) {
+    if (r->pend_moved) dl_buddy_free(&S->bd, r->pend_start, r->pend_size);
+    else
+        for (int d = r->pend_start; d < r->pend_start + r->pend_size; d++)
+            if (d < r->gstart || d >= r->gstart + r->gsize) dl_buddy_free(&S->bd, d, 1);
+    r->pend_size = 0;
+}
+
 /* the units' messages that are waiting; 1 when there were any */
 static int take_messages(dl_ddit_sched *S, double t0, float **buf, int64_t *bufn, double *hand_sum, double *hand_max,
                          dl_ddit_result *out) {
@@ -376,13 +386,7 @@ static int take_messages(dl_ddit_sched *S, double t0, float **buf, int64_t *bufn
             r->step = m.step, r->steps = m.steps;
             if (S->src->step) S->src->step(S->src->ctx, m.req, m.step, m.steps);
             if (m.step < m.steps) continue;
-            if (r->pend_size) { /* a promotion that never took effect */
-                if (r->pend_moved) dl_buddy_free(&S->bd, r->pend_start, r->pend_size);
-                else
-                    for (int d = r->pend_start; d < r->pend_start + r->pend_size; d++)
-                        if (d < r->gstart || d >= r->gstart + r->gsize) dl_buddy_free(&S->bd, d, 1);
-                r->pend_size = 0, S->new_dev = 1;
-            }
+            if (r->pend_size) drop_promotion(S, r), S->new_dev = 1; /* it never took effect */
             if (decouple && r->gsize > 1) { /* the others go back now; the leader decodes */
                 for (int sz = 1; sz < r->gsize; sz *= 2) dl_buddy_free(&S->bd, r->gstart + sz, sz);
                 r->gsize = 1, S->new_dev = 1;
@@ -419,13 +423,7 @@ static int take_messages(dl_ddit_sched *S, double t0, float **buf, int64_t *bufn
                 break;
             rreq *r = &S->rq[m.req];
             dl_buddy_free(&S->bd, r->gstart, r->gsize);
-            if (r->pend_size) { /* cancelled with a promotion reserved */
-                if (r->pend_moved) dl_buddy_free(&S->bd, r->pend_start, r->pend_size);
-                else
-                    for (int d = r->pend_start; d < r->pend_start + r->pend_size; d++)
-                        if (d < r->gstart || d >= r->gstart + r->gsize) dl_buddy_free(&S->bd, d, 1);
-                r->pend_size = 0;
-            }
+            if (r->pend_size) drop_promotion(S, r); /* cancelled with a promotion reserved */
             r->state = OVER, r->finish = dl_now() - t0;
             r->dit_s = m.denoise_s, r->vae_s = m.decode_s;
             S->running--, S->new_dev = 1;
