@@ -12,17 +12,6 @@
 #include "kernels/kernels_impl.h"
 #include "test_util.h"
 
-static double act_d(dl_act a, double v) {
-    switch (a) {
-    case DL_ACT_GELU_TANH: return 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-    case DL_ACT_GELU_ERF: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
-    case DL_ACT_SILU: return v / (1 + exp(-v));
-    case DL_ACT_QUICK_GELU: return v / (1 + exp(-1.702 * v));
-    case DL_ACT_RELU: return v > 0 ? v : 0;
-    default: return v;
-    }
-}
-
 static void test_matmul(void) {
     static const int64_t shapes[][3] = {{1, 1, 1}, {37, 70, 45}, {64, 128, 96}, {130, 33, 257}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
@@ -54,7 +43,7 @@ static void test_matmul(void) {
                         double wv = dt == DL_BF16 ? dl_bf16_to_f32(dl_f32_to_bf16(w[j * K + k])) : w[j * K + k];
                         acc += (double)dl_load1(dt, x, i * ldx + k) * wv;
                     }
-                    ref[i * N + j] = act_d(act, acc);
+                    ref[i * N + j] = test_act(act, acc);
                     mx = fmax(mx, fabs(ref[i * N + j]));
                 }
             for (int64_t i = 0; i < M; i++)
@@ -189,7 +178,8 @@ static void test_packed(void) {
         void *plain = dl_aligned_alloc((size_t)(N * K) * dl_dtype_size(dt));
         uint8_t rec[512];
         dl_kernels()->convert(dt, plain, DL_F32, w, N * K);
-        dl_packed pp = {plain, (size_t)(N * K) * dl_dtype_size(dt), rec, dl_onednn_plain_record(K, N, dt, rec)};
+        dl_packed pp = {.data = plain, .bytes = (size_t)(N * K) * dl_dtype_size(dt), .layout = rec,
+                        .layout_bytes = dl_onednn_plain_record(K, N, dt, rec)};
         dl_matmul *e;
         CHECK(pp.layout_bytes && dl_matmul_new_packed(&e, &d, &pp, b) == DL_OK, "plain record: %s", dl_last_error());
         dl_matmul_run(e, x, y2);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "difflet/io.h"
+#include "difflet/kernels.h"
 
 /* where the test data and the sources are (CMake passes both) */
 #ifndef DATA_DIR
@@ -198,6 +199,18 @@ static inline void test_write_renamed(const char *src, const char *dir, int shar
     for (int i = 0; i < nt; i++) free(names[i]);
     free(names), free(idx);
     dl_ckpt_free(ck);
+}
+
+/* an activation in double, from its definition */
+static inline double test_act(dl_act a, double v) {
+    switch (a) {
+    case DL_ACT_GELU_TANH: return 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    case DL_ACT_GELU_ERF: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
+    case DL_ACT_SILU: return v / (1 + exp(-v));
+    case DL_ACT_QUICK_GELU: return v / (1 + exp(-1.702 * v));
+    case DL_ACT_RELU: return v > 0 ? v : 0;
+    default: return v;
+    }
 }
 
 static inline int test_done(const char *name) {

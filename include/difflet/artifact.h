@@ -7,6 +7,7 @@
 #define DIFFLET_ARTIFACT_H
 
 #include "difflet/io.h"
+#include "difflet/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,6 +50,7 @@ struct dl_wsrc {
     const dl_artifact *art;    /* artifact mode (ck NULL) */
     size_t arena;              /* activation bytes allocated by the model */
     int owned;                 /* internal: opened by the model itself */
+    dl_quant quant;            /* int8 scheme of the linears built from the checkpoint */
 };
 
 /* Fault injection for tests (DIFFLET_FAULT_KILL_COMPILE=N: SIGKILL after N tensors). */

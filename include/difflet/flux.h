@@ -65,6 +65,7 @@ typedef struct {
     int width, height;    /* pixels; multiples of 2 * the VAE's scale (16 for FLUX) */
     int max_sequence_length; /* T5 tokens; 0: tokenizer_2's model_max_length if below 512, else 512 */
     dl_dtype dt;
+    dl_quant quant;          /* int8 linears in the transformer and text encoders */
     int cache;               /* dl_cache_mode (program.h): 0 = load or compile and cache */
     /* Parallel execution (NULL: one rank). Every rank of a replica loads the pipeline
      * with its place: the replica's first rank (the host) loads the tokenizers, text

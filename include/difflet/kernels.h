@@ -160,12 +160,34 @@ void dl_attn_merge_t(const dl_attn_partial *parts, int n, int64_t sq, int64_t he
 /* y[M, N] = act(x[M, K] * W^T + bias). W is given as [N, K] row-major (PyTorch
  * nn.Linear layout) and reordered once into the layout oneDNN picks. Compute dtype
  * f32 or bf16 (x and W in it; accumulation in f32); y in `dst_dt`. */
+/* Quantized weights of a linear (int8.c). Both store W as int8 with one symmetric
+ * scale per output channel (w[n, k] ~ q[n, k] * s[n], q in [-127, 127]):
+ *  - DL_QUANT_W8A8: each run quantizes x per token (row), asymmetric u8 with the
+ *    row's own scale and zero point, multiplies u8 x s8 -> s32 through oneDNN, and
+ *    rescales (exact integer products; CPUs without VNNI use 7-bit activations,
+ *    whose products cannot saturate their 16-bit intermediate sums);
+ *  - DL_QUANT_W8: weight-only; each run dequantizes W a panel of output channels
+ *    at a time and multiplies in f32 (x as given, f32 accumulation).
+ * Bias and activation are applied in f32 after the rescale; y in dst_dt. */
+typedef enum { DL_QUANT_NONE = 0, DL_QUANT_W8A8, DL_QUANT_W8 } dl_quant;
+const char *dl_quant_name(dl_quant q); /* "none", "w8a8", "w8" */
+/* A whole component's scheme, as --dtype and program keys name it: "int8" (W8A8 per
+ * layer, weight-only or none where measured better) or "int8-wo" (weight-only). */
+const char *dl_quant_scheme_name(dl_quant q);
+/* ||W - dequant(quant(W))|| / ||W|| of the per-channel int8 weights of w [n, k]. */
+double dl_q8_weight_error(const float *w, int64_t n, int64_t k);
+/* A --dtype / deployment dtype: "f32", "bf16", "int8" (bf16 activations, W8A8
+ * linears) or "int8-wo" (bf16 activations, weight-only int8). 1 when known. */
+#define DL_DTYPE_NAMES "f32, bf16, int8 or int8-wo"
+int dl_dtype_parse(const char *s, dl_dtype *dt, dl_quant *quant);
+
 typedef struct {
     int64_t m, k, n;
     dl_dtype dt;     /* x and weights */
     dl_dtype dst_dt; /* y */
     dl_act act;      /* fused post-op */
     int64_t ldx, ldy; /* leading dimensions of x and y (0: k and n) */
+    dl_quant quant;  /* int8 weights (then `dt` is x's dtype only) */
 } dl_matmul_desc;
 
 typedef struct dl_matmul dl_matmul;
@@ -176,6 +198,8 @@ typedef struct {
     size_t bytes;
     const void *layout;
     size_t layout_bytes;
+    const float *aux; /* int8 weights: the channel scales [N] then the column sums of q [N] */
+    size_t aux_bytes;
 } dl_packed;
 /* w: [N, K] in w_dt (any dtype; converted), bias: [N] f32 or NULL. */
 dl_status dl_matmul_new(dl_matmul **out, const dl_matmul_desc *d, const void *w, dl_dtype w_dt,

@@ -27,12 +27,12 @@ dl_status dl_component_hash(dl_model_dir *dir, const char *component, uint64_t *
 
 /* The canonical key JSON of a component: fields sorted, no whitespace; `shape` is a
  * JSON object string with the component's shape fields. *id: 16 hex digits. */
-dl_status dl_program_key(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, int probe,
-                         char **key_json, char id[17]);
+dl_status dl_program_key(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, dl_quant quant,
+                         int probe, char **key_json, char id[17]);
 /* The same for one rank's part of a split component: `parallel` is the layout
  * (dl_par_format), `rank` the rank's place in it (tp_rank + tp * cp_rank). */
-dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, int probe,
-                             const char *parallel, int rank, char **key_json, char id[17]);
+dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt,
+                             dl_quant quant, int probe, const char *parallel, int rank, char **key_json, char id[17]);
 
 /* Statistics of program use in this process (tests: "changing the seed compiles nothing"). */
 typedef struct {
@@ -54,8 +54,10 @@ typedef enum {
  * Concurrent compiles of one key are serialised by a lock; a compile killed at any
  * point leaves nothing a later load accepts. Logs one line per compile. */
 typedef dl_status (*dl_program_build_fn)(void *ctx, dl_wsrc *ws);
+/* `quant`: the int8 scheme of the component's linears (dl_wsrc.quant); DL_QUANT_NONE
+ * for the others and for components that stay in f32/bf16. */
 dl_status dl_program_get(dl_model_dir *dir, const char *component, const char *key_json, const char *id,
-                         dl_cache_mode mode, dl_program_build_fn build, void *ctx, dl_artifact **keep);
+                         dl_cache_mode mode, dl_quant quant, dl_program_build_fn build, void *ctx, dl_artifact **keep);
 
 /* `difflet cache ls | verify | rm` */
 typedef struct {

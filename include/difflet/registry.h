@@ -24,6 +24,7 @@ typedef struct {
     int width, height, frames;  /* frames: 1 for image models (0: the model's default) */
     int max_sequence_length;    /* 0: the pipeline's own default */
     dl_dtype dt;
+    dl_quant quant;             /* int8 linears in the transformer and text encoders (dt: the activations') */
     int cache;                  /* dl_cache_mode */
     int cfg_batch;              /* 1: the denoiser built for both CFG branches per call (batched CFG) */
     const dl_par_place *par;    /* NULL: one rank */

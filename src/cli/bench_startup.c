@@ -79,9 +79,9 @@ int cli_bench_startup_child(int argc, char **argv) {
         dl_flux **m;
         int64_t g, t;
     } ctx = {md, &m, grid, txt};
-    dl_status s = dl_program_key(md, "transformer", shp, DL_BF16, 0, &key, id);
+    dl_status s = dl_program_key(md, "transformer", shp, DL_BF16, DL_QUANT_NONE, 0, &key, id);
     double t1 = dl_now(); /* the key (checkpoint content hash) is part of the load */
-    if (s == DL_OK) s = dl_program_get(md, "transformer", key, id, cm, startup_build, &ctx, &art);
+    if (s == DL_OK) s = dl_program_get(md, "transformer", key, id, cm, DL_QUANT_NONE, startup_build, &ctx, &art);
     double secs = dl_now() - t0, anon, file;
     rss(&anon, &file);
     if (s != DL_OK) {

@@ -20,6 +20,7 @@ int cli_compile(int argc, char **argv) {
     const char *model = NULL, *par_spec = NULL;
     int w = 0, h = 0, maxseq = 0, recompile = 0, frames = 0, probe = 0;
     dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
+    dl_quant quant = DL_QUANT_NONE;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--recompile-on-mismatch")) {
@@ -42,10 +43,8 @@ int cli_compile(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(v, "f32")) dt = DL_F32;
-            else if (!strcmp(v, "bf16")) dt = DL_BF16;
-            else {
-                fprintf(stderr, "difflet: compile: --dtype %s: must be f32 or bf16\n", v);
+            if (!dl_dtype_parse(v, &dt, &quant)) {
+                fprintf(stderr, "difflet: compile: --dtype %s: must be " DL_DTYPE_NAMES "\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--max-sequence-length")) {
@@ -110,7 +109,7 @@ int cli_compile(int argc, char **argv) {
         fprintf(stderr, "difflet: compile: %s\n", dl_last_error());
         dl_comm_abort(1);
     }
-    dl_gen_shape shape = {.width = w, .height = h, .frames = dframes, .max_sequence_length = maxseq, .dt = dt,
+    dl_gen_shape shape = {.width = w, .height = h, .frames = dframes, .max_sequence_length = maxseq, .dt = dt, .quant = quant,
                           .cache = recompile ? DL_CACHE_RECOMPILE_ON_MISMATCH : DL_CACHE_USE,
                           .par = ranks > 1 ? &place : NULL};
     dl_log_set_level(DL_LOG_INFO < dl_log_get_level() ? dl_log_get_level() : DL_LOG_INFO);
@@ -133,7 +132,7 @@ int cli_compile(int argc, char **argv) {
         dl_comm_finalize();
         return bad;
     }
-    printf("%s %dx%d %s: %d compiled, %d already cached, %.2f s; cache %s\n", model, w, h, dl_dtype_name(dt),
+    printf("%s %dx%d %s: %d compiled, %d already cached, %.2f s; cache %s\n", model, w, h, quant ? dl_quant_scheme_name(quant) : dl_dtype_name(dt),
            after.compiles - before.compiles, after.loads - before.loads, dl_now() - t0, dl_cache_dir());
     for (int c = 0; c < entry->ncomponents; c++) printf("  %-15s %s\n", entry->components[c], dl_pipeline_program_id(p, c));
     fflush(stdout);

@@ -95,6 +95,7 @@ int cli_generate(int argc, char **argv) {
     dl_stepcache_config sc;
     dl_stepcache_parse("off", &sc);
     dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
+    dl_quant quant = DL_QUANT_NONE;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED()                                                                  \
@@ -151,9 +152,7 @@ int cli_generate(int argc, char **argv) {
         else if (!strcmp(a, "--true-cfg")) { NEED(); if (!parse_float(v, &true_cfg)) BAD("must be a number"); }
         else if (!strcmp(a, "--dtype")) {
             NEED();
-            if (!strcmp(v, "f32")) dt = DL_F32;
-            else if (!strcmp(v, "bf16")) dt = DL_BF16;
-            else BAD("must be f32 or bf16");
+            if (!dl_dtype_parse(v, &dt, &quant)) BAD("must be " DL_DTYPE_NAMES);
         } else {
             fprintf(stderr, "difflet: generate: unknown option '%s' (see difflet --help)\n", a);
             return 2;
@@ -293,7 +292,7 @@ int cli_generate(int argc, char **argv) {
     if (!height) height = width;
     dl_gen_shape shape = {.width = (int)width, .height = (int)height, .frames = frames ? (int)frames : dframes,
                           .max_sequence_length = (int)maxseq,
-                          .dt = dt, .cache = cache, .cfg_batch = cfg_batch, .par = parallel ? &place : NULL};
+                          .dt = dt, .quant = quant, .cache = cache, .cfg_batch = cfg_batch, .par = parallel ? &place : NULL};
     int host = !parallel || dl_comm_rank(place.replica_comm) == 0;
     char lay[96];
     dl_par_format(&pc, lay, sizeof lay);

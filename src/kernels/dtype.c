@@ -80,3 +80,21 @@ const char *dl_act_name(dl_act a) {
     return "?";
 }
 
+
+int dl_dtype_parse(const char *s, dl_dtype *dt, dl_quant *quant) {
+    /* int8: the linears of the transformer and text encoders in int8, every
+     * activation in bf16 (the dtype of the layers that stay unquantized) */
+    static const struct {
+        const char *name;
+        dl_dtype dt;
+        dl_quant q;
+    } k[] = {{"f32", DL_F32, DL_QUANT_NONE}, {"bf16", DL_BF16, DL_QUANT_NONE}, {"int8", DL_BF16, DL_QUANT_W8A8},
+             {"int8-wo", DL_BF16, DL_QUANT_W8}};
+    for (size_t i = 0; s && i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(s, k[i].name)) {
+            *dt = k[i].dt;
+            if (quant) *quant = k[i].q;
+            return 1;
+        }
+    return 0;
+}

@@ -27,9 +27,10 @@
 #include <string.h>
 
 #include "kernels/kernels_impl.h"
+#include "kernels/onednn_impl.h"
 
-static dnnl_engine_t g_eng;
-static dnnl_stream_t g_stream;
+dnnl_engine_t g_eng;
+dnnl_stream_t g_stream;
 static dnnl_status_t g_init_status = dnnl_success;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -39,7 +40,7 @@ static void init_once(void) {
         g_init_status = dnnl_stream_create(&g_stream, g_eng, dnnl_stream_default_flags);
 }
 
-static dl_status engine(void) {
+dl_status dl_dnnl_engine(void) {
     pthread_once(&g_once, init_once);
     if (g_init_status != dnnl_success)
         return dl_fail(DL_ERR_BACKEND, "oneDNN: cannot create the CPU engine (status %d)", (int)g_init_status);
@@ -67,7 +68,7 @@ const char *dl_onednn_isa(void) {
     return amx && bf16 ? "avx512-amx" : bf16 ? "avx512-bf16" : a512 ? "avx512" : a2 ? "avx2" : "sse41";
 }
 
-static dnnl_data_type_t dnnl_dt(dl_dtype dt) {
+dnnl_data_type_t dl_dnnl_dt(dl_dtype dt) {
     switch (dt) {
     case DL_F32: return dnnl_f32;
     case DL_BF16: return dnnl_bf16;
@@ -76,14 +77,6 @@ static dnnl_data_type_t dnnl_dt(dl_dtype dt) {
     return dnnl_f32;
 }
 
-#define DNNL_TRY(call, what)                                                                 \
-    do {                                                                                     \
-        dnnl_status_t st_ = (call);                                                          \
-        if (st_ != dnnl_success) {                                                           \
-            s = dl_fail(DL_ERR_BACKEND, "oneDNN: %s failed (status %d)", what, (int)st_);    \
-            goto err;                                                                        \
-        }                                                                                    \
-    } while (0)
 
 /* ---- packed-layout records -----------------------------------------------------------
  * A blocked memory descriptor as a sequence of little-endian int64 fields (never the
@@ -92,9 +85,8 @@ static dnnl_data_type_t dnnl_dt(dl_dtype dt) {
  * flags, compensation mask, scale adjust (float bits), asymmetric compensation mask. */
 #define MD_MAGIC 0x444d4c44 /* "DLMD" */
 #define MD_VERSION 1
-#define MD_MAX_FIELDS (7 + 4 * DNNL_MAX_NDIMS + 2 * DNNL_MAX_NDIMS + 4)
 
-static size_t md_serialize(const dnnl_memory_desc_t *md, int64_t *f) {
+size_t dl_dnnl_md_serialize(const dnnl_memory_desc_t *md, int64_t *f) {
     size_t n = 0;
     const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
     f[n++] = MD_MAGIC;
@@ -120,7 +112,7 @@ static size_t md_serialize(const dnnl_memory_desc_t *md, int64_t *f) {
 
 /* Parse a record made by md_serialize; it must describe `want_dims` and fit in
  * `bytes` of weights. */
-static dl_status md_parse(const void *rec, size_t rec_bytes, const dnnl_memory_desc_t *plain, size_t bytes,
+dl_status dl_dnnl_md_parse(const void *rec, size_t rec_bytes, const dnnl_memory_desc_t *plain, size_t bytes,
                           dnnl_memory_desc_t *md) {
     int64_t f[MD_MAX_FIELDS];
     size_t nf = rec_bytes / 8, n = 0;
@@ -143,7 +135,7 @@ static dl_status md_parse(const void *rec, size_t rec_bytes, const dnnl_memory_d
         if (md->dims[i] != plain->dims[i]) goto bad;
     }
     NEXT(v);
-    if (v != dnnl_f32 && v != dnnl_bf16 && v != dnnl_f16) goto bad;
+    if (v != dnnl_f32 && v != dnnl_bf16 && v != dnnl_f16 && v != dnnl_s8) goto bad;
     md->data_type = (dnnl_data_type_t)v;
     for (int i = 0; i < nd; i++) {
         NEXT(md->padded_dims[i]);
@@ -185,32 +177,30 @@ bad:
 size_t dl_onednn_plain_record(int64_t k, int64_t n, dl_dtype dt, void *rec) {
     dnnl_memory_desc_t md;
     dnnl_dims_t wdims = {k, n}, wstr = {1, k};
-    if (dnnl_memory_desc_init_by_strides(&md, 2, wdims, dnnl_dt(dt), wstr) != dnnl_success) return 0;
+    if (dnnl_memory_desc_init_by_strides(&md, 2, wdims, dl_dnnl_dt(dt), wstr) != dnnl_success) return 0;
     int64_t f[MD_MAX_FIELDS];
-    size_t nb = md_serialize(&md, f) * 8;
+    size_t nb = dl_dnnl_md_serialize(&md, f) * 8;
     memcpy(rec, f, nb);
     return nb;
 }
 
 /* ---- the bf16-emulation staging buffer ------------------------------------------------ */
-static pthread_mutex_t g_emu_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *g_emu_buf;
-static size_t g_emu_cap;
+static dl_staging g_emu = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static dl_status emu_reserve(size_t bytes) {
+dl_status dl_staging_reserve(dl_staging *st, size_t bytes, const char *what) {
     dl_status s = DL_OK;
-    pthread_mutex_lock(&g_emu_lock);
-    if (bytes > g_emu_cap) {
+    pthread_mutex_lock(&st->lock);
+    if (bytes > st->cap) {
         void *nb = dl_aligned_alloc(bytes);
         if (!nb) {
-            s = dl_fail(DL_ERR_NOMEM, "oneDNN: cannot allocate %zu bytes of bf16 staging", bytes);
+            s = dl_fail(DL_ERR_NOMEM, "oneDNN: cannot allocate %zu bytes of %s staging", bytes, what);
         } else {
-            dl_aligned_free(g_emu_buf);
-            g_emu_buf = nb;
-            g_emu_cap = bytes;
+            dl_aligned_free(st->buf);
+            st->buf = nb;
+            st->cap = bytes;
         }
     }
-    pthread_mutex_unlock(&g_emu_lock);
+    pthread_mutex_unlock(&st->lock);
     return s;
 }
 
@@ -308,14 +298,14 @@ err:
     return s;
 }
 
-static const char *impl_of(const_dnnl_primitive_desc_t pd) {
+const char *dl_dnnl_impl(const_dnnl_primitive_desc_t pd) {
     const char *impl = NULL;
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
     return impl ? impl : "?";
 }
 
 /* One reorder of weights from (from_md over from) into (to_md over to). */
-static dl_status reorder_weights(const dnnl_memory_desc_t *from_md, const void *from, const dnnl_memory_desc_t *to_md,
+dl_status dl_dnnl_reorder(const dnnl_memory_desc_t *from_md, const void *from, const dnnl_memory_desc_t *to_md,
                                  void *to) {
     dl_status s = DL_OK;
     dnnl_memory_t a = NULL, b = NULL;
@@ -371,12 +361,12 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
     if (pk) {
         dnnl_memory_desc_t plain;
         op->plain_w(op, cdt, &plain);
-        if ((s = md_parse(pk->layout, pk->layout_bytes, &plain, pk->bytes, &from_md)) != DL_OK) goto err;
+        if ((s = dl_dnnl_md_parse(pk->layout, pk->layout_bytes, &plain, pk->bytes, &from_md)) != DL_OK) goto err;
         from = pk->data;
         if (dnnl_memory_desc_equal(&from_md, wei_md)) {
             in_place = pk->data;
         } else if (op->make_pd(op, cdt, p->emu, &from_md, attr, &pin) == dnnl_success &&
-                   !strcmp(impl_of(pin), impl_of(pd))) { /* the same kernel takes the recorded blocking */
+                   !strcmp(dl_dnnl_impl(pin), dl_dnnl_impl(pd))) { /* the same kernel takes the recorded blocking */
             dnnl_primitive_desc_destroy(pd);
             pd = pin;
             pin = NULL;
@@ -384,7 +374,7 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
             p->wbytes = dnnl_memory_desc_get_size(wei_md);
             in_place = pk->data;
         } else {
-            DL_DEBUG("packed weights re-laid out at load: this process's %s wants another blocking", impl_of(pd));
+            DL_DEBUG("packed weights re-laid out at load: this process's %s wants another blocking", dl_dnnl_impl(pd));
         }
     } else {
         /* fresh weights: [wn] in the compute dtype (rounded to bf16 first when emulating) */
@@ -416,10 +406,10 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
     } else {
         p->wbuf = dl_aligned_alloc(p->wbytes);
         if (!p->wbuf) goto nomem;
-        if ((s = reorder_weights(&from_md, from, wei_md, p->wbuf)) != DL_OK) goto err;
+        if ((s = dl_dnnl_reorder(&from_md, from, wei_md, p->wbuf)) != DL_OK) goto err;
         DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, g_eng, p->wbuf), "weights memory");
     }
-    p->layout_bytes = md_serialize(wei_md, p->layout) * 8;
+    p->layout_bytes = dl_dnnl_md_serialize(wei_md, p->layout) * 8;
     if (bias) { /* copied: the caller's buffer need not outlive the primitive */
         const dnnl_memory_desc_t *b_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
         size_t bb = dnnl_memory_desc_get_size(b_md);
@@ -439,9 +429,9 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
         size_t src_b = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0));
         size_t dst_b = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0));
         p->emu_src_bytes = (src_b + 63) / 64 * 64;
-        if ((s = emu_reserve(p->emu_src_bytes + dst_b)) != DL_OK) goto err;
+        if ((s = dl_staging_reserve(&g_emu, p->emu_src_bytes + dst_b, "bf16")) != DL_OK) goto err;
     }
-    DL_DEBUG("%s%s: %s", dl_dtype_name(dt), p->emu ? " (emulated in f32)" : "", impl_of(pd));
+    DL_DEBUG("%s%s: %s", dl_dtype_name(dt), p->emu ? " (emulated in f32)" : "", dl_dnnl_impl(pd));
     goto err;
 nomem:
     s = dl_fail(DL_ERR_NOMEM, "oneDNN: out of memory creating a primitive");
@@ -476,6 +466,8 @@ static void prim_packed(const prim_state *p, dl_packed *out) {
     out->bytes = p->wbytes;
     out->layout = p->layout;
     out->layout_bytes = p->layout_bytes;
+    out->aux = NULL;
+    out->aux_bytes = 0;
 }
 
 static dl_status packed_check(const dl_packed *pk) {
@@ -490,6 +482,7 @@ static dl_status packed_check(const dl_packed *pk) {
 struct dl_matmul {
     dl_matmul_desc d;
     prim_state p;
+    dl_q8 *q; /* int8 weights (d.quant): everything runs there */
 };
 
 /* src [M, K] and dst [M, N]: the caller's strides, or contiguous f32 staging when
@@ -504,13 +497,13 @@ static dnnl_status_t mm_make_pd(const op_spec *op, dl_dtype cdt, int emu, const 
     dnnl_dims_t ddims = {d->m, d->n}, dstr = {stage_dst ? d->n : d->ldy, 1};
     dnnl_dims_t bdims = {1, d->n};
     dnnl_status_t st;
-    if ((st = dnnl_memory_desc_init_by_strides(&src_md, 2, sdims, dnnl_dt(cdt), sstr)) != dnnl_success) return st;
+    if ((st = dnnl_memory_desc_init_by_strides(&src_md, 2, sdims, dl_dnnl_dt(cdt), sstr)) != dnnl_success) return st;
     if (wei)
         wei_md = *wei;
-    else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, 2, wdims, dnnl_dt(cdt), dnnl_format_tag_any)) != dnnl_success)
+    else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, 2, wdims, dl_dnnl_dt(cdt), dnnl_format_tag_any)) != dnnl_success)
         return st;
     if ((st = dnnl_memory_desc_init_by_tag(&bias_md, 2, bdims, dnnl_f32, dnnl_ab)) != dnnl_success) return st;
-    if ((st = dnnl_memory_desc_init_by_strides(&dst_md, 2, ddims, dnnl_dt(emu ? DL_F32 : d->dst_dt), dstr)) !=
+    if ((st = dnnl_memory_desc_init_by_strides(&dst_md, 2, ddims, dl_dnnl_dt(emu ? DL_F32 : d->dst_dt), dstr)) !=
         dnnl_success)
         return st;
     dnnl_matmul_desc_t md;
@@ -522,13 +515,13 @@ static dnnl_status_t mm_make_pd(const op_spec *op, dl_dtype cdt, int emu, const 
 static void mm_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) {
     const dl_matmul_desc *d = &op->u.mm;
     dnnl_dims_t wdims = {d->k, d->n}, wstr = {1, d->k}; /* [N, K] row-major seen as [K, N] */
-    dnnl_memory_desc_init_by_strides(md, 2, wdims, dnnl_dt(cdt), wstr);
+    dnnl_memory_desc_init_by_strides(md, 2, wdims, dl_dnnl_dt(cdt), wstr);
 }
 
 static dl_status matmul_make(dl_matmul **out, const dl_matmul_desc *d0, const void *w, dl_dtype w_dt,
                              const dl_packed *pk, const float *bias) {
     *out = NULL;
-    dl_status s = engine();
+    dl_status s = dl_dnnl_engine();
     if (s != DL_OK) return s;
     dl_matmul_desc d = *d0;
     if (!d.ldx) d.ldx = d.k;
@@ -542,6 +535,14 @@ static dl_status matmul_make(dl_matmul **out, const dl_matmul_desc *d0, const vo
     dl_matmul *mm = calloc(1, sizeof *mm);
     if (!mm) return dl_fail(DL_ERR_NOMEM, "matmul: out of memory");
     mm->d = d;
+    if (d.quant != DL_QUANT_NONE) {
+        if ((s = dl_q8_new(&mm->q, &d, w, w_dt, pk, bias)) != DL_OK) {
+            free(mm);
+            return s;
+        }
+        *out = mm;
+        return DL_OK;
+    }
     op_spec op = {.make_pd = mm_make_pd, .plain_w = mm_plain_w, .wn = d.n * d.k, .has_bias = bias != NULL,
                   .act = d.act};
     op.u.mm = d;
@@ -564,26 +565,33 @@ dl_status dl_matmul_new_packed(dl_matmul **out, const dl_matmul_desc *d, const d
     return s != DL_OK ? s : matmul_make(out, d, NULL, d->dt, pk, bias);
 }
 
-void dl_matmul_packed(const dl_matmul *mm, dl_packed *out) { prim_packed(&mm->p, out); }
+void dl_matmul_packed(const dl_matmul *mm, dl_packed *out) {
+    if (mm->q)
+        dl_q8_packed(mm->q, out);
+    else
+        prim_packed(&mm->p, out);
+}
 
 dl_status dl_matmul_run(dl_matmul *mm, const void *x, void *y) {
+    if (mm->q) return dl_q8_run(mm->q, x, y);
     if (!mm->p.emu) return prim_exec(&mm->p, x, y);
     /* bf16 emulated: widen x into the staging buffer, run, round the output back */
     const dl_matmul_desc *d = &mm->d;
-    pthread_mutex_lock(&g_emu_lock);
-    float *xs = g_emu_buf, *ys = (float *)((char *)g_emu_buf + mm->p.emu_src_bytes);
+    pthread_mutex_lock(&g_emu.lock);
+    float *xs = g_emu.buf, *ys = (float *)((char *)g_emu.buf + mm->p.emu_src_bytes);
     convert_rows(DL_F32, xs, d->k, d->dt, x, d->ldx, d->m, d->k);
     int stage = d->dst_dt != DL_F32;
     dl_status s = prim_exec(&mm->p, xs, stage ? (void *)ys : y);
     if (s == DL_OK && stage) convert_rows(d->dst_dt, y, d->ldy, DL_F32, ys, d->n, d->m, d->n);
-    pthread_mutex_unlock(&g_emu_lock);
+    pthread_mutex_unlock(&g_emu.lock);
     return s;
 }
 
-size_t dl_matmul_weight_bytes(const dl_matmul *mm) { return mm->p.wbytes; }
+size_t dl_matmul_weight_bytes(const dl_matmul *mm) { return mm->q ? dl_q8_weight_bytes(mm->q) : mm->p.wbytes; }
 
 void dl_matmul_free(dl_matmul *mm) {
     if (!mm) return;
+    dl_q8_free(mm->q);
     prim_state_free(&mm->p);
     free(mm);
 }
@@ -622,14 +630,14 @@ static dnnl_status_t cv_make_pd(const op_spec *op, dl_dtype cdt, int emu, const 
     dnnl_format_tag_t plain = d->ndim == 2 ? dnnl_abcd : dnnl_abcde;
     dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;
     dnnl_status_t st;
-    if ((st = dnnl_memory_desc_init_by_tag(&src_md, nd, sdims, dnnl_dt(cdt), plain)) != dnnl_success) return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&src_md, nd, sdims, dl_dnnl_dt(cdt), plain)) != dnnl_success) return st;
     if (wei)
         wei_md = *wei;
-    else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, nd, wdims, dnnl_dt(cdt), dnnl_format_tag_any)) !=
+    else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, nd, wdims, dl_dnnl_dt(cdt), dnnl_format_tag_any)) !=
              dnnl_success)
         return st;
     if ((st = dnnl_memory_desc_init_by_tag(&bias_md, 1, bdims, dnnl_f32, dnnl_a)) != dnnl_success) return st;
-    if ((st = dnnl_memory_desc_init_by_tag(&dst_md, nd, ddims, dnnl_dt(cdt), plain)) != dnnl_success) return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&dst_md, nd, ddims, dl_dnnl_dt(cdt), plain)) != dnnl_success) return st;
     dnnl_convolution_desc_t cd;
     if ((st = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md,
                                                  &wei_md, op->has_bias ? &bias_md : NULL, &dst_md, strides, pad,
@@ -642,7 +650,7 @@ static void cv_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) 
     const dl_conv_desc *d = &op->u.cv;
     dnnl_dims_t sdims, wdims, ddims;
     cv_dims(d, sdims, wdims, ddims);
-    dnnl_memory_desc_init_by_tag(md, d->ndim + 2, wdims, dnnl_dt(cdt), d->ndim == 2 ? dnnl_abcd : dnnl_abcde);
+    dnnl_memory_desc_init_by_tag(md, d->ndim + 2, wdims, dl_dnnl_dt(cdt), d->ndim == 2 ? dnnl_abcd : dnnl_abcde);
 }
 
 static dl_status conv_make(dl_conv **out, const dl_conv_desc *d, const void *w, dl_dtype w_dt, const dl_packed *pk,
@@ -662,12 +670,12 @@ void dl_conv_packed(const dl_conv *c, dl_packed *out) { prim_packed(&c->p, out);
 
 dl_status dl_conv_run(dl_conv *c, const void *x, void *y) {
     if (!c->p.emu) return prim_exec(&c->p, x, y);
-    pthread_mutex_lock(&g_emu_lock);
-    float *xs = g_emu_buf, *ys = (float *)((char *)g_emu_buf + c->p.emu_src_bytes);
+    pthread_mutex_lock(&g_emu.lock);
+    float *xs = g_emu.buf, *ys = (float *)((char *)g_emu.buf + c->p.emu_src_bytes);
     convert_rows(DL_F32, xs, 0, c->d.dt, x, 0, 1, c->in_n);
     dl_status s = prim_exec(&c->p, xs, ys);
     if (s == DL_OK) convert_rows(c->d.dt, y, 0, DL_F32, ys, 0, 1, c->out_n);
-    pthread_mutex_unlock(&g_emu_lock);
+    pthread_mutex_unlock(&g_emu.lock);
     return s;
 }
 
@@ -693,7 +701,7 @@ static void dc_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) 
     const dl_conv_desc *d = &op->u.cv;
     dnnl_dims_t sdims, wdims, ddims;
     dc_dims(d, sdims, wdims, ddims);
-    dnnl_memory_desc_init_by_tag(md, d->ndim + 2, wdims, dnnl_dt(cdt), d->ndim == 2 ? dnnl_bacd : dnnl_bacde);
+    dnnl_memory_desc_init_by_tag(md, d->ndim + 2, wdims, dl_dnnl_dt(cdt), d->ndim == 2 ? dnnl_bacd : dnnl_bacde);
 }
 
 static dnnl_status_t dc_make_pd(const op_spec *op, dl_dtype cdt, int emu, const dnnl_memory_desc_t *wei,
@@ -707,14 +715,14 @@ static dnnl_status_t dc_make_pd(const op_spec *op, dl_dtype cdt, int emu, const 
     dnnl_format_tag_t plain = d->ndim == 2 ? dnnl_abcd : dnnl_abcde;
     dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;
     dnnl_status_t st;
-    if ((st = dnnl_memory_desc_init_by_tag(&src_md, nd, sdims, dnnl_dt(cdt), plain)) != dnnl_success) return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&src_md, nd, sdims, dl_dnnl_dt(cdt), plain)) != dnnl_success) return st;
     if (wei)
         wei_md = *wei;
-    else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, nd, wdims, dnnl_dt(cdt), dnnl_format_tag_any)) !=
+    else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, nd, wdims, dl_dnnl_dt(cdt), dnnl_format_tag_any)) !=
              dnnl_success)
         return st;
     if ((st = dnnl_memory_desc_init_by_tag(&bias_md, 1, bdims, dnnl_f32, dnnl_a)) != dnnl_success) return st;
-    if ((st = dnnl_memory_desc_init_by_tag(&dst_md, nd, ddims, dnnl_dt(cdt), plain)) != dnnl_success) return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&dst_md, nd, ddims, dl_dnnl_dt(cdt), plain)) != dnnl_success) return st;
     dnnl_deconvolution_desc_t dd;
     if ((st = dnnl_deconvolution_forward_desc_init(&dd, dnnl_forward_inference, dnnl_deconvolution_direct, &src_md,
                                                    &wei_md, op->has_bias ? &bias_md : NULL, &dst_md, strides, pad,
@@ -730,7 +738,7 @@ static dl_status conv_build(dl_conv **out, const dl_conv_desc *d, const void *w,
     const char *what = deconv ? "deconv" : "conv";
     int64_t (*odim)(const dl_conv_desc *, int) = deconv ? dl_deconv_out_dim : dl_conv_out_dim;
     *out = NULL;
-    dl_status s = engine();
+    dl_status s = dl_dnnl_engine();
     if (s != DL_OK) return s;
     if (d->ndim != 2 && d->ndim != 3) return dl_fail(DL_ERR_INVALID, "%s: ndim must be 2 or 3, got %d", what, d->ndim);
     if (d->dt != DL_F32 && d->dt != DL_BF16)

@@ -172,6 +172,34 @@ static dl_status rec_packed(dl_artifact_writer *w, const char *name, const dl_pa
     return s == DL_OK ? dl_artifact_writer_add(w, ln, "onednn-md", p->layout, p->layout_bytes) : s;
 }
 
+/* int8 weights: the packed s8 bytes and their record as above, and `name` + "#q8"
+ * (layout "q8-w8a8" or "q8-w8": the layer's scheme) with the channel scales and
+ * column sums. A layer without the entry was kept in the activation dtype. */
+static const char *const k_q8_layout[] = {[DL_QUANT_W8A8] = "q8-w8a8", [DL_QUANT_W8] = "q8-w8"};
+
+static dl_quant art_quant(const dl_artifact *a, const char *name, dl_packed *pk) {
+    char qn[320];
+    snprintf(qn, sizeof qn, "%s#q8", name);
+    for (int q = DL_QUANT_W8A8; q <= DL_QUANT_W8; q++)
+        if ((pk->aux = dl_artifact_get(a, qn, k_q8_layout[q], &pk->aux_bytes))) return (dl_quant)q;
+    return DL_QUANT_NONE;
+}
+
+/* The scheme of one linear under a component's scheme. A layer with a short K (patch
+ * and timestep embeddings: the first layers, whose error every later one sees, and
+ * cheap) keeps the activation dtype, as does one whose weights int8 cannot hold:
+ * relative error of the per-channel quantization (measured here) above 2 %, i.e.
+ * weights with outlier columns. The rest take the scheme. */
+static dl_quant lin_quant(dl_quant scheme, int64_t k, int64_t n, const float *w) {
+    if (scheme == DL_QUANT_NONE || k < 64) return DL_QUANT_NONE;
+    double e = dl_q8_weight_error(w, n, k);
+    if (e > 0.02) {
+        DL_DEBUG("linear %lldx%lld stays unquantized: int8 weight error %.3f", (long long)n, (long long)k, e);
+        return DL_QUANT_NONE;
+    }
+    return scheme;
+}
+
 dl_status dl_lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                          const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
                          int64_t ldy, const lin_split *sp) {
@@ -207,6 +235,7 @@ dl_status dl_lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const
         const void *b = any_bias ? dl_artifact_get(ws->art, bk, "f32", &bb) : NULL;
         if (s != DL_OK) return s;
         if (any_bias && (!b || bb != (size_t)n * 4)) return art_missing(bk);
+        d.quant = art_quant(ws->art, pk, &w);
         return dl_matmul_new_packed(&l->mm, &d, &w, b);
     }
     int64_t pmax = 0;
@@ -242,11 +271,19 @@ dl_status dl_lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const
         }
         row += rn;
     }
-    if (s == DL_OK) s = dl_matmul_new(&l->mm, &d, w, DL_F32, b);
+    if (s == DL_OK) {
+        d.quant = lin_quant(ws->quant, kk, n, w);
+        s = dl_matmul_new(&l->mm, &d, w, DL_F32, b);
+    }
     if (s == DL_OK && ws->rec) {
         dl_packed packed;
         dl_matmul_packed(l->mm, &packed);
         s = rec_packed(ws->rec, pk, &packed);
+        if (s == DL_OK && d.quant != DL_QUANT_NONE) {
+            char qn[320];
+            snprintf(qn, sizeof qn, "%s#q8", pk);
+            s = dl_artifact_writer_add(ws->rec, qn, k_q8_layout[d.quant], packed.aux, packed.aux_bytes);
+        }
         if (s == DL_OK && any_bias) s = dl_artifact_writer_add(ws->rec, bk, "f32", b, (size_t)n * 4);
     }
     free(w), free(b), free(full), free(fb);

@@ -188,7 +188,7 @@ dl_status dl_flux_pipeline_load(dl_flux_pipeline **out, const char *model_dir, c
         else if (c == 2) snprintf(shp, sizeof shp, "{\"height\":%d,\"width\":%d}", shape->height, shape->width);
         else snprintf(shp, sizeof shp, "{\"height\":%d,\"text\":%lld,\"width\":%d}", shape->height, (long long)p->T, shape->width);
         build_ctx b = {p, c};
-        dl_gen_shape gs = {.dt = shape->dt, .cache = shape->cache, .par = shape->par};
+        dl_gen_shape gs = {.dt = shape->dt, .quant = shape->quant, .cache = shape->cache, .par = shape->par};
         s = dl_pipeline_program(p->dir, comps[c], shp, &gs, 0, c == 3, build_component, &b, &p->art[c], p->prog_id[c]);
     }
     if (s == DL_OK) s = dl_flowmatch_load(p->dir, &p->fm);
@@ -461,7 +461,7 @@ static dl_status entry_load(void **impl, const char *dir, const dl_gen_shape *g)
     if (g->cfg_batch) /* true CFG's branches differ in modulation (pooled text): sequential only */
         return dl_fail(DL_ERR_UNSUPPORTED, "batched CFG is not supported for FluxPipeline (true CFG's branches differ in their modulation)");
     dl_flux_shape shape = {.width = g->width, .height = g->height, .max_sequence_length = g->max_sequence_length,
-                           .dt = g->dt, .cache = g->cache, .par = g->par};
+                           .dt = g->dt, .quant = g->quant, .cache = g->cache, .par = g->par};
     return dl_flux_pipeline_load((dl_flux_pipeline **)impl, dir, &shape);
 }
 

@@ -193,15 +193,18 @@ dl_status dl_pipeline_program(dl_model_dir *dir, const char *folder, const char 
     const dl_par_place *par = shape->par;
     char *key = NULL, lay[96] = "";
     dl_status s;
+    /* int8 covers the denoiser and the text encoders; the VAEs (and vocoders,
+     * connectors) keep the activation dtype */
+    dl_quant quant = !strncmp(folder, "transformer", 11) || !strncmp(folder, "text_encoder", 12) ? shape->quant : DL_QUANT_NONE;
     if (split && par && (par->cfg.tp > 1 || par->cfg.cp > 1)) { /* this rank's part: its weight slices and rows */
         dl_par_config one = par->cfg;
         one.dp = one.cfg = 1; /* replicas and CFG groups run identical programs */
         dl_par_format(&one, lay, sizeof lay);
-        s = dl_program_key_par(dir, folder, shape_json, shape->dt, probe, lay, par->split.tp_rank + par->cfg.tp * par->split.cp_rank,
+        s = dl_program_key_par(dir, folder, shape_json, shape->dt, quant, probe, lay, par->split.tp_rank + par->cfg.tp * par->split.cp_rank,
                                &key, id);
     } else
-        s = dl_program_key(dir, folder, shape_json, shape->dt, probe, &key, id);
-    if (s == DL_OK) s = dl_program_get(dir, folder, key, id, shape->cache, build, ctx, art);
+        s = dl_program_key(dir, folder, shape_json, shape->dt, quant, probe, &key, id);
+    if (s == DL_OK) s = dl_program_get(dir, folder, key, id, shape->cache, quant, build, ctx, art);
     free(key);
     return s;
 }

@@ -86,13 +86,13 @@ dl_status dl_component_hash(dl_model_dir *dir, const char *component, uint64_t *
     return DL_OK;
 }
 
-dl_status dl_program_key(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, int probe,
-                         char **key_json, char id[17]) {
-    return dl_program_key_par(dir, component, shape_json, dt, probe, "single", 0, key_json, id);
+dl_status dl_program_key(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, dl_quant quant,
+                         int probe, char **key_json, char id[17]) {
+    return dl_program_key_par(dir, component, shape_json, dt, quant, probe, "single", 0, key_json, id);
 }
 
-dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, int probe,
-                             const char *parallel, int rank, char **key_json, char id[17]) {
+dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt,
+                             dl_quant quant, int probe, const char *parallel, int rank, char **key_json, char id[17]) {
     *key_json = NULL;
     char path[4096], hex[32], *cfg;
     size_t len;
@@ -124,6 +124,8 @@ dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const cha
     cJSON_AddStringToObject(k, "onednn", dl_onednn_version());
     cJSON_AddStringToObject(k, "parallel", parallel);
     cJSON_AddBoolToObject(k, "probe", probe);
+    if (quant != DL_QUANT_NONE) /* absent when none: the keys of f32 and bf16 programs are unchanged */
+        cJSON_AddStringToObject(k, "quant", dl_quant_scheme_name(quant));
     cJSON_AddNumberToObject(k, "rank", rank);
     cJSON_AddItemToObject(k, "shape", shape);
     *key_json = cJSON_PrintUnformatted(k);
@@ -230,14 +232,14 @@ static dl_status try_load(const char *dir, const char *key_json, dl_artifact **a
 }
 
 dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *key_json, const char *id,
-                         dl_cache_mode mode, dl_program_build_fn build, void *ctx, dl_artifact **keep) {
+                         dl_cache_mode mode, dl_quant quant, dl_program_build_fn build, void *ctx, dl_artifact **keep) {
     *keep = NULL;
     char root[2048], dir[2200], lock[2200], tmp[2300];
     dl_status s;
     snprintf(root, sizeof root, "%s/programs", dl_cache_dir());
     snprintf(dir, sizeof dir, "%s/%s", root, id);
     if (mode == DL_CACHE_OFF) { /* straight from the checkpoint, nothing written */
-        dl_wsrc ws = {0};
+        dl_wsrc ws = {.quant = quant};
         if ((s = dl_model_dir_checkpoint(mdir, component, &ws.ck)) != DL_OK) return s;
         s = build(ctx, &ws);
         dl_ckpt_free(ws.ck);
@@ -286,7 +288,7 @@ dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *
         }
         snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", root, id, (int)getpid());
         rm_rf(tmp);
-        dl_wsrc ws = {0};
+        dl_wsrc ws = {.quant = quant};
         double t0 = dl_now();
         if (mkdir(tmp, 0755) != 0) s = dl_fail(DL_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
         else if ((s = dl_artifact_writer_open(&ws.rec, tmp)) == DL_OK &&

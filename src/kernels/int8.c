@@ -1,0 +1,545 @@
+/* int8 linears: y[M, N] = act(x[M, K] W^T + b) with W stored as int8.
+ *
+ * Weights: one symmetric scale per output channel, s[n] = max_k |W[n, k]| / 127 and
+ * q[n, k] = round(W[n, k] / s[n]) in [-127, 127]; the column sums c[n] = sum_k q[n, k]
+ * are kept beside the scales (the zero-point correction below).
+ *
+ * W8A8 (DL_QUANT_W8A8): each run quantizes every row of x (a token) on its own,
+ * asymmetric: lo = min(0, min x), hi = max(0, max x), a = (hi - lo) / L, z = round(-lo / a),
+ * xq = clamp(round(x / a) + z, 0, L). oneDNN multiplies u8 xq by s8 q into exact s32
+ * sums, and y = a s[n] (acc - z c[n]) + b[n]. L is 255 where the CPU's int8 dot
+ * product is exact over the whole u8 x s8 range (VNNI, AMX) and 127 elsewhere: AVX2
+ * and AVX-512 without VNNI add pairs of u8 x s8 products in saturating 16-bit lanes,
+ * and 2 x 255 x 127 overflows them while 2 x 127 x 127 does not. Which one holds is
+ * measured once per process (a product whose exact sum is known), not assumed.
+ *
+ * Weight-only (DL_QUANT_W8): x stays in its dtype; each run dequantizes W a panel of
+ * output channels at a time into f32 and multiplies through oneDNN's sgemm, so the
+ * weights are read as int8 (a quarter of f32's bytes) and the arithmetic is f32.
+ * A run of a few rows (modulation vectors) takes dot products straight from q.
+ *
+ * Nothing is allocated per run: the staging (quantized x, s32 sums, a dequantized
+ * panel) is one buffer shared by every int8 linear of the process, sized at creation
+ * and taken under a lock, as the bf16-emulation staging is. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels_impl.h"
+#include "kernels/onednn_impl.h"
+
+enum { Q8_PANEL = 256, Q8_FEW_ROWS = 8 };
+
+struct dl_q8 {
+    dl_matmul_desc d;
+    dnnl_primitive_t prim; /* W8A8: u8 [M, K] x s8 [K, N] -> s32 [M, N] */
+    dnnl_memory_t src, wei, dst, scratch;
+    void *wbuf, *sbuf;  /* packed weights when owned (else in place in the caller's mapping), scratchpad */
+    const int8_t *w;    /* W8A8: in `wei`'s layout; W8: plain [N, K] */
+    size_t wbytes;
+    int64_t layout[MD_MAX_FIELDS];
+    size_t layout_bytes;
+    float *aux;     /* scales [N] then column sums [N] (as recorded) */
+    int32_t *csum;  /* column sums [N] */
+    float *bias;    /* [N] or NULL */
+};
+
+const char *dl_quant_name(dl_quant q) {
+    return q == DL_QUANT_W8A8 ? "w8a8" : q == DL_QUANT_W8 ? "w8" : "none";
+}
+
+const char *dl_quant_scheme_name(dl_quant q) {
+    return q == DL_QUANT_W8A8 ? "int8" : q == DL_QUANT_W8 ? "int8-wo" : "none";
+}
+
+static size_t al64(size_t b) { return (b + 63) / 64 * 64; }
+
+/* ---- the shared staging buffer -------------------------------------------------------- */
+static dl_staging g_q = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t stage_bytes(const dl_matmul_desc *d) {
+    size_t M = (size_t)d->m, K = (size_t)d->k, N = (size_t)d->n;
+    if (d->quant == DL_QUANT_W8A8) return al64(M * K) + al64(M * N * 4) + al64(M * 8);
+    return (d->dt != DL_F32 ? al64(M * K * 4) : 0) + al64((size_t)Q8_PANEL * K * 4) + al64(M * N * 4);
+}
+
+/* ---- the u8 x s8 primitive -------------------------------------------------------------- */
+
+/* src u8 [M, K] and dst s32 [M, N] contiguous (the staging); weights `wei` or any */
+static dnnl_status_t u8_pd(int64_t m, int64_t k, int64_t n, const dnnl_memory_desc_t *wei, dnnl_primitive_attr_t attr,
+                           dnnl_primitive_desc_t *pd) {
+    dnnl_memory_desc_t src_md, wei_md, dst_md;
+    dnnl_dims_t sdims = {m, k}, wdims = {k, n}, ddims = {m, n};
+    dnnl_status_t st;
+    if ((st = dnnl_memory_desc_init_by_tag(&src_md, 2, sdims, dnnl_u8, dnnl_ab)) != dnnl_success) return st;
+    if (wei)
+        wei_md = *wei;
+    else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, 2, wdims, dnnl_s8, dnnl_format_tag_any)) != dnnl_success)
+        return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&dst_md, 2, ddims, dnnl_s32, dnnl_ab)) != dnnl_success) return st;
+    dnnl_matmul_desc_t md;
+    if ((st = dnnl_matmul_desc_init(&md, &src_md, &wei_md, NULL, &dst_md)) != dnnl_success) return st;
+    return dnnl_primitive_desc_create(pd, &md, attr, g_eng, NULL);
+}
+
+/* the plain weights: q [N, K] row-major seen as [K, N] */
+static void plain_s8(int64_t k, int64_t n, dnnl_memory_desc_t *md) {
+    dnnl_dims_t wdims = {k, n}, wstr = {1, k};
+    dnnl_memory_desc_init_by_strides(md, 2, wdims, dnnl_s8, wstr);
+}
+
+/* Is oneDNN's u8 x s8 product exact over the whole u8 range on this CPU? One product
+ * whose exact sums are known: x = 255 everywhere, q = +-127 in a fixed pattern. */
+static int g_levels;
+static pthread_once_t g_levels_once = PTHREAD_ONCE_INIT;
+
+static void levels_probe(void) {
+    enum { M = 4, K = 256, N = 32 };
+    g_levels = 127;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t p = NULL;
+    dnnl_memory_t ms = NULL, mw = NULL, md = NULL;
+    uint8_t *x = malloc(M * K);
+    int8_t *q = malloc(N * K), *qp = NULL;
+    int32_t *y = malloc(M * N * 4);
+    if (!x || !q || !y || u8_pd(M, K, N, NULL, NULL, &pd) != dnnl_success) goto out;
+    const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    if (!(qp = dl_aligned_alloc(dnnl_memory_desc_get_size(wmd)))) goto out;
+    memset(x, 255, M * K);
+    for (int i = 0; i < N * K; i++) q[i] = (int8_t)((i / K) % 3 == 0 ? -127 : 127);
+    dnnl_memory_desc_t plain, smd, dmd;
+    plain_s8(K, N, &plain);
+    if (dl_dnnl_reorder(&plain, q, wmd, qp) != DL_OK) goto out;
+    dnnl_dims_t sdims = {M, K}, ddims = {M, N};
+    dnnl_memory_desc_init_by_tag(&smd, 2, sdims, dnnl_u8, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&dmd, 2, ddims, dnnl_s32, dnnl_ab);
+    if (dnnl_primitive_create(&p, pd) != dnnl_success || dnnl_memory_create(&ms, &smd, g_eng, x) != dnnl_success ||
+        dnnl_memory_create(&mw, wmd, g_eng, qp) != dnnl_success || dnnl_memory_create(&md, &dmd, g_eng, y) != dnnl_success)
+        goto out;
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
+    if (dnnl_primitive_execute(p, g_stream, 3, args) != dnnl_success || dnnl_stream_wait(g_stream) != dnnl_success) goto out;
+    int exact = 1;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) exact &= y[m * N + n] == 255 * K * (n % 3 == 0 ? -127 : 127);
+    g_levels = exact ? 255 : 127;
+out:
+    if (p) dnnl_primitive_destroy(p);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (ms) dnnl_memory_destroy(ms);
+    if (mw) dnnl_memory_destroy(mw);
+    if (md) dnnl_memory_destroy(md);
+    dl_aligned_free(qp);
+    free(x), free(q), free(y);
+    DL_DEBUG("int8 activations: %d levels (u8 x s8 %s over the whole range)", g_levels,
+             g_levels == 255 ? "exact" : "saturates");
+}
+
+int dl_q8_levels(void) {
+    pthread_once(&g_levels_once, levels_probe);
+    return g_levels;
+}
+
+/* ---- weight quantization ------------------------------------------------------------------ */
+typedef struct {
+    const float *w;
+    int64_t k, n;
+    int8_t *q;
+    float *aux;
+} quant_w_ctx;
+
+static void quant_w_fn(void *ctx, int ith, int nth) {
+    const quant_w_ctx *c = ctx;
+    int64_t b, e;
+    dl_split(c->n, ith, nth, &b, &e);
+    for (int64_t r = b; r < e; r++) {
+        const float *w = c->w + r * c->k;
+        int8_t *q = c->q + r * c->k;
+        float mx = 0.f;
+        for (int64_t i = 0; i < c->k; i++) mx = fmaxf(mx, fabsf(w[i]));
+        float s = mx > 0.f ? mx / 127.f : 1.f;
+        int64_t sum = 0;
+        for (int64_t i = 0; i < c->k; i++) {
+            float v = nearbyintf(w[i] / s);
+            v = v > 127.f ? 127.f : v < -127.f ? -127.f : v;
+            q[i] = (int8_t)v;
+            sum += q[i];
+        }
+        c->aux[r] = isfinite(mx) ? s : NAN; /* a non-finite weight poisons its channel, as it would in f32 */
+        c->aux[c->n + r] = (float)sum;
+    }
+}
+
+dl_status dl_q8_quantize(const float *w, int64_t n, int64_t k, int8_t *q, float *aux) {
+    if ((uint64_t)k * 127u >= (1u << 24))
+        return dl_fail(DL_ERR_UNSUPPORTED, "int8 matmul: K=%lld is too long for exact column sums", (long long)k);
+    quant_w_ctx c = {w, k, n, q, aux};
+    dl_parallel(quant_w_fn, &c);
+    return DL_OK;
+}
+
+typedef struct {
+    const float *w;
+    int64_t k, n;
+    double err[256], ref[256];
+} werr_ctx;
+
+static void werr_fn(void *ctx, int ith, int nth) {
+    werr_ctx *c = ctx;
+    int64_t b, e;
+    dl_split(c->n, ith, nth, &b, &e);
+    double err = 0, ref = 0;
+    for (int64_t r = b; r < e; r++) {
+        const float *w = c->w + r * c->k;
+        float mx = 0.f;
+        for (int64_t i = 0; i < c->k; i++) mx = fmaxf(mx, fabsf(w[i]));
+        float s = mx > 0.f ? mx / 127.f : 1.f;
+        for (int64_t i = 0; i < c->k; i++) {
+            double d = (double)nearbyintf(w[i] / s) * s - w[i];
+            err += d * d;
+            ref += (double)w[i] * w[i];
+        }
+    }
+    if (ith < 256) c->err[ith] = err, c->ref[ith] = ref;
+}
+
+double dl_q8_weight_error(const float *w, int64_t n, int64_t k) {
+    werr_ctx *c = calloc(1, sizeof *c);
+    if (!c) return INFINITY;
+    c->w = w, c->n = n, c->k = k;
+    dl_parallel(werr_fn, c);
+    double err = 0, ref = 0;
+    for (int i = 0; i < 256; i++) err += c->err[i], ref += c->ref[i];
+    free(c);
+    return ref > 0 ? sqrt(err / ref) : 0;
+}
+
+/* ---- creation ------------------------------------------------------------------------------ */
+
+void dl_q8_free(dl_q8 *q) {
+    if (!q) return;
+    if (q->prim) dnnl_primitive_destroy(q->prim);
+    dnnl_memory_t mems[] = {q->src, q->wei, q->dst, q->scratch};
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+        if (mems[i]) dnnl_memory_destroy(mems[i]);
+    dl_aligned_free(q->wbuf);
+    dl_aligned_free(q->sbuf);
+    free(q->aux), free(q->csum), free(q->bias);
+    free(q);
+}
+
+/* The W8A8 primitive over the plain quantized weights `plain_q` (fresh) or the
+ * packed `pk` (used in place when its recorded layout is the one taken). */
+static dl_status make_w8a8(dl_q8 *q, const int8_t *plain_q, const dl_packed *pk) {
+    dl_status s = DL_OK;
+    const dl_matmul_desc *d = &q->d;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL, pin = NULL;
+    DNNL_TRY(dnnl_primitive_attr_create(&attr), "attr create");
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "scratchpad mode");
+    dnnl_status_t st = u8_pd(d->m, d->k, d->n, NULL, attr, &pd);
+    if (st != dnnl_success) {
+        s = dl_fail(DL_ERR_BACKEND, "oneDNN: no u8 x s8 matmul for M=%lld K=%lld N=%lld on this CPU (status %d)",
+                    (long long)d->m, (long long)d->k, (long long)d->n, (int)st);
+        goto err;
+    }
+    const dnnl_memory_desc_t *wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_memory_desc_t plain, from_md;
+    plain_s8(d->k, d->n, &plain);
+    const void *from = plain_q;
+    from_md = plain;
+    if (pk) {
+        if ((s = dl_dnnl_md_parse(pk->layout, pk->layout_bytes, &plain, pk->bytes, &from_md)) != DL_OK) goto err;
+        if (from_md.data_type != dnnl_s8) {
+            s = dl_fail(DL_ERR_FORMAT, "packed int8 weights: the layout record is not int8");
+            goto err;
+        }
+        from = pk->data;
+        if (dnnl_memory_desc_equal(&from_md, wei_md)) {
+            q->w = pk->data;
+        } else if (u8_pd(d->m, d->k, d->n, &from_md, attr, &pin) == dnnl_success &&
+                   !strcmp(dl_dnnl_impl(pin), dl_dnnl_impl(pd))) {
+            dnnl_primitive_desc_destroy(pd);
+            pd = pin;
+            pin = NULL;
+            wei_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+            q->w = pk->data;
+        }
+    }
+    q->wbytes = dnnl_memory_desc_get_size(wei_md);
+    if (!q->w) {
+        if (!(q->wbuf = dl_aligned_alloc(q->wbytes))) goto nomem;
+        if ((s = dl_dnnl_reorder(&from_md, from, wei_md, q->wbuf)) != DL_OK) goto err;
+        q->w = q->wbuf;
+    }
+    q->layout_bytes = dl_dnnl_md_serialize(wei_md, q->layout) * 8;
+    DNNL_TRY(dnnl_primitive_create(&q->prim, pd), "primitive creation");
+    DNNL_TRY(dnnl_memory_create(&q->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), g_eng, DNNL_MEMORY_NONE),
+             "src memory");
+    DNNL_TRY(dnnl_memory_create(&q->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), g_eng, DNNL_MEMORY_NONE),
+             "dst memory");
+    DNNL_TRY(dnnl_memory_create(&q->wei, wei_md, g_eng, (void *)q->w), "weights memory");
+    const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t sp = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
+    if (sp) {
+        if (!(q->sbuf = dl_aligned_alloc(sp))) goto nomem;
+        DNNL_TRY(dnnl_memory_create(&q->scratch, sp_md, g_eng, q->sbuf), "scratchpad memory");
+    }
+    DL_DEBUG("int8 w8a8 M=%lld K=%lld N=%lld: %s", (long long)d->m, (long long)d->k, (long long)d->n, dl_dnnl_impl(pd));
+    goto err;
+nomem:
+    s = dl_fail(DL_ERR_NOMEM, "int8 matmul: out of memory");
+err:
+    if (pin) dnnl_primitive_desc_destroy(pin);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return s;
+}
+
+dl_status dl_q8_new(dl_q8 **out, const dl_matmul_desc *d, const void *w, dl_dtype w_dt, const dl_packed *pk,
+                    const float *bias) {
+    *out = NULL;
+    dl_status s;
+    if (d->quant != DL_QUANT_W8A8 && d->quant != DL_QUANT_W8)
+        return dl_fail(DL_ERR_INVALID, "int8 matmul: unknown quantization %d", (int)d->quant);
+    if ((uint64_t)d->k * 127u >= (1u << 24))
+        return dl_fail(DL_ERR_UNSUPPORTED, "int8 matmul: K=%lld is too long for exact column sums", (long long)d->k);
+    const int64_t N = d->n, K = d->k;
+    dl_q8 *q = calloc(1, sizeof *q);
+    if (!q) return dl_fail(DL_ERR_NOMEM, "int8 matmul: out of memory");
+    q->d = *d;
+    int8_t *plain = NULL;
+    float *wf = NULL;
+    q->aux = malloc((size_t)N * 8);
+    q->csum = malloc((size_t)N * 4);
+    if (!q->aux || !q->csum || (bias && !(q->bias = malloc((size_t)N * 4)))) goto nomem;
+    if (bias) memcpy(q->bias, bias, (size_t)N * 4);
+    if (pk) {
+        if (!pk->aux || pk->aux_bytes != (size_t)N * 8) {
+            s = dl_fail(DL_ERR_FORMAT, "packed int8 weights: the scales and column sums are missing or not %lld values",
+                        (long long)(2 * N));
+            goto err;
+        }
+        memcpy(q->aux, pk->aux, (size_t)N * 8);
+    } else {
+        if (!(plain = dl_aligned_alloc((size_t)(N * K)))) goto nomem;
+        const float *wsrc = w;
+        if (w_dt != DL_F32) {
+            if (!(wf = malloc((size_t)(N * K) * 4))) goto nomem;
+            dl_kernels()->convert(DL_F32, wf, w_dt, w, N * K);
+            wsrc = wf;
+        }
+        if ((s = dl_q8_quantize(wsrc, N, K, plain, q->aux)) != DL_OK) goto err;
+    }
+    for (int64_t i = 0; i < N; i++) q->csum[i] = (int32_t)q->aux[N + i];
+    if (d->quant == DL_QUANT_W8A8) {
+        dl_q8_levels();
+        if ((s = make_w8a8(q, plain, pk)) != DL_OK) goto err;
+    } else { /* weight-only: the plain [N, K] bytes are the layout */
+        dnnl_memory_desc_t pmd;
+        plain_s8(K, N, &pmd);
+        q->wbytes = (size_t)(N * K);
+        if (pk) {
+            dnnl_memory_desc_t got;
+            if ((s = dl_dnnl_md_parse(pk->layout, pk->layout_bytes, &pmd, pk->bytes, &got)) != DL_OK) goto err;
+            if (!dnnl_memory_desc_equal(&got, &pmd)) {
+                s = dl_fail(DL_ERR_FORMAT, "packed weight-only int8 weights: the record is not the plain [N, K] layout");
+                goto err;
+            }
+            q->w = pk->data;
+        } else {
+            q->w = q->wbuf = plain;
+            plain = NULL;
+        }
+        q->layout_bytes = dl_dnnl_md_serialize(&pmd, q->layout) * 8;
+    }
+    if ((s = dl_staging_reserve(&g_q, stage_bytes(d), "int8")) != DL_OK) goto err;
+    dl_aligned_free(plain);
+    free(wf);
+    *out = q;
+    return DL_OK;
+nomem:
+    s = dl_fail(DL_ERR_NOMEM, "int8 matmul: out of memory (N=%lld K=%lld)", (long long)N, (long long)K);
+err:
+    dl_aligned_free(plain);
+    free(wf);
+    dl_q8_free(q);
+    return s;
+}
+
+void dl_q8_packed(const dl_q8 *q, dl_packed *out) {
+    out->data = q->w;
+    out->bytes = q->wbytes;
+    out->layout = q->layout;
+    out->layout_bytes = q->layout_bytes;
+    out->aux = q->aux;
+    out->aux_bytes = (size_t)q->d.n * 8;
+}
+
+size_t dl_q8_weight_bytes(const dl_q8 *q) { return q->wbytes + (size_t)q->d.n * 8; }
+
+/* ---- runs ------------------------------------------------------------------------------------ */
+typedef struct {
+    const dl_q8 *q;
+    const void *x;
+    void *y;
+    uint8_t *xq;
+    float *rs; /* per row: scale, zero point */
+    void *acc; /* s32 (W8A8) or f32 (W8) [M, N] */
+    const float *xf;
+    float *panel;
+    int64_t n0, nb, ldxf;
+    int levels;
+} run_ctx;
+
+/* every row of x to u8 with its own scale and zero point */
+static void quant_x_fn(void *ctx, int ith, int nth) {
+    const run_ctx *c = ctx;
+    const dl_matmul_desc *d = &c->q->d;
+    const int64_t K = d->k;
+    const float L = (float)c->levels;
+    int64_t b, e;
+    dl_split(d->m, ith, nth, &b, &e);
+    float row[512];
+    for (int64_t m = b; m < e; m++) {
+        const char *xr = (const char *)c->x + (size_t)(m * d->ldx) * dl_dtype_size(d->dt);
+        uint8_t *q = c->xq + m * K;
+        float lo = 0.f, hi = 0.f;
+        for (int64_t k0 = 0; k0 < K; k0 += 512) { /* the range, a block of the row at a time */
+            int64_t nk = K - k0 < 512 ? K - k0 : 512;
+            dl_kernels()->convert(DL_F32, row, d->dt, xr + (size_t)k0 * dl_dtype_size(d->dt), nk);
+            for (int64_t i = 0; i < nk; i++) {
+                lo = fminf(lo, row[i]);
+                hi = fmaxf(hi, row[i]);
+            }
+        }
+        float a = (hi - lo) / L;
+        if (!(a > 0.f)) a = 1.f;                  /* an all-zero row */
+        float z = nearbyintf(-lo / a), inv = 1.f / a;
+        for (int64_t k0 = 0; k0 < K; k0 += 512) {
+            int64_t nk = K - k0 < 512 ? K - k0 : 512;
+            dl_kernels()->convert(DL_F32, row, d->dt, xr + (size_t)k0 * dl_dtype_size(d->dt), nk);
+            for (int64_t i = 0; i < nk; i++) {
+                float v = row[i] * inv + z;
+                v = v < 0.f ? 0.f : v > L ? L : v;
+                q[k0 + i] = (uint8_t)(v + 0.5f);
+            }
+        }
+        c->rs[2 * m] = isfinite(hi - lo) ? a : NAN; /* a non-finite input poisons its row, as it would in f32 */
+        c->rs[2 * m + 1] = z;
+    }
+}
+
+/* y row = act(rescaled acc row + b) in dst_dt, computed in f32 over the acc row itself */
+static void epilogue_fn(void *ctx, int ith, int nth) {
+    const run_ctx *c = ctx;
+    const dl_q8 *q = c->q;
+    const dl_matmul_desc *d = &q->d;
+    const int64_t N = d->n;
+    const float *s = q->aux;
+    int64_t b, e;
+    dl_split(d->m, ith, nth, &b, &e);
+    for (int64_t m = b; m < e; m++) {
+        float *f = (float *)c->acc + m * N;
+        if (d->quant == DL_QUANT_W8A8) {
+            const int32_t *acc = (const int32_t *)c->acc + m * N;
+            float a = c->rs[2 * m];
+            int64_t z = (int64_t)c->rs[2 * m + 1];
+            for (int64_t n = 0; n < N; n++) f[n] = (float)((int64_t)acc[n] - z * q->csum[n]) * (a * s[n]);
+        }
+        if (q->bias)
+            for (int64_t n = 0; n < N; n++) f[n] += q->bias[n];
+        if (d->act != DL_ACT_NONE) dl_kernels()->activation(d->act, DL_F32, f, f, N);
+        dl_kernels()->convert(d->dst_dt, (char *)c->y + (size_t)(m * d->ldy) * dl_dtype_size(d->dst_dt), DL_F32, f, N);
+    }
+}
+
+/* weight-only: dequantize output channels [n0, n0 + nb) into the panel [nb, K] */
+static void panel_fn(void *ctx, int ith, int nth) {
+    const run_ctx *c = ctx;
+    const int64_t K = c->q->d.k;
+    int64_t b, e;
+    dl_split(c->nb, ith, nth, &b, &e);
+    for (int64_t r = b; r < e; r++) {
+        const int8_t *w = c->q->w + (c->n0 + r) * K;
+        float s = c->q->aux[c->n0 + r], *p = c->panel + r * K;
+        for (int64_t k = 0; k < K; k++) p[k] = (float)w[k] * s;
+    }
+}
+
+/* weight-only, a few rows: y[m, n] = s[n] sum_k q[n, k] x[m, k], split over n */
+static void few_rows_fn(void *ctx, int ith, int nth) {
+    const run_ctx *c = ctx;
+    const dl_matmul_desc *d = &c->q->d;
+    const int64_t K = d->k, N = d->n;
+    int64_t b, e;
+    dl_split(N, ith, nth, &b, &e);
+    for (int64_t n = b; n < e; n++) {
+        const int8_t *w = c->q->w + n * K;
+        for (int64_t m = 0; m < d->m; m++) {
+            const float *x = c->xf + m * c->ldxf;
+            float acc = 0.f;
+            for (int64_t k = 0; k < K; k++) acc += (float)w[k] * x[k];
+            ((float *)c->acc)[m * N + n] = acc * c->q->aux[n];
+        }
+    }
+}
+
+dl_status dl_q8_run(dl_q8 *q, const void *x, void *y) {
+    dl_status s = DL_OK;
+    const dl_matmul_desc *d = &q->d;
+    const size_t M = (size_t)d->m, K = (size_t)d->k, N = (size_t)d->n;
+    pthread_mutex_lock(&g_q.lock);
+    char *buf = g_q.buf;
+    run_ctx c = {.q = q, .x = x, .y = y};
+    if (d->quant == DL_QUANT_W8A8) {
+        c.levels = dl_q8_levels();
+        c.xq = (uint8_t *)buf;
+        c.acc = buf + al64(M * K);
+        c.rs = (float *)(buf + al64(M * K) + al64(M * N * 4));
+        dl_parallel(quant_x_fn, &c);
+        dnnl_exec_arg_t args[4];
+        int na = 0;
+        DNNL_TRY(dnnl_memory_set_data_handle(q->src, c.xq), "set src");
+        DNNL_TRY(dnnl_memory_set_data_handle(q->dst, c.acc), "set dst");
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, q->src};
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, q->wei};
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_DST, q->dst};
+        if (q->scratch) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, q->scratch};
+        DNNL_TRY(dnnl_primitive_execute(q->prim, g_stream, na, args), "int8 matmul");
+        DNNL_TRY(dnnl_stream_wait(g_stream), "stream wait");
+    } else {
+        size_t off = 0;
+        c.xf = x;
+        c.ldxf = d->ldx;
+        if (d->dt != DL_F32) { /* x widened to f32 rows */
+            float *xf = (float *)buf;
+            for (size_t m = 0; m < M; m++)
+                dl_kernels()->convert(DL_F32, xf + m * K, d->dt, (const char *)x + m * (size_t)d->ldx * dl_dtype_size(d->dt), (int64_t)K);
+            c.xf = xf;
+            c.ldxf = (int64_t)K;
+            off = al64(M * K * 4);
+        }
+        c.panel = (float *)(buf + off);
+        c.acc = buf + off + al64((size_t)Q8_PANEL * K * 4);
+        if (M <= Q8_FEW_ROWS) {
+            dl_parallel(few_rows_fn, &c);
+        } else {
+            for (int64_t n0 = 0; n0 < (int64_t)N; n0 += Q8_PANEL) {
+                c.n0 = n0;
+                c.nb = (int64_t)N - n0 < Q8_PANEL ? (int64_t)N - n0 : Q8_PANEL;
+                dl_parallel(panel_fn, &c);
+                dnnl_status_t st = dnnl_sgemm('N', 'T', (dnnl_dim_t)M, c.nb, (dnnl_dim_t)K, 1.f, c.xf, c.ldxf, c.panel,
+                                              (dnnl_dim_t)K, 0.f, (float *)c.acc + n0, (dnnl_dim_t)N);
+                if (st != dnnl_success) {
+                    s = dl_fail(DL_ERR_BACKEND, "oneDNN: sgemm failed (status %d)", (int)st);
+                    goto err;
+                }
+            }
+        }
+    }
+    dl_parallel(epilogue_fn, &c);
+err:
+    pthread_mutex_unlock(&g_q.lock);
+    return s;
+}

@@ -1,0 +1,141 @@
+/* int8 linears (src/kernels/int8.c) against loops written here from the scheme's
+ * definition:
+ *  - W8A8: per-channel symmetric weights, per-row asymmetric u8 activations with the
+ *    levels the CPU takes (255, or 127 without VNNI), integer products, rescale; the
+ *    kernel must agree with this reference to float rounding (1e-5 of the largest
+ *    output), and the quantized product must stay within a few percent of the f32 one;
+ *  - weight-only: the dequantized weights times x in double, 1e-5;
+ *  - bias, every activation, bf16 input and output, leading dimensions, a few rows
+ *    (modulation vectors) and odd shapes; packed weights round-trip bit-exactly;
+ *    missing scales refused. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difflet/check.h"
+#include "difflet/kernels.h"
+#include "kernels/kernels_impl.h"
+#include "kernels/onednn_impl.h"
+#include "test_util.h"
+
+/* the scheme's weights, written out independently of the kernel */
+static void ref_quant_w(const float *w, int64_t N, int64_t K, int8_t *q, double *s) {
+    for (int64_t n = 0; n < N; n++) {
+        double mx = 0;
+        for (int64_t k = 0; k < K; k++) mx = fmax(mx, fabs(w[n * K + k]));
+        s[n] = mx > 0 ? (float)(mx / 127.0) : 1.0;
+        for (int64_t k = 0; k < K; k++) {
+            float v = nearbyintf(w[n * K + k] / (float)s[n]); /* in float, as the scheme says */
+            q[n * K + k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        }
+    }
+}
+
+static void test_shape(int64_t M, int64_t K, int64_t N, dl_quant quant, dl_dtype dt, dl_dtype ddt, dl_act act, int seed) {
+    int64_t ldx = K + 5, ldy = N + 3;
+    size_t xs = dl_dtype_size(dt), ys = dl_dtype_size(ddt);
+    float *w = malloc((size_t)(N * K) * 4), *bias = malloc((size_t)N * 4), *xf = malloc((size_t)(M * K) * 4);
+    void *x = malloc((size_t)(M * ldx) * xs), *y = malloc((size_t)(M * ldy) * ys), *y2 = malloc((size_t)(M * ldy) * ys);
+    int8_t *q = malloc((size_t)(N * K));
+    double *s = malloc((size_t)N * 8), *ref = malloc((size_t)(M * N) * 8), *f32 = malloc((size_t)(M * N) * 8);
+    dl_fill_uniform(DL_F32, w, N * K, -0.5f, 0.5f, (uint64_t)seed);
+    dl_fill_uniform(DL_F32, bias, N, -1.f, 1.f, (uint64_t)seed + 1);
+    dl_fill_uniform(dt, x, M * ldx, -1.f, 1.f, (uint64_t)seed + 2);
+    for (int64_t m = 0; m < M; m++) /* a skewed row: the zero point matters */
+        for (int64_t k = 0; k < K; k++) {
+            float v = dl_load1(dt, x, m * ldx + k);
+            if (m % 3 == 1) v = 0.25f * v + 0.6f;
+            dl_store1(dt, x, m * ldx + k, v);
+            xf[m * K + k] = dl_load1(dt, x, m * ldx + k);
+        }
+    ref_quant_w(w, N, K, q, s);
+    int L = dl_q8_levels();
+    for (int64_t m = 0; m < M; m++) {
+        const float *xr = xf + m * K;
+        double lo = 0, hi = 0;
+        for (int64_t k = 0; k < K; k++) lo = fmin(lo, xr[k]), hi = fmax(hi, xr[k]);
+        float a = (float)((hi - lo) / L);
+        if (!(a > 0)) a = 1;
+        float z = nearbyintf((float)-lo / a);
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0, accf = 0;
+            for (int64_t k = 0; k < K; k++) {
+                accf += (double)xr[k] * w[n * K + k];
+                if (quant == DL_QUANT_W8A8) {
+                    float v = xr[k] * (1.f / a) + z;
+                    v = v < 0 ? 0 : v > L ? (float)L : v;
+                    int xq = (int)(v + 0.5f);
+                    acc += (double)(xq - (int)z) * q[n * K + k];
+                } else {
+                    acc += (double)xr[k] * q[n * K + k];
+                }
+            }
+            double scale = quant == DL_QUANT_W8A8 ? (double)a * s[n] : s[n];
+            ref[m * N + n] = test_act(act, acc * scale + bias[n]);
+            f32[m * N + n] = test_act(act, accf + bias[n]);
+        }
+    }
+    dl_matmul *mm = NULL, *mm2 = NULL;
+    dl_matmul_desc d = {.m = M, .k = K, .n = N, .dt = dt, .dst_dt = ddt, .act = act, .ldx = ldx, .ldy = ldy, .quant = quant};
+    dl_status st = dl_matmul_new(&mm, &d, w, DL_F32, bias);
+    CHECK(st == DL_OK, "%s M=%lld K=%lld N=%lld: %s", dl_quant_name(quant), (long long)M, (long long)K, (long long)N,
+          dl_last_error());
+    if (st != DL_OK) goto out;
+    CHECK(dl_matmul_run(mm, x, y) == DL_OK, "run: %s", dl_last_error());
+    double worst = 0, mx = 0, qerr = 0;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double got = dl_load1(ddt, y, m * ldy + n);
+            worst = fmax(worst, fabs(got - ref[m * N + n]));
+            qerr = fmax(qerr, fabs(got - f32[m * N + n]));
+            mx = fmax(mx, fabs(ref[m * N + n]));
+        }
+    double tol = (ddt == DL_BF16 ? 1.0 / 128 : 1e-5) * (mx > 1 ? mx : 1);
+    CHECK(worst <= tol, "%s %s->%s act %d M=%lld K=%lld N=%lld: %.3g off the scheme's reference (tol %.3g)",
+          dl_quant_name(quant), dl_dtype_name(dt), dl_dtype_name(ddt), (int)act, (long long)M, (long long)K, (long long)N,
+          worst, tol);
+    /* the quantization itself: a few percent of the largest output at most */
+    double qtol = (quant == DL_QUANT_W8A8 ? (L == 255 ? 0.03 : 0.05) : 0.02) * (mx > 1 ? mx : 1);
+    CHECK(qerr <= qtol, "%s M=%lld K=%lld N=%lld: %.3g off the f32 product (allowed %.3g)", dl_quant_name(quant),
+          (long long)M, (long long)K, (long long)N, qerr, qtol);
+    /* packed round trip: the same bytes out */
+    dl_packed pk;
+    dl_matmul_packed(mm, &pk);
+    CHECK(pk.aux && pk.aux_bytes == (size_t)N * 8, "packed aux");
+    CHECK(dl_matmul_new_packed(&mm2, &d, &pk, bias) == DL_OK, "from packed: %s", dl_last_error());
+    if (mm2) {
+        dl_matmul_run(mm2, x, y2);
+        int same = 1;
+        for (int64_t m = 0; m < M; m++) same &= !memcmp((char *)y + m * ldy * ys, (char *)y2 + m * ldy * ys, (size_t)N * ys);
+        CHECK(same, "packed weights give other bytes");
+    }
+    dl_packed noaux = pk;
+    noaux.aux = NULL;
+    dl_matmul *bad = NULL;
+    CHECK(dl_matmul_new_packed(&bad, &d, &noaux, bias) == DL_ERR_FORMAT, "int8 weights without scales refused");
+    dl_matmul_free(bad);
+out:
+    dl_matmul_free(mm);
+    dl_matmul_free(mm2);
+    free(w), free(bias), free(xf), free(x), free(y), free(y2), free(q), free(s), free(ref), free(f32);
+}
+
+int main(void) {
+    dl_cpu();
+    int L = dl_q8_levels();
+    CHECK(L == 255 || L == 127, "levels %d", L);
+    printf("int8 activations on this CPU (%s): %d levels\n", dl_cpu_model(), L);
+    static const int64_t shapes[][3] = {{1, 256, 96}, {3, 300, 513}, {37, 70, 45}, {64, 512, 300}, {130, 96, 257}};
+    int seed = 1;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int qq = 0; qq < 2; qq++)
+            for (int cfg = 0; cfg < 3; cfg++) { /* f32; bf16 -> f32; bf16 -> bf16 */
+                dl_dtype dt = cfg ? DL_BF16 : DL_F32, ddt = cfg == 2 ? DL_BF16 : DL_F32;
+                dl_act act = (dl_act)((i + (size_t)cfg) % 6);
+                test_shape(shapes[i][0], shapes[i][1], shapes[i][2], qq ? DL_QUANT_W8 : DL_QUANT_W8A8, dt, ddt, act, seed);
+                seed += 7;
+            }
+    /* the zero-point correction over a long K: exact column sums */
+    test_shape(16, 3072, 64, DL_QUANT_W8A8, DL_F32, DL_F32, DL_ACT_NONE, 99);
+    return test_done("int8");
+}
