@@ -363,6 +363,19 @@ st, png4 = s.image({"prompt": A_PROMPT, "steps": 4, "seed": 5})
 check(st == 200 and png4 == png, "an image request without `model` goes to the first image model, not the first model")
 s.stop()
 
+# ---- int8 programs: the image model in int8 (W8A8), the video model weight-only ------------------------
+s = Server(os.path.join(tmp, "int8"), models=[{"model": IMAGE, "sizes": ["64x64"], "dtype": "int8"},
+                                              {"model": VIDEO, "frames": [9], "dtype": "int8-wo"}])
+s.wait_ready()
+st, png8 = s.image({"prompt": A_PROMPT, "steps": 4, "seed": 5})
+check(st == 200 and png8[:8] == b"\x89PNG\r\n\x1a\n" and png8 != png,
+      f"an int8 deployment draws (a picture of its own, not the f32 one): {st}")
+st, png8b = s.image({"prompt": A_PROMPT, "steps": 4, "seed": 5})
+check(st == 200 and png8b == png8, "int8: the same request, the same bytes")
+v8, mp48 = s.video({"prompt": V_PROMPT, "model": VID, "steps": 4, "seed": 3})
+check(v8 and v8.get("status") == "completed" and mp48 and mp48 != mp4, f"an int8-wo video model serves: {v8}")
+s.stop()
+
 # ---- bad deployments are refused before anything starts ---------------------------------------------
 bad = [({"model": IMAGE, "models": [IMAGE]}, "goes in each model's entry"),
        ({"models": [IMAGE, IMAGE]}, "two served models are called `difflet-tiny`"),
@@ -370,7 +383,8 @@ bad = [({"model": IMAGE, "models": [IMAGE]}, "goes in each model's entry"),
        ({"models": [{"sizes": ["64x64"]}]}, "needs `model`"),
        ({"models": []}, "a list of 1 to 8 models"),
        ({"models": [IMAGE, {"model": VIDEO, "frames": [9], "bogus": 1}]}, "`bogus` is not a field"),
-       ({"models": [{"model": IMAGE, "frames": [9]}]}, "makes images")]
+       ({"models": [{"model": IMAGE, "frames": [9]}]}, "makes images"),
+       ({"models": [{"model": IMAGE, "dtype": "int4"}]}, "int8 or int8-wo")]
 for k, (dep, msg) in enumerate(bad):
     path = os.path.join(tmp, f"bad{k}.json")
     with open(path, "w") as f:

@@ -40,6 +40,7 @@ typedef struct {
     int steps;                       /* per request (the profile's DiT times cover its own steps) */
     float guidance;
     dl_dtype dt;
+    dl_quant quant; /* int8 linears (dl_gen_shape.quant) */
     const char *prompt;              /* every request's; request i is seeded i */
     dl_sim_config sim;               /* the policy and the trace: nodes 1, per_node = units */
     dl_profile prof;                 /* B per resolution (dl_profile_best_dop) and starvation (Eq. 5) */

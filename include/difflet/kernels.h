@@ -176,6 +176,9 @@ const char *dl_quant_name(dl_quant q); /* "none", "w8a8", "w8" */
 const char *dl_quant_scheme_name(dl_quant q);
 /* ||W - dequant(quant(W))|| / ||W|| of the per-channel int8 weights of w [n, k]. */
 double dl_q8_weight_error(const float *w, int64_t n, int64_t k);
+/* The activation levels W8A8 uses on this CPU: 255, or 127 where oneDNN's u8 x s8
+ * product saturates (measured once per process). */
+int dl_q8_levels(void);
 /* A --dtype / deployment dtype: "f32", "bf16", "int8" (bf16 activations, W8A8
  * linears) or "int8-wo" (bf16 activations, weight-only int8). 1 when known. */
 #define DL_DTYPE_NAMES "f32, bf16, int8 or int8-wo"

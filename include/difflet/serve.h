@@ -39,7 +39,7 @@ typedef struct {
     int max_connections, max_connections_per_ip;
     int health_port;            /* >= 0: /health and /ready also on their own listener (0: any
                                    free port), reachable when the API's connections are full */
-    char dtype[8], cache[256]; /* default step-caching mode */
+    char dtype[16], cache[256]; /* default step-caching mode */
     char parallel[128];     /* each replica's layout (tp, sp, cp; "" = one rank): its model
                                process is an mpirun job whose first rank talks to the server */
     /* "ddit": the model process is one MPI world of a scheduler rank and `units` units

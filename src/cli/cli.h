@@ -19,6 +19,7 @@ int cli_inspect(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_bench_flux(int argc, char **argv);
+int cli_bench_int8(int argc, char **argv);
 int cli_bench_wan(int argc, char **argv);
 int cli_bench_qwen(int argc, char **argv);
 int cli_bench_hunyuan(int argc, char **argv);

@@ -78,6 +78,9 @@ static void usage(FILE *f) {
             "  bench flux-step      one FLUX-width denoiser step (1 double + 1 single block,\n"
             "                       4096 + 512 tokens, bf16) vs diffusers on the same weights\n"
             "                       (needs make tools-venv)  [--json FILE] [--quick]\n"
+            "  bench int8-step      the FLUX-width step in f32, bf16, int8 and int8-wo: step\n"
+            "                       times, output error against f32, projection rates\n"
+            "                       [--json FILE] [--quick] [--reps N]\n"
             "  bench wan-step       one Wan-1.3B-width transformer block at 81 x 480 x 832\n"
             "                       (32,760 video + 512 text tokens) vs diffusers on the same\n"
             "                       weights: ratio, attention share, memory; then the Wan VAE\n"
@@ -205,11 +208,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ddit")) return cli_ddit(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) {
         if (argc < 3) {
-            fprintf(stderr, "difflet: bench needs a target: kernels, flux-step, wan-step, qwen-step, hunyuan-step, ltx2-step, stdit-step\n");
+            fprintf(stderr, "difflet: bench needs a target: kernels, flux-step, int8-step, wan-step, qwen-step, hunyuan-step, ltx2-step, stdit-step\n");
             return 2;
         }
         if (!strcmp(argv[2], "kernels")) return cli_bench_kernels(argc - 3, argv + 3);
         if (!strcmp(argv[2], "flux-step")) return cli_bench_flux(argc - 3, argv + 3);
+        if (!strcmp(argv[2], "int8-step")) return cli_bench_int8(argc - 3, argv + 3);
         if (!strcmp(argv[2], "wan-step")) return cli_bench_wan(argc - 3, argv + 3);
         if (!strcmp(argv[2], "qwen-step")) return cli_bench_qwen(argc - 3, argv + 3);
         if (!strcmp(argv[2], "hunyuan-step")) return cli_bench_hunyuan(argc - 3, argv + 3);
@@ -219,7 +223,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[2], "startup-child")) return cli_bench_startup_child(argc - 3, argv + 3);
         if (!strcmp(argv[2], "parallel")) return cli_bench_parallel(argc - 3, argv + 3);
         if (!strcmp(argv[2], "parallel-rank")) return cli_bench_parallel_rank(argc - 3, argv + 3);
-        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels, flux-step, wan-step, qwen-step, hunyuan-step, ltx2-step, stdit-step, startup, parallel)\n", argv[2]);
+        fprintf(stderr, "difflet: unknown bench target '%s' (available: kernels, flux-step, int8-step, wan-step, qwen-step, hunyuan-step, ltx2-step, stdit-step, startup, parallel)\n", argv[2]);
         return 2;
     }
     fprintf(stderr, "difflet: unknown command '%s' (try 'difflet --help')\n", cmd);

@@ -632,7 +632,7 @@ int cli_ddit(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) dc.steps = atoi(v), ok = dc.steps >= 1 && dc.steps <= 1000, i++;
         else if (!strcmp(a, "--guidance")) dc.guidance = (float)atof(v), ok = isfinite(dc.guidance), i++;
         else if (!strcmp(a, "--prompt")) dc.prompt = v, i++;
-        else if (!strcmp(a, "--dtype")) dtype = v, ok = !strcmp(v, "f32") || !strcmp(v, "bf16"), i++;
+        else if (!strcmp(a, "--dtype")) dtype = v, ok = dl_dtype_parse(v, &(dl_dtype){0}, NULL), i++;
         else if (!strcmp(a, "--profile")) prof = v, i++;
         else if (!strcmp(a, "--db")) snprintf(db, sizeof db, "%s", v), i++;
         else if (!strcmp(a, "--policy")) ok = parse_policy(v, c) && (c->policy == DL_POLICY_DDIT || c->policy == DL_POLICY_SDOP), i++;
@@ -646,7 +646,7 @@ int cli_ddit(int argc, char **argv) {
         if (!ok) {
             fprintf(stderr, "difflet ddit: bad argument '%s'%s%s\n", a, v ? " " : "", v ? v : "");
             fprintf(stderr, "usage: difflet ddit --model DIR --sizes WxH,... --profile NAME [--db FILE] [--units U (2)]\n"
-                            "  [--frames F] [--steps S (the profile's)] [--guidance G] [--prompt P] [--dtype f32|bf16]\n"
+                            "  [--frames F] [--steps S (the profile's)] [--guidance G] [--prompt P] [--dtype f32|bf16|int8|int8-wo]\n"
                             "  [--policy ddit|sdop:N|sdop:N+dec] [--queue-aware] [--no-promote] [--no-decouple]\n"
                             "  [--rate R|burst] [--mix A:B:...] [--requests N (40)] [--seed S] [--out DIR] [--json FILE]\n");
             return 2;
@@ -696,7 +696,7 @@ int cli_ddit(int argc, char **argv) {
     if (!dc.steps) dc.steps = dc.prof.steps;
     for (int k = dc.nsizes; k < DL_SCHED_MAX_RES; k++) c->mix[k] = 0;
     c->per_node = units;
-    dc.dt = strcmp(dtype, "bf16") ? DL_F32 : DL_BF16;
+    dl_dtype_parse(dtype, &dc.dt, &dc.quant);
     dc.out_dir = out;
     if (out && dl_mkdir_p(out) != DL_OK) { /* on every host of a world that spans several */
         fprintf(stderr, "difflet ddit: %s\n", dl_last_error());

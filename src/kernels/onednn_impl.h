@@ -53,9 +53,6 @@ dl_status dl_q8_run(dl_q8 *q, const void *x, void *y);
 void dl_q8_packed(const dl_q8 *q, dl_packed *out);
 size_t dl_q8_weight_bytes(const dl_q8 *q);
 void dl_q8_free(dl_q8 *q);
-/* The activation levels W8A8 uses on this CPU: 255, or 127 where oneDNN's u8 x s8
- * product saturates (measured once). */
-int dl_q8_levels(void);
 /* w [n, k] f32 -> q [n, k] int8 and aux = scales [n], column sums [n]. */
 dl_status dl_q8_quantize(const float *w, int64_t n, int64_t k, int8_t *q, float *aux);
 

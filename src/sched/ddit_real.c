@@ -166,7 +166,7 @@ static int unit_main(dl_comm *world, const dl_ddit_config *c, int per_node) {
         }
         for (int s = 0; s < c->nsizes; s++) {
             dl_gen_shape sh = {.width = c->sizes[s][0], .height = c->sizes[s][1],
-                               .frames = c->res_frames[s] > 0 ? c->res_frames[s] : c->frames, .dt = c->dt,
+                               .frames = c->res_frames[s] > 0 ? c->res_frames[s] : c->frames, .dt = c->dt, .quant = c->quant,
                                .par = place, .cache = DL_CACHE_RECOMPILE_ON_MISMATCH};
             if (dl_pipeline_load(&pipes[l][s], c->model, &sh) != DL_OK) unit_fail(u, "load");
         }

@@ -224,8 +224,8 @@ int dl_serve_ddit_main(const char *sock_path, const dl_deployment *pr) {
         fprintf(stderr, "difflet: serve-worker: cannot connect to %s\n", sock_path);
         dl_comm_abort(1);
     }
-    dl_ddit_config c = {.model = pr->model, .frames = 1, .steps = 1, .guidance = 1.f,
-                        .dt = strcmp(pr->dtype, "bf16") ? DL_F32 : DL_BF16};
+    dl_ddit_config c = {.model = pr->model, .frames = 1, .steps = 1, .guidance = 1.f};
+    dl_dtype_parse(pr->dtype, &c.dt, &c.quant); /* checked with the profile */
     char db[1024];
     const char *e = getenv("DIFFLET_PROFILES");
     snprintf(db, sizeof db, "%s", e && *e ? e : "");

@@ -153,8 +153,9 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
         return dl_fail(DL_ERR_FORMAT, "serving profile: parallel `%s`: data parallelism is `replicas`, and cfg=2 needs every "
                                       "request to use true CFG; use tp, sp and cp", p->parallel);
     if (p->port < 0 || p->port > 65535 || p->queue_capacity < 1 || p->max_steps < 1 || p->timeout_s <= 0 ||
-        (strcmp(p->dtype, "f32") && strcmp(p->dtype, "bf16")))
-        return dl_fail(DL_ERR_FORMAT, "serving profile: port, queue_capacity, max_steps, request_timeout_s or dtype out of range");
+        !dl_dtype_parse(p->dtype, &(dl_dtype){0}, NULL))
+        return dl_fail(DL_ERR_FORMAT, "serving profile: port, queue_capacity, max_steps, request_timeout_s or dtype out of range "
+                                      "(dtype: " DL_DTYPE_NAMES ")");
     return DL_OK;
 }
 

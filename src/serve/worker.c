@@ -182,7 +182,9 @@ int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr)
     if (pr->scheduler[0]) return sock_path ? dl_serve_ddit_main(sock_path, pr) : 2; /* always an mpirun job */
     dl_pipeline *pipes[16] = {0}; /* size i, frame count k: pipes[i * nframes + k] */
     const int npipes = pr->nsizes * pr->nframes;
-    dl_dtype dt = strcmp(pr->dtype, "bf16") ? DL_F32 : DL_BF16;
+    dl_dtype dt = DL_F32;
+    dl_quant quant = DL_QUANT_NONE;
+    dl_dtype_parse(pr->dtype, &dt, &quant); /* checked with the profile */
     double t0 = dl_now();
     dl_par_config pc;
     dl_par_place place = {0}, *pl = NULL;
@@ -210,7 +212,7 @@ int dl_serve_worker_main(int fd, const char *sock_path, const dl_deployment *pr)
     for (int i = 0; i < npipes; i++) {
         const int *sz = pr->sizes[i / pr->nframes];
         dl_gen_shape shape = {.width = sz[0], .height = sz[1], .frames = pr->frames[i % pr->nframes],
-                              .max_sequence_length = pr->max_sequence_length, .dt = dt, .par = pl,
+                              .max_sequence_length = pr->max_sequence_length, .dt = dt, .quant = quant, .par = pl,
                               /* a corrupt or mismatched program is rebuilt, not a restart loop */
                               .cache = pr->no_compile ? DL_CACHE_NO_COMPILE : DL_CACHE_RECOMPILE_ON_MISMATCH};
         dl_status s = dl_pipeline_load(&pipes[i], pr->model, &shape);
