@@ -18,6 +18,7 @@ expect 2 "unknown bench target" bench nothing
 expect 2 "unknown option" bench kernels --bogus
 expect 2 "unknown option" bench wan-step --bogus
 expect 2 "unknown option" bench hunyuan-step --bogus
+expect 2 "unknown option" bench int8-step --bogus
 expect 2 "unknown option" bench ltx2-step --bogus
 # bench wan-step --quick, difflet's half (the diffusers peer is skipped: it needs the tools venv and time)
 out=$(DIFFLET_BENCH_PEER=off "$bin" bench wan-step --quick --no-vae --json "$tmpd/wan.json" 2>&1) && [[ "$out" == *"diffusers: not measured"* ]] && grep -q '"attention_share"' "$tmpd/wan.json" && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: bench wan-step --quick: $out"; }
@@ -37,7 +38,7 @@ expect 2 "--steps: \`steps\` must be an integer from 1 to 10000" generate --mode
 expect 2 "--guidance: \`guidance_scale\` must be a number in 0..100" generate --model "$flux" --prompt x --guidance 101
 expect 2 "--prompt: \`prompt\` is not valid UTF-8" generate --model "$flux" --prompt $'\xff\xfe'
 expect 2 "--seed" generate --model "$flux" --prompt x --seed 9007199254740992
-expect 2 "must be f32 or bf16" generate --model "$flux" --prompt x --dtype f64
+expect 2 "must be f32, bf16, int8 or int8-wo" generate --model "$flux" --prompt x --dtype f64
 expect 2 "unknown option" generate --model "$flux" --prompt x --frobnicate 1
 expect 1 "multiples of 4" generate --model "$flux" --prompt x --width 30 --height 32 --max-sequence-length 32
 expect 1 "does not exist" generate --model /nonexistent --prompt x
@@ -199,6 +200,10 @@ ln -s "$flux/transformer/config.json" "$gg/transformer/config.json"
 ln -s "$data/flux/gguf/flux-tiny-Q8_0.gguf" "$gg/transformer/flux1-tiny-Q8_0.gguf"
 expect 0 "2 transformer calls" generate --model "$gg" --prompt "a red cube" --width 48 --height 32 --steps 2 \
   --max-sequence-length 32 -o "$tmpd/gguf.png"
+# ... compiled into an int8 program: the GGUF blocks dequantized, requantized per channel
+expect 0 "2 transformer calls" generate --model "$gg" --prompt "a red cube" --width 48 --height 32 --steps 2 \
+  --max-sequence-length 32 --dtype int8 -o "$tmpd/gguf8.png"
+expect 2 "int8 or int8-wo" generate --model "$gg" --prompt "a red cube" --dtype int4 -o "$tmpd/x.png"
 out=$("$bin" inspect "$gg" 2>&1)
 if [[ "$out" == *"flux1-tiny-Q8_0.gguf: 112 tensors"* && "$out" == *"Q8_0"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: inspect of a GGUF folder: $out"; fi
 ln -s "$data/flux/gguf/flux-tiny-Q4_0.gguf" "$gg/transformer/second.gguf"
