@@ -1,5 +1,5 @@
 /* int8 programs end to end: every parity model (FLUX dev and schnell, Qwen-Image,
- * Wan 2.1) and difflet-tiny generate the same prompts with bf16 programs and with
+ * Wan 2.1, OpenSora) and difflet-tiny generate the same prompts with bf16 programs and with
  * int8 programs (W8A8 and weight-only); the table of PSNR per prompt against bf16 is
  * printed, and each scheme's mean over the parity models must reach 30 dB (the
  * issue's goal). An int8 program loaded from the cache gives the bytes the compiling
@@ -24,6 +24,7 @@ static const qcase k_cases[] = {
     {DATA_DIR "/flux/schnell", 32, 32, 1, 32, 2, 1},
     {DATA_DIR "/qwenimage/a", 32, 32, 1, 0, 4, 1},
     {DATA_DIR "/wan/a", 48, 32, 9, 16, 4, 1},
+    {DATA_DIR "/opensora/b", 48, 48, 17, 0, 3, 1},
     {SOURCE_DIR "/models/difflet-tiny", 64, 64, 1, 0, 8, 0},
 };
 static const char *const k_prompts[] = {"a red circle on a blue background", "a photo of a cat sitting on a mat",

@@ -29,7 +29,7 @@
 #include "kernels/kernels_impl.h"
 #include "kernels/onednn_impl.h"
 
-enum { Q8_PANEL = 256, Q8_FEW_ROWS = 8 };
+enum { Q8_PANEL = 2048, Q8_FEW_ROWS = 8 };
 
 struct dl_q8 {
     dl_matmul_desc d;

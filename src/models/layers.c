@@ -200,6 +200,37 @@ static dl_quant lin_quant(dl_quant scheme, int64_t k, int64_t n, const float *w)
     return scheme;
 }
 
+dl_status dl_lin_make(lin *l, dl_wsrc *ws, const char *pk, const char *bk, const dl_matmul_desc *d0, const float *w,
+                      const float *b) {
+    dl_matmul_desc d = *d0;
+    l->k = d.k;
+    l->n = d.n;
+    if (!ws->ck) { /* artifact: packed weights in place, bias copied by oneDNN's wrapper */
+        size_t bb;
+        dl_packed pw;
+        dl_status s = art_packed(ws->art, pk, &pw);
+        const void *ab = bk ? dl_artifact_get(ws->art, bk, "f32", &bb) : NULL;
+        if (s != DL_OK) return s;
+        if (bk && (!ab || bb != (size_t)d.n * 4)) return art_missing(bk);
+        d.quant = art_quant(ws->art, pk, &pw);
+        return dl_matmul_new_packed(&l->mm, &d, &pw, ab);
+    }
+    d.quant = lin_quant(ws->quant, d.k, d.n, w);
+    dl_status s = dl_matmul_new(&l->mm, &d, w, DL_F32, b);
+    if (s == DL_OK && ws->rec) {
+        dl_packed packed;
+        dl_matmul_packed(l->mm, &packed);
+        s = rec_packed(ws->rec, pk, &packed);
+        if (s == DL_OK && d.quant != DL_QUANT_NONE) {
+            char qn[320];
+            snprintf(qn, sizeof qn, "%s#q8", pk);
+            s = dl_artifact_writer_add(ws->rec, qn, k_q8_layout[d.quant], packed.aux, packed.aux_bytes);
+        }
+        if (s == DL_OK && bk) s = dl_artifact_writer_add(ws->rec, bk, "f32", b, (size_t)d.n * 4);
+    }
+    return s;
+}
+
 dl_status dl_lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                          const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
                          int64_t ldy, const lin_split *sp) {
@@ -226,18 +257,7 @@ dl_status dl_lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const
     char pk[300], bk[300];
     snprintf(pk, sizeof pk, "%s#packed", names[0]);
     snprintf(bk, sizeof bk, "%s#bias", names[0]);
-    l->k = kk;
-    l->n = n;
-    if (!ws->ck) { /* artifact: packed weights in place, bias copied by oneDNN's wrapper */
-        size_t bb;
-        dl_packed w;
-        dl_status s = art_packed(ws->art, pk, &w);
-        const void *b = any_bias ? dl_artifact_get(ws->art, bk, "f32", &bb) : NULL;
-        if (s != DL_OK) return s;
-        if (any_bias && (!b || bb != (size_t)n * 4)) return art_missing(bk);
-        d.quant = art_quant(ws->art, pk, &w);
-        return dl_matmul_new_packed(&l->mm, &d, &w, b);
-    }
+    if (!ws->ck) return dl_lin_make(l, ws, pk, any_bias ? bk : NULL, &d, NULL, NULL);
     int64_t pmax = 0;
     for (int i = 0; i < nparts; i++) pmax = n_parts[i] > pmax ? n_parts[i] : pmax;
     int sliced = sp->rows || sp->nseg;
@@ -271,21 +291,7 @@ dl_status dl_lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const
         }
         row += rn;
     }
-    if (s == DL_OK) {
-        d.quant = lin_quant(ws->quant, kk, n, w);
-        s = dl_matmul_new(&l->mm, &d, w, DL_F32, b);
-    }
-    if (s == DL_OK && ws->rec) {
-        dl_packed packed;
-        dl_matmul_packed(l->mm, &packed);
-        s = rec_packed(ws->rec, pk, &packed);
-        if (s == DL_OK && d.quant != DL_QUANT_NONE) {
-            char qn[320];
-            snprintf(qn, sizeof qn, "%s#q8", pk);
-            s = dl_artifact_writer_add(ws->rec, qn, k_q8_layout[d.quant], packed.aux, packed.aux_bytes);
-        }
-        if (s == DL_OK && any_bias) s = dl_artifact_writer_add(ws->rec, bk, "f32", b, (size_t)n * 4);
-    }
+    if (s == DL_OK) s = dl_lin_make(l, ws, pk, any_bias ? bk : NULL, &d, w, b);
     free(w), free(b), free(full), free(fb);
     return s;
 }

@@ -69,6 +69,12 @@ typedef struct {
 dl_status dl_lin_load_split(lin *l, dl_wsrc *ws, const char *const *names, const char *const *bnames, int nparts,
                          const int64_t *n_parts, int64_t m, int64_t k, dl_dtype dt, dl_dtype dst_dt, dl_act act,
                          int64_t ldy, const lin_split *sp);
+/* A linear from weights already in memory (w [n, k] f32, b [n] or NULL; the model's
+ * own slicing), under the weight source's int8 scheme, recorded when compiling as
+ * `pk` (packed; `pk#layout`, and `pk#q8` for int8) and `bk` (bias; NULL: none); from
+ * a program (w, b unused), read back from those entries. */
+dl_status dl_lin_make(lin *l, dl_wsrc *ws, const char *pk, const char *bk, const dl_matmul_desc *d, const float *w,
+                      const float *b);
 void dl_lin_free(lin *l);
 /* one linear with bias named `<base>.weight` / `<base>.bias` (output rows ldy apart,
  * 0: n), optionally this rank's tensor-parallel slice (sp NULL: whole) */

@@ -360,26 +360,15 @@ static dl_status embed_patch(st_embed *e, const float *lat, float height, float 
  * conventions: `#packed`, `#layout`, `#bias`), recorded under its own name. */
 static dl_status lin_heads(lin *l, dl_wsrc *ws, const char *base, int parts, int64_t m, int64_t D, int64_t Dl, int tr,
                            dl_dtype dt) {
-    char wn[256], bn[256], pk[300], lk[320], bk[300];
+    char wn[300], bn[300], pk[300], bk[300];
     snprintf(wn, sizeof wn, "%s.weight", base);
     snprintf(bn, sizeof bn, "%s.bias", base);
     snprintf(pk, sizeof pk, "%s.weight#heads#packed", base);
-    snprintf(lk, sizeof lk, "%s#layout", pk);
     snprintf(bk, sizeof bk, "%s.weight#heads#bias", base);
     const int64_t n = parts * Dl;
     dl_matmul_desc d = {.m = m, .k = D, .n = n, .dt = dt, .dst_dt = dt, .act = DL_ACT_NONE};
     memset(l, 0, sizeof *l);
-    l->k = D, l->n = n;
-    if (!ws->ck) { /* a program: the packed slice in place */
-        dl_packed p = {0};
-        size_t bb = 0;
-        p.data = dl_artifact_get(ws->art, pk, "onednn", &p.bytes);
-        p.layout = dl_artifact_get(ws->art, lk, "onednn-md", &p.layout_bytes);
-        const void *b = dl_artifact_get(ws->art, bk, "f32", &bb);
-        if (!p.data || !p.layout || !b || bb != (size_t)n * 4)
-            return dl_fail(DL_ERR_FORMAT, "program artifact has no tensor `%s` (compiled for another model?)", pk);
-        return dl_matmul_new_packed(&l->mm, &d, &p, b);
-    }
+    if (!ws->ck) return dl_lin_make(l, ws, pk, bk, &d, NULL, NULL); /* a program: the packed slice in place */
     const int64_t wsh[2] = {parts * D, D}, bsh[1] = {parts * D};
     float *w = NULL, *b = NULL, *sw = malloc((size_t)(n * D) * 4), *sb = malloc((size_t)n * 4);
     dl_status s = !sw || !sb ? dl_fail(DL_ERR_NOMEM, "out of memory loading `%s`", wn) : DL_OK;
@@ -388,14 +377,7 @@ static dl_status lin_heads(lin *l, dl_wsrc *ws, const char *base, int parts, int
             memcpy(sw + j * Dl * D, w + (j * D + tr * Dl) * D, (size_t)(Dl * D) * 4);
             memcpy(sb + j * Dl, b + j * D + tr * Dl, (size_t)Dl * 4);
         }
-        s = dl_matmul_new(&l->mm, &d, sw, DL_F32, sb);
-        if (s == DL_OK && ws->rec) {
-            dl_packed p;
-            dl_matmul_packed(l->mm, &p);
-            if ((s = dl_artifact_writer_add(ws->rec, pk, "onednn", p.data, p.bytes)) == DL_OK &&
-                (s = dl_artifact_writer_add(ws->rec, lk, "onednn-md", p.layout, p.layout_bytes)) == DL_OK)
-                s = dl_artifact_writer_add(ws->rec, bk, "f32", sb, (size_t)n * 4);
-        }
+        s = dl_lin_make(l, ws, pk, bk, &d, sw, sb);
     }
     free(w), free(b), free(sw), free(sb);
     return s;
