@@ -120,6 +120,28 @@ out:
     free(w), free(bias), free(xf), free(x), free(y), free(y2), free(q), free(s), free(ref), free(f32);
 }
 
+/* a NaN in one row of x makes that row of y NaN, as in f32, and leaves the others */
+static void test_nan(dl_quant quant, int64_t M) {
+    const int64_t K = 128, N = 40;
+    float *w = malloc((size_t)(N * K) * 4), *x = malloc((size_t)(M * K) * 4), *y = malloc((size_t)(M * N) * 4);
+    dl_fill_uniform(DL_F32, w, N * K, -0.5f, 0.5f, 5);
+    dl_fill_uniform(DL_F32, x, M * K, -1.f, 1.f, 6);
+    x[1 * K + 7] = NAN;
+    dl_matmul *mm = NULL;
+    dl_matmul_desc d = {.m = M, .k = K, .n = N, .dt = DL_F32, .dst_dt = DL_F32, .quant = quant};
+    int ok = dl_matmul_new(&mm, &d, w, DL_F32, NULL) == DL_OK && dl_matmul_run(mm, x, y) == DL_OK;
+    int row1 = 1, others = 1;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            if (m == 1) row1 &= isnan(y[m * N + n]);
+            else others &= isfinite(y[m * N + n]);
+        }
+    CHECK(ok && row1 && others, "%s M=%lld: NaN row -> NaN row %d, other rows finite %d", dl_quant_name(quant),
+          (long long)M, row1, others);
+    dl_matmul_free(mm);
+    free(w), free(x), free(y);
+}
+
 int main(void) {
     dl_cpu();
     int L = dl_q8_levels();
@@ -137,5 +159,19 @@ int main(void) {
             }
     /* the zero-point correction over a long K: exact column sums */
     test_shape(16, 3072, 64, DL_QUANT_W8A8, DL_F32, DL_F32, DL_ACT_NONE, 99);
+    for (int qq = 0; qq < 2; qq++) {
+        test_nan(qq ? DL_QUANT_W8 : DL_QUANT_W8A8, 4);
+        test_nan(qq ? DL_QUANT_W8 : DL_QUANT_W8A8, 20);
+    }
+    /* K past the exact epilogue's limit is refused by name */
+    {
+        dl_matmul *mm = NULL;
+        dl_matmul_desc d = {.m = 1, .k = 40000, .n = 1, .dt = DL_F32, .dst_dt = DL_F32, .quant = DL_QUANT_W8A8};
+        float *w = calloc(40000, 4);
+        CHECK(dl_matmul_new(&mm, &d, w, DL_F32, NULL) == DL_ERR_UNSUPPORTED && strstr(dl_last_error(), "K=40000"),
+              "K=40000: %s", dl_last_error());
+        dl_matmul_free(mm);
+        free(w);
+    }
     return test_done("int8");
 }

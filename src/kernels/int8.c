@@ -29,7 +29,9 @@
 #include "kernels/kernels_impl.h"
 #include "kernels/onednn_impl.h"
 
-enum { Q8_PANEL = 2048, Q8_FEW_ROWS = 8 };
+/* Q8_MAX_K: acc and z c[n] both lie within 255 x 127 x K, so their difference fits
+ * an int32 (and c[n] a float exactly) while 2 x 255 x 127 x K < 2^31 */
+enum { Q8_PANEL = 2048, Q8_FEW_ROWS = 8, Q8_MAX_K = 33000 };
 
 struct dl_q8 {
     dl_matmul_desc d;
@@ -171,8 +173,7 @@ static void quant_w_fn(void *ctx, int ith, int nth) {
 }
 
 dl_status dl_q8_quantize(const float *w, int64_t n, int64_t k, int8_t *q, float *aux) {
-    if ((uint64_t)k * 127u >= (1u << 24))
-        return dl_fail(DL_ERR_UNSUPPORTED, "int8 matmul: K=%lld is too long for exact column sums", (long long)k);
+    if (k > Q8_MAX_K) return dl_fail(DL_ERR_UNSUPPORTED, "int8 matmul: K=%lld is over %d", (long long)k, Q8_MAX_K);
     quant_w_ctx c = {w, k, n, q, aux};
     dl_parallel(quant_w_fn, &c);
     return DL_OK;
@@ -302,8 +303,9 @@ dl_status dl_q8_new(dl_q8 **out, const dl_matmul_desc *d, const void *w, dl_dtyp
     dl_status s;
     if (d->quant != DL_QUANT_W8A8 && d->quant != DL_QUANT_W8)
         return dl_fail(DL_ERR_INVALID, "int8 matmul: unknown quantization %d", (int)d->quant);
-    if ((uint64_t)d->k * 127u >= (1u << 24))
-        return dl_fail(DL_ERR_UNSUPPORTED, "int8 matmul: K=%lld is too long for exact column sums", (long long)d->k);
+    if (d->k > Q8_MAX_K)
+        return dl_fail(DL_ERR_UNSUPPORTED, "int8 matmul: K=%lld is over %d (the exact int32 epilogue's limit)",
+                       (long long)d->k, Q8_MAX_K);
     const int64_t N = d->n, K = d->k;
     dl_q8 *q = calloc(1, sizeof *q);
     if (!q) return dl_fail(DL_ERR_NOMEM, "int8 matmul: out of memory");
@@ -405,13 +407,21 @@ static void quant_x_fn(void *ctx, int ith, int nth) {
         const char *xr = (const char *)c->x + (size_t)(m * d->ldx) * dl_dtype_size(d->dt);
         uint8_t *q = c->xq + m * K;
         float lo = 0.f, hi = 0.f;
+        int nan = 0;
         for (int64_t k0 = 0; k0 < K; k0 += 512) { /* the range, a block of the row at a time */
             int64_t nk = K - k0 < 512 ? K - k0 : 512;
             dl_kernels()->convert(DL_F32, row, d->dt, xr + (size_t)k0 * dl_dtype_size(d->dt), nk);
-            for (int64_t i = 0; i < nk; i++) {
-                lo = fminf(lo, row[i]);
-                hi = fmaxf(hi, row[i]);
+            for (int64_t i = 0; i < nk; i++) { /* min/max as the vector instructions do them */
+                lo = row[i] < lo ? row[i] : lo;
+                hi = row[i] > hi ? row[i] : hi;
+                nan |= row[i] != row[i];
             }
+        }
+        if (nan || !isfinite(hi - lo)) { /* a non-finite input poisons its row, as it would in f32 */
+            memset(q, 0, (size_t)K);
+            c->rs[2 * m] = NAN;
+            c->rs[2 * m + 1] = 0.f;
+            continue;
         }
         float a = (hi - lo) / L;
         if (!(a > 0.f)) a = 1.f;                  /* an all-zero row */
@@ -425,7 +435,7 @@ static void quant_x_fn(void *ctx, int ith, int nth) {
                 q[k0 + i] = (uint8_t)(v + 0.5f);
             }
         }
-        c->rs[2 * m] = isfinite(hi - lo) ? a : NAN; /* a non-finite input poisons its row, as it would in f32 */
+        c->rs[2 * m] = a;
         c->rs[2 * m + 1] = z;
     }
 }
@@ -443,9 +453,9 @@ static void epilogue_fn(void *ctx, int ith, int nth) {
         float *f = (float *)c->acc + m * N;
         if (d->quant == DL_QUANT_W8A8) {
             const int32_t *acc = (const int32_t *)c->acc + m * N;
-            float a = c->rs[2 * m];
-            int64_t z = (int64_t)c->rs[2 * m + 1];
-            for (int64_t n = 0; n < N; n++) f[n] = (float)((int64_t)acc[n] - z * q->csum[n]) * (a * s[n]);
+            const float a = c->rs[2 * m];
+            const int32_t z = (int32_t)c->rs[2 * m + 1];
+            for (int64_t n = 0; n < N; n++) f[n] = (float)(acc[n] - z * q->csum[n]) * (a * s[n]);
         }
         if (q->bias)
             for (int64_t n = 0; n < N; n++) f[n] += q->bias[n];
