@@ -10,6 +10,7 @@
 
 #include "difflet/check.h"
 #include "difflet/kernels.h"
+#include "kernels/kernels_impl.h"
 #include "test_util.h"
 
 static void on_result(const dl_check_result *r, void *ctx) {
@@ -93,6 +94,19 @@ static void test_properties(void) {
     CHECK(fabsf(o[0] - 0.8411920f) < 1e-6 && fabsf(o[1] + 0.0454023f) < 1e-6, "gelu_tanh %g %g", o[0], o[1]);
     dl_activation_t(DL_ACT_SILU, DL_F32, o, v, 3, 0, 1);
     CHECK(fabsf(o[0] - 0.7310586f) < 1e-6 && fabsf(o[2] - 0.3112296f) < 1e-6, "silu %g %g", o[0], o[2]);
+    /* far from zero every activation stays finite and agrees with the reference
+       (the vector exp once overflowed its exponent into a NaN for sigmoid(-14)) */
+    {
+        float xs[16] = {-1e4f, -1000.f, -100.f, -89.f, -88.f, -50.f, -20.f, -13.5f, 13.5f, 20.f, 50.f, 88.f, 89.f, 100.f, 1000.f, 1e4f};
+        float yv[16], yr[16];
+        for (int a = 1; a <= 5; a++) {
+            dl_kernels()->activation((dl_act)a, DL_F32, yv, xs, 16);
+            dl_kernels_ref.activation((dl_act)a, DL_F32, yr, xs, 16);
+            int ok = 1;
+            for (int i = 0; i < 16; i++) ok &= isfinite(yv[i]) && fabsf(yv[i] - yr[i]) <= 1e-5f * fmaxf(1.f, fabsf(yr[i]));
+            CHECK(ok, "activation %d (%s) at large |x|: finite and as the reference", a, dl_kernels()->name);
+        }
+    }
     /* RoPE keeps each rotated pair's norm and is the identity at position 0 */
     const int64_t seq = 3, heads = 2, hd = 32;
     float ids[3 * 3] = {0, 0, 0, 1, 2, 3, 7, 5, 1};

@@ -180,6 +180,7 @@ typedef struct {
     int nprompts, steps, video;
     float cfg, min[3]; /* background, shape colour, position or motion */
     dl_dtype dt;
+    dl_quant quant;
 } eval_opts;
 
 static int parse_opts(eval_opts *o, int argc, char **argv) {
@@ -200,7 +201,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv) {
         else if (!strcmp(a, third)) o->min[2] = strtof(v, NULL);
         else if (!strcmp(a, "--json")) o->json_path = v;
         else if (!strcmp(a, "--save-grid")) o->save = v;
-        else if (!strcmp(a, "--dtype") && (!strcmp(v, "bf16") || !strcmp(v, "f32"))) o->dt = !strcmp(v, "bf16") ? DL_BF16 : DL_F32;
+        else if (!strcmp(a, "--dtype") && dl_dtype_parse(v, &o->dt, &o->quant)) continue;
         else {
             fprintf(stderr, "difflet: %s: unknown option '%s %s'\n", o->cmd, a, v);
             return 0;
@@ -243,7 +244,7 @@ static int run_eval(eval_opts *o) {
         return 1;
     }
     int np = o->nprompts < cJSON_GetArraySize(prompts) ? o->nprompts : cJSON_GetArraySize(prompts);
-    dl_gen_shape shape = {.frames = nf, .width = size, .height = size, .dt = o->dt};
+    dl_gen_shape shape = {.frames = nf, .width = size, .height = size, .dt = o->dt, .quant = o->quant};
     dl_pipeline *p;
     if (dl_pipeline_load(&p, model_buf, &shape) != DL_OK) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());

@@ -298,7 +298,7 @@ int cli_generate(int argc, char **argv) {
     dl_par_format(&pc, lay, sizeof lay);
     if (!parallel || dl_comm_rank(world) == 0)
         fprintf(stderr, "difflet: loading %s for %ldx%ld (%s, %d threads%s%s%s)\n", model, width, height,
-                dl_dtype_name(dt), dl_threads(), parallel ? " per rank, " : "", parallel ? lay : "",
+                quant ? dl_quant_scheme_name(quant) : dl_dtype_name(dt), dl_threads(), parallel ? " per rank, " : "", parallel ? lay : "",
                 parallel ? " over MPI" : "");
     double t0 = dl_now();
     dl_pipeline *p;

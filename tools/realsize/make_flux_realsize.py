@@ -140,7 +140,12 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokenizers", required=True, help="a FLUX folder to copy tokenizer, tokenizer_2, scheduler from")
     ap.add_argument("--only", default="transformer,text_encoder,text_encoder_2,vae")
+    ap.add_argument("--double", type=int, default=19, help="double blocks (FLUX.1-dev: 19)")
+    ap.add_argument("--single", type=int, default=38, help="single blocks (FLUX.1-dev: 38)")
+    ap.add_argument("--t5-layers", type=int, default=24, help="T5 encoder layers (T5-XXL: 24)")
     args = ap.parse_args()
+    TRANSFORMER.update(num_layers=args.double, num_single_layers=args.single)
+    T5.update(num_layers=args.t5_layers, num_decoder_layers=args.t5_layers)
     os.makedirs(args.out, exist_ok=True)
     for c in ("tokenizer", "tokenizer_2", "scheduler"):
         dst = os.path.join(args.out, c)
