@@ -477,21 +477,33 @@ static void panel_fn(void *ctx, int ith, int nth) {
     }
 }
 
-/* weight-only, a few rows: y[m, n] = s[n] sum_k q[n, k] x[m, k], split over n */
+/* eight independent partial sums: the compiler vectorizes them without reordering
+ * one sum's additions */
+static float dot8(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[k + j] * b[k + j];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; k < n; k++) s += a[k] * b[k];
+    return s;
+}
+
+/* weight-only, a few rows: y[m, n] = s[n] sum_k q[n, k] x[m, k], split over n; each
+ * weight row widened once (into this thread's row of the panel) for all the rows */
 static void few_rows_fn(void *ctx, int ith, int nth) {
     const run_ctx *c = ctx;
     const dl_matmul_desc *d = &c->q->d;
     const int64_t K = d->k, N = d->n;
+    DL_ASSERT(ith < Q8_PANEL); /* a panel row per thread */
+    float *wf = c->panel + (int64_t)ith * K;
     int64_t b, e;
     dl_split(N, ith, nth, &b, &e);
     for (int64_t n = b; n < e; n++) {
         const int8_t *w = c->q->w + n * K;
-        for (int64_t m = 0; m < d->m; m++) {
-            const float *x = c->xf + m * c->ldxf;
-            float acc = 0.f;
-            for (int64_t k = 0; k < K; k++) acc += (float)w[k] * x[k];
-            ((float *)c->acc)[m * N + n] = acc * c->q->aux[n];
-        }
+        for (int64_t k = 0; k < K; k++) wf[k] = (float)w[k];
+        for (int64_t m = 0; m < d->m; m++)
+            ((float *)c->acc)[m * N + n] = dot8(wf, c->xf + m * c->ldxf, K) * c->q->aux[n];
     }
 }
 
