@@ -146,6 +146,10 @@ int main(void) {
     dl_cpu();
     int L = dl_q8_levels();
     CHECK(L == 255 || L == 127, "levels %d", L);
+    /* where the CPU has an exact int8 dot product and oneDNN may use it, the probe must find it */
+    const char *lim = getenv("ONEDNN_MAX_CPU_ISA");
+    if ((dl_cpu()->vnni || dl_cpu()->amx_int8) && !(lim && *lim))
+        CHECK(L == 255, "a VNNI/AMX CPU measured %d activation levels, not 255", L);
     printf("int8 activations on this CPU (%s): %d levels\n", dl_cpu_model(), L);
     static const int64_t shapes[][3] = {{1, 256, 96}, {3, 300, 513}, {37, 70, 45}, {64, 512, 300}, {130, 96, 257}};
     int seed = 1;
@@ -157,11 +161,32 @@ int main(void) {
                 test_shape(shapes[i][0], shapes[i][1], shapes[i][2], qq ? DL_QUANT_W8 : DL_QUANT_W8A8, dt, ddt, act, seed);
                 seed += 7;
             }
+    /* several weight-only panels (2,048 channels each) and W8A8 at the same width */
+    test_shape(20, 96, 4500, DL_QUANT_W8, DL_F32, DL_F32, DL_ACT_NONE, 77);
+    test_shape(20, 96, 4500, DL_QUANT_W8A8, DL_BF16, DL_BF16, DL_ACT_SILU, 78);
     /* the zero-point correction over a long K: exact column sums */
     test_shape(16, 3072, 64, DL_QUANT_W8A8, DL_F32, DL_F32, DL_ACT_NONE, 99);
     for (int qq = 0; qq < 2; qq++) {
         test_nan(qq ? DL_QUANT_W8 : DL_QUANT_W8A8, 4);
         test_nan(qq ? DL_QUANT_W8 : DL_QUANT_W8A8, 20);
+    }
+    /* a non-finite weight poisons its output channel only (as in f32), in both schemes */
+    for (int qq = 0; qq < 2; qq++) {
+        const int64_t M = 12, K = 64, N = 24;
+        float *w = malloc((size_t)(N * K) * 4), *x = malloc((size_t)(M * K) * 4), *y = malloc((size_t)(M * N) * 4);
+        dl_fill_uniform(DL_F32, w, N * K, -0.5f, 0.5f, 8);
+        dl_fill_uniform(DL_F32, x, M * K, -1.f, 1.f, 9);
+        w[5 * K + 3] = NAN;
+        w[9 * K + 0] = INFINITY;
+        dl_matmul *mm = NULL;
+        dl_matmul_desc d = {.m = M, .k = K, .n = N, .dt = DL_F32, .dst_dt = DL_F32, .quant = qq ? DL_QUANT_W8 : DL_QUANT_W8A8};
+        int ok = dl_matmul_new(&mm, &d, w, DL_F32, NULL) == DL_OK && dl_matmul_run(mm, x, y) == DL_OK, right = ok;
+        for (int64_t m = 0; m < M && ok; m++)
+            for (int64_t n = 0; n < N; n++) right &= (n == 5 || n == 9) ? isnan(y[m * N + n]) : isfinite(y[m * N + n]);
+        CHECK(right, "%s: NaN/inf weights poison their channels only", dl_quant_name(d.quant));
+        CHECK(isinf(dl_q8_weight_error(w, N, K)), "the weight error of non-finite weights is infinite");
+        dl_matmul_free(mm);
+        free(w), free(x), free(y);
     }
     /* K past the exact epilogue's limit is refused by name */
     {

@@ -1,8 +1,9 @@
 /* int8 programs end to end: every parity model (FLUX dev and schnell, Qwen-Image,
  * Wan 2.1, OpenSora) and difflet-tiny generate the same prompts with bf16 programs and with
  * int8 programs (W8A8 and weight-only); the table of PSNR per prompt against bf16 is
- * printed, and each scheme's mean over the parity models must reach 30 dB (the
- * issue's goal). An int8 program loaded from the cache gives the bytes the compiling
+ * printed with the number of int8 linears each pipeline built, every model must
+ * have some, and each scheme's mean per parity model must reach 30 dB (the issue's
+ * goal is the mean over them). An int8 program loaded from the cache gives the bytes the compiling
  * process gave, and its key names the scheme. */
 #include <math.h>
 #include <stdio.h>
@@ -67,7 +68,7 @@ int main(int argc, char **argv) {
     setenv("DIFFLET_CACHE", cache, 1);
     static const char *const schemes[] = {"int8", "int8-wo"};
     double sum[2] = {0}, cnt = 0;
-    printf("%-34s %-8s %s\n", "model", "scheme", "PSNR against bf16 per prompt (dB)");
+    printf("%-26s %-8s %5s %s\n", "model", "scheme", "int8", "PSNR against bf16 per prompt (dB)");
     for (size_t ci = 0; ci < sizeof k_cases / sizeof k_cases[0]; ci++) {
         const qcase *c = &k_cases[ci];
         const int64_t n = (int64_t)c->frames * c->w * c->h * 3;
@@ -78,19 +79,25 @@ int main(int argc, char **argv) {
             continue;
         }
         for (int s = 0; s < 2; s++) {
+            int before = dl_q8_count();
             float *q = run(c, schemes[s], &ok); /* compiles the int8 programs */
+            int nq = dl_q8_count() - before;
             if (!ok) {
                 free(q);
                 continue;
             }
             const char *name = strstr(c->dir, "/data/") ? strstr(c->dir, "/data/") + 6 : strstr(c->dir, "models/");
-            printf("%-34s %-8s", name ? name : c->dir, schemes[s]);
+            printf("%-26s %-8s %5d", name ? name : c->dir, schemes[s], nq);
+            double msum = 0;
             for (int i = 0; i < NP; i++) {
                 double db = test_psnr(ref + i * n, q + i * n, n, 1.0);
                 printf(" %6.1f", db);
+                msum += db > 99 ? 99 : db;
                 if (c->parity) sum[s] += db > 99 ? 99 : db;
             }
             printf("\n");
+            CHECK(nq > 0, "%s %s: no linear was quantized", c->dir, schemes[s]);
+            CHECK(!c->parity || msum / NP >= 30, "%s %s: mean PSNR %.1f dB under 30", c->dir, schemes[s], msum / NP);
             if (s == 0 && ci == 0) { /* the cached program: the bytes the compiling process gave */
                 float *again = run(c, schemes[s], &ok);
                 CHECK(ok && again && !memcmp(again, q, (size_t)(n * NP) * sizeof *q),

@@ -168,6 +168,7 @@ typedef struct {
     int amx_bf16;    /* AMX-TILE + AMX-BF16 with OS support for tile state (use still needs
                         the per-process XTILEDATA permission) */
     int amx_int8;    /* AMX-TILE + AMX-INT8, likewise */
+    int vnni;        /* AVX512_VNNI (with AVX-512) or AVX-VNNI: int8 dot products without 16-bit saturation */
 } dl_cpu_features;
 
 const dl_cpu_features *dl_cpu(void);

@@ -170,6 +170,9 @@ void dl_attn_merge_t(const dl_attn_partial *parts, int n, int64_t sq, int64_t he
  *    at a time and multiplies in f32 (x as given, f32 accumulation).
  * Bias and activation are applied in f32 after the rescale; y in dst_dt. */
 typedef enum { DL_QUANT_NONE = 0, DL_QUANT_W8A8, DL_QUANT_W8 } dl_quant;
+/* The longest K an int8 linear takes: its s32 sums and zero-point correction stay
+ * exact in int32 while 2 x 255 x 127 x K < 2^31. */
+#define DL_Q8_MAX_K 33000
 const char *dl_quant_name(dl_quant q); /* "none", "w8a8", "w8" */
 /* A whole component's scheme, as --dtype and program keys name it: "int8" (W8A8 per
  * layer, weight-only or none where measured better) or "int8-wo" (weight-only). */
@@ -179,6 +182,8 @@ double dl_q8_weight_error(const float *w, int64_t n, int64_t k);
 /* The activation levels W8A8 uses on this CPU: 255, or 127 where oneDNN's u8 x s8
  * product saturates (measured once per process). */
 int dl_q8_levels(void);
+/* int8 linears created by this process so far (tests: a program really quantized). */
+int dl_q8_count(void);
 /* A --dtype / deployment dtype: "f32", "bf16", "int8" (bf16 activations, W8A8
  * linears) or "int8-wo" (bf16 activations, weight-only int8). 1 when known. */
 #define DL_DTYPE_NAMES "f32, bf16, int8 or int8-wo"

@@ -49,8 +49,12 @@ typedef enum {
 
 /* Open the cached program `id` (whose key is key_json) for a component, or compile
  * it and cache it. `build(ctx, ws)` loads the model through ws (from the checkpoint
- * while recording, or from the artifact); on success the model is the caller's and
- * *keep the artifact it maps (close it after the model; NULL after a compile).
+ * while recording, or from the artifact); `build(ctx, NULL)` releases the model it
+ * built. A compile releases the model built from the checkpoint and loads the
+ * program it wrote, so the process runs from the mapping as every later one will
+ * (and holds one component's weights on the heap at a time, not all of them). On
+ * success the model is the caller's and *keep the artifact it maps (close it after
+ * the model; with DL_CACHE_OFF, NULL).
  * Concurrent compiles of one key are serialised by a lock; a compile killed at any
  * point leaves nothing a later load accepts. Logs one line per compile. */
 typedef dl_status (*dl_program_build_fn)(void *ctx, dl_wsrc *ws);

@@ -34,8 +34,10 @@ const dl_cpu_features *dl_cpu(void) {
         int amx_os = (xcr0 & 0x60000) == 0x60000; /* XTILECFG and XTILEDATA enabled by the OS */
         g_cpu.amx_bf16 = g_cpu.avx512f && amx_os && ((d >> 24) & 1) && ((d >> 22) & 1);
         g_cpu.amx_int8 = g_cpu.avx512f && amx_os && ((d >> 24) & 1) && ((d >> 25) & 1);
+        g_cpu.vnni = g_cpu.avx512f && ((c >> 11) & 1);
         __cpuid_count(7, 1, a, b, c, d);
         g_cpu.avx512_bf16 = g_cpu.avx512f && ((a >> 5) & 1);
+        g_cpu.vnni |= g_cpu.avx2_fma && ((a >> 4) & 1);
     }
     g_cpu_done = 1;
     return &g_cpu;

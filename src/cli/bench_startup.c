@@ -42,6 +42,11 @@ static dl_status startup_build(void *c, dl_wsrc *ws) {
         dl_flux **m;
         int64_t g, t;
     } *x = c;
+    if (!ws) { /* release: the compile is reloaded from its program */
+        dl_flux_free(*x->m);
+        *x->m = NULL;
+        return DL_OK;
+    }
     return dl_flux_load(x->m, x->md, "transformer", x->g, x->g, x->t, DL_BF16, ws);
 }
 

@@ -21,8 +21,10 @@
  * Nothing is allocated per run: the staging (quantized x, s32 sums, a dequantized
  * panel) is one buffer shared by every int8 linear of the process, sized at creation
  * and taken under a lock, as the bf16-emulation staging is. */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +33,7 @@
 
 /* Q8_MAX_K: acc and z c[n] both lie within 255 x 127 x K, so their difference fits
  * an int32 (and c[n] a float exactly) while 2 x 255 x 127 x K < 2^31 */
-enum { Q8_PANEL = 2048, Q8_FEW_ROWS = 8, Q8_MAX_K = 33000 };
+enum { Q8_PANEL = 2048, Q8_FEW_ROWS = 8, Q8_MAX_K = DL_Q8_MAX_K };
 
 struct dl_q8 {
     dl_matmul_desc d;
@@ -82,7 +84,7 @@ static dnnl_status_t u8_pd(int64_t m, int64_t k, int64_t n, const dnnl_memory_de
     if ((st = dnnl_memory_desc_init_by_tag(&dst_md, 2, ddims, dnnl_s32, dnnl_ab)) != dnnl_success) return st;
     dnnl_matmul_desc_t md;
     if ((st = dnnl_matmul_desc_init(&md, &src_md, &wei_md, NULL, &dst_md)) != dnnl_success) return st;
-    return dnnl_primitive_desc_create(pd, &md, attr, g_eng, NULL);
+    return dnnl_primitive_desc_create(pd, &md, attr, dl_dnnl_eng, NULL);
 }
 
 /* the plain weights: q [N, K] row-major seen as [K, N] */
@@ -99,6 +101,10 @@ static pthread_once_t g_levels_once = PTHREAD_ONCE_INIT;
 static void levels_probe(void) {
     enum { M = 4, K = 256, N = 32 };
     g_levels = 127;
+    if (dl_dnnl_engine() != DL_OK) {
+        DL_WARN("int8: no oneDNN engine for the levels probe (%s); 7-bit activations", dl_last_error());
+        return;
+    }
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_t p = NULL;
     dnnl_memory_t ms = NULL, mw = NULL, md = NULL;
@@ -116,11 +122,11 @@ static void levels_probe(void) {
     dnnl_dims_t sdims = {M, K}, ddims = {M, N};
     dnnl_memory_desc_init_by_tag(&smd, 2, sdims, dnnl_u8, dnnl_ab);
     dnnl_memory_desc_init_by_tag(&dmd, 2, ddims, dnnl_s32, dnnl_ab);
-    if (dnnl_primitive_create(&p, pd) != dnnl_success || dnnl_memory_create(&ms, &smd, g_eng, x) != dnnl_success ||
-        dnnl_memory_create(&mw, wmd, g_eng, qp) != dnnl_success || dnnl_memory_create(&md, &dmd, g_eng, y) != dnnl_success)
+    if (dnnl_primitive_create(&p, pd) != dnnl_success || dnnl_memory_create(&ms, &smd, dl_dnnl_eng, x) != dnnl_success ||
+        dnnl_memory_create(&mw, wmd, dl_dnnl_eng, qp) != dnnl_success || dnnl_memory_create(&md, &dmd, dl_dnnl_eng, y) != dnnl_success)
         goto out;
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
-    if (dnnl_primitive_execute(p, g_stream, 3, args) != dnnl_success || dnnl_stream_wait(g_stream) != dnnl_success) goto out;
+    if (dnnl_primitive_execute(p, dl_dnnl_stream, 3, args) != dnnl_success || dnnl_stream_wait(dl_dnnl_stream) != dnnl_success) goto out;
     int exact = 1;
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) exact &= y[m * N + n] == 255 * K * (n % 3 == 0 ? -127 : 127);
@@ -134,8 +140,11 @@ out:
     dl_aligned_free(qp);
     free(x), free(q), free(y);
     DL_DEBUG("int8 activations: %d levels (u8 x s8 %s over the whole range)", g_levels,
-             g_levels == 255 ? "exact" : "saturates");
+             g_levels == 255 ? "exact" : "saturates or could not be measured");
 }
+
+static atomic_int g_created;
+int dl_q8_count(void) { return atomic_load(&g_created); }
 
 int dl_q8_levels(void) {
     pthread_once(&g_levels_once, levels_probe);
@@ -158,16 +167,22 @@ static void quant_w_fn(void *ctx, int ith, int nth) {
         const float *w = c->w + r * c->k;
         int8_t *q = c->q + r * c->k;
         float mx = 0.f;
-        for (int64_t i = 0; i < c->k; i++) mx = fmaxf(mx, fabsf(w[i]));
-        float s = mx > 0.f ? mx / 127.f : 1.f;
-        int64_t sum = 0;
+        int bad = 0;
         for (int64_t i = 0; i < c->k; i++) {
+            mx = fabsf(w[i]) > mx ? fabsf(w[i]) : mx;
+            bad |= !isfinite(w[i]);
+        }
+        float s = mx / 127.f;
+        if (!(s >= FLT_MIN)) s = 1.f; /* an all-zero (or all-subnormal) channel: q = 0 */
+        int64_t sum = 0;
+        for (int64_t i = 0; i < c->k && !bad; i++) {
             float v = nearbyintf(w[i] / s);
             v = v > 127.f ? 127.f : v < -127.f ? -127.f : v;
             q[i] = (int8_t)v;
             sum += q[i];
         }
-        c->aux[r] = isfinite(mx) ? s : NAN; /* a non-finite weight poisons its channel, as it would in f32 */
+        if (bad) memset(q, 0, (size_t)c->k); /* a non-finite weight poisons its channel, as it would in f32 */
+        c->aux[r] = bad ? NAN : s;
         c->aux[c->n + r] = (float)sum;
     }
 }
@@ -182,7 +197,7 @@ dl_status dl_q8_quantize(const float *w, int64_t n, int64_t k, int8_t *q, float 
 typedef struct {
     const float *w;
     int64_t k, n;
-    double err[256], ref[256];
+    double *err, *ref; /* per thread */
 } werr_ctx;
 
 static void werr_fn(void *ctx, int ith, int nth) {
@@ -193,25 +208,30 @@ static void werr_fn(void *ctx, int ith, int nth) {
     for (int64_t r = b; r < e; r++) {
         const float *w = c->w + r * c->k;
         float mx = 0.f;
-        for (int64_t i = 0; i < c->k; i++) mx = fmaxf(mx, fabsf(w[i]));
-        float s = mx > 0.f ? mx / 127.f : 1.f;
+        for (int64_t i = 0; i < c->k; i++) mx = fabsf(w[i]) > mx ? fabsf(w[i]) : mx;
+        float s = mx / 127.f;
+        if (!(s >= FLT_MIN)) s = 1.f;
         for (int64_t i = 0; i < c->k; i++) {
             double d = (double)nearbyintf(w[i] / s) * s - w[i];
             err += d * d;
             ref += (double)w[i] * w[i];
         }
     }
-    if (ith < 256) c->err[ith] = err, c->ref[ith] = ref;
+    c->err[ith] = err, c->ref[ith] = ref;
 }
 
 double dl_q8_weight_error(const float *w, int64_t n, int64_t k) {
-    werr_ctx *c = calloc(1, sizeof *c);
-    if (!c) return INFINITY;
-    c->w = w, c->n = n, c->k = k;
-    dl_parallel(werr_fn, c);
+    const int nt = dl_threads() > 0 ? dl_threads() : 1;
+    werr_ctx c = {w, k, n, calloc((size_t)nt, sizeof(double)), calloc((size_t)nt, sizeof(double))};
     double err = 0, ref = 0;
-    for (int i = 0; i < 256; i++) err += c->err[i], ref += c->ref[i];
-    free(c);
+    if (c.err && c.ref) {
+        dl_parallel(werr_fn, &c);
+        for (int i = 0; i < nt; i++) err += c.err[i], ref += c.ref[i];
+    } else {
+        err = INFINITY;
+    }
+    free(c.err), free(c.ref);
+    if (!isfinite(err) || !isfinite(ref)) return INFINITY; /* non-finite weights: never "fits int8" */
     return ref > 0 ? sqrt(err / ref) : 0;
 }
 
@@ -275,16 +295,16 @@ static dl_status make_w8a8(dl_q8 *q, const int8_t *plain_q, const dl_packed *pk)
     }
     q->layout_bytes = dl_dnnl_md_serialize(wei_md, q->layout) * 8;
     DNNL_TRY(dnnl_primitive_create(&q->prim, pd), "primitive creation");
-    DNNL_TRY(dnnl_memory_create(&q->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), g_eng, DNNL_MEMORY_NONE),
+    DNNL_TRY(dnnl_memory_create(&q->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), dl_dnnl_eng, DNNL_MEMORY_NONE),
              "src memory");
-    DNNL_TRY(dnnl_memory_create(&q->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), g_eng, DNNL_MEMORY_NONE),
+    DNNL_TRY(dnnl_memory_create(&q->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), dl_dnnl_eng, DNNL_MEMORY_NONE),
              "dst memory");
-    DNNL_TRY(dnnl_memory_create(&q->wei, wei_md, g_eng, (void *)q->w), "weights memory");
+    DNNL_TRY(dnnl_memory_create(&q->wei, wei_md, dl_dnnl_eng, (void *)q->w), "weights memory");
     const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t sp = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
     if (sp) {
         if (!(q->sbuf = dl_aligned_alloc(sp))) goto nomem;
-        DNNL_TRY(dnnl_memory_create(&q->scratch, sp_md, g_eng, q->sbuf), "scratchpad memory");
+        DNNL_TRY(dnnl_memory_create(&q->scratch, sp_md, dl_dnnl_eng, q->sbuf), "scratchpad memory");
     }
     DL_DEBUG("int8 w8a8 M=%lld K=%lld N=%lld: %s", (long long)d->m, (long long)d->k, (long long)d->n, dl_dnnl_impl(pd));
     goto err;
@@ -358,6 +378,7 @@ dl_status dl_q8_new(dl_q8 **out, const dl_matmul_desc *d, const void *w, dl_dtyp
     if ((s = dl_staging_reserve(&g_q, stage_bytes(d), "int8")) != DL_OK) goto err;
     dl_aligned_free(plain);
     free(wf);
+    atomic_fetch_add(&g_created, 1);
     *out = q;
     return DL_OK;
 nomem:
@@ -424,7 +445,7 @@ static void quant_x_fn(void *ctx, int ith, int nth) {
             continue;
         }
         float a = (hi - lo) / L;
-        if (!(a > 0.f)) a = 1.f;                  /* an all-zero row */
+        if (!(a >= FLT_MIN)) a = 1.f; /* an all-zero (or all-subnormal) row: xq = z = 0 */
         float z = nearbyintf(-lo / a), inv = 1.f / a;
         for (int64_t k0 = 0; k0 < K; k0 += 512) {
             int64_t nk = K - k0 < 512 ? K - k0 : 512;
@@ -528,8 +549,8 @@ dl_status dl_q8_run(dl_q8 *q, const void *x, void *y) {
         args[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, q->wei};
         args[na++] = (dnnl_exec_arg_t){DNNL_ARG_DST, q->dst};
         if (q->scratch) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, q->scratch};
-        DNNL_TRY(dnnl_primitive_execute(q->prim, g_stream, na, args), "int8 matmul");
-        DNNL_TRY(dnnl_stream_wait(g_stream), "stream wait");
+        DNNL_TRY(dnnl_primitive_execute(q->prim, dl_dnnl_stream, na, args), "int8 matmul");
+        DNNL_TRY(dnnl_stream_wait(dl_dnnl_stream), "stream wait");
     } else {
         size_t off = 0;
         c.xf = x;

@@ -29,15 +29,15 @@
 #include "kernels/kernels_impl.h"
 #include "kernels/onednn_impl.h"
 
-dnnl_engine_t g_eng;
-dnnl_stream_t g_stream;
+dnnl_engine_t dl_dnnl_eng;
+dnnl_stream_t dl_dnnl_stream;
 static dnnl_status_t g_init_status = dnnl_success;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void init_once(void) {
-    g_init_status = dnnl_engine_create(&g_eng, dnnl_cpu, 0);
+    g_init_status = dnnl_engine_create(&dl_dnnl_eng, dnnl_cpu, 0);
     if (g_init_status == dnnl_success)
-        g_init_status = dnnl_stream_create(&g_stream, g_eng, dnnl_stream_default_flags);
+        g_init_status = dnnl_stream_create(&dl_dnnl_stream, dl_dnnl_eng, dnnl_stream_default_flags);
 }
 
 dl_status dl_dnnl_engine(void) {
@@ -311,13 +311,13 @@ dl_status dl_dnnl_reorder(const dnnl_memory_desc_t *from_md, const void *from, c
     dnnl_memory_t a = NULL, b = NULL;
     dnnl_primitive_desc_t rpd = NULL;
     dnnl_primitive_t r = NULL;
-    DNNL_TRY(dnnl_memory_create(&a, from_md, g_eng, (void *)from), "weights memory (from)");
-    DNNL_TRY(dnnl_memory_create(&b, to_md, g_eng, to), "weights memory (to)");
-    DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, from_md, g_eng, to_md, g_eng, NULL), "weights reorder descriptor");
+    DNNL_TRY(dnnl_memory_create(&a, from_md, dl_dnnl_eng, (void *)from), "weights memory (from)");
+    DNNL_TRY(dnnl_memory_create(&b, to_md, dl_dnnl_eng, to), "weights memory (to)");
+    DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, from_md, dl_dnnl_eng, to_md, dl_dnnl_eng, NULL), "weights reorder descriptor");
     DNNL_TRY(dnnl_primitive_create(&r, rpd), "weights reorder");
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, a}, {DNNL_ARG_TO, b}};
-    DNNL_TRY(dnnl_primitive_execute(r, g_stream, 2, args), "weights reorder run");
-    DNNL_TRY(dnnl_stream_wait(g_stream), "stream wait");
+    DNNL_TRY(dnnl_primitive_execute(r, dl_dnnl_stream, 2, args), "weights reorder run");
+    DNNL_TRY(dnnl_stream_wait(dl_dnnl_stream), "stream wait");
 err:
     if (r) dnnl_primitive_destroy(r);
     if (rpd) dnnl_primitive_desc_destroy(rpd);
@@ -362,6 +362,11 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
         dnnl_memory_desc_t plain;
         op->plain_w(op, cdt, &plain);
         if ((s = dl_dnnl_md_parse(pk->layout, pk->layout_bytes, &plain, pk->bytes, &from_md)) != DL_OK) goto err;
+        if (from_md.data_type != plain.data_type) { /* e.g. int8 weights whose scales entry is missing */
+            s = dl_fail(DL_ERR_FORMAT, "packed weights: recorded as data type %d, this layer computes in %s",
+                        (int)from_md.data_type, dl_dtype_name(cdt));
+            goto err;
+        }
         from = pk->data;
         if (dnnl_memory_desc_equal(&from_md, wei_md)) {
             in_place = pk->data;
@@ -396,18 +401,18 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
         from = wsrc;
     }
     DNNL_TRY(dnnl_primitive_create(&p->prim, pd), "primitive creation");
-    DNNL_TRY(dnnl_memory_create(&p->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), g_eng,
+    DNNL_TRY(dnnl_memory_create(&p->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), dl_dnnl_eng,
                                 DNNL_MEMORY_NONE), "src memory");
-    DNNL_TRY(dnnl_memory_create(&p->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), g_eng,
+    DNNL_TRY(dnnl_memory_create(&p->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), dl_dnnl_eng,
                                 DNNL_MEMORY_NONE), "dst memory");
     if (in_place) {
         p->wext = in_place;
-        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, g_eng, (void *)in_place), "weights memory");
+        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, dl_dnnl_eng, (void *)in_place), "weights memory");
     } else {
         p->wbuf = dl_aligned_alloc(p->wbytes);
         if (!p->wbuf) goto nomem;
         if ((s = dl_dnnl_reorder(&from_md, from, wei_md, p->wbuf)) != DL_OK) goto err;
-        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, g_eng, p->wbuf), "weights memory");
+        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, dl_dnnl_eng, p->wbuf), "weights memory");
     }
     p->layout_bytes = dl_dnnl_md_serialize(wei_md, p->layout) * 8;
     if (bias) { /* copied: the caller's buffer need not outlive the primitive */
@@ -416,14 +421,14 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
         p->bbuf = dl_aligned_alloc(bb);
         if (!p->bbuf) goto nomem;
         memcpy(p->bbuf, bias, bb);
-        DNNL_TRY(dnnl_memory_create(&p->bias, b_md, g_eng, p->bbuf), "bias memory");
+        DNNL_TRY(dnnl_memory_create(&p->bias, b_md, dl_dnnl_eng, p->bbuf), "bias memory");
     }
     const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t sp = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
     if (sp) {
         p->sbuf = dl_aligned_alloc(sp);
         if (!p->sbuf) goto nomem;
-        DNNL_TRY(dnnl_memory_create(&p->scratch, sp_md, g_eng, p->sbuf), "scratchpad memory");
+        DNNL_TRY(dnnl_memory_create(&p->scratch, sp_md, dl_dnnl_eng, p->sbuf), "scratchpad memory");
     }
     if (p->emu) { /* staging: the widened input, then the f32 output when the caller wants bf16 */
         size_t src_b = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0));
@@ -455,8 +460,8 @@ static dl_status prim_exec(prim_state *p, const void *x, void *y) {
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, p->dst};
     if (p->bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, p->bias};
     if (p->scratch) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
-    DNNL_TRY(dnnl_primitive_execute(p->prim, g_stream, n, args), "execute");
-    DNNL_TRY(dnnl_stream_wait(g_stream), "stream wait");
+    DNNL_TRY(dnnl_primitive_execute(p->prim, dl_dnnl_stream, n, args), "execute");
+    DNNL_TRY(dnnl_stream_wait(dl_dnnl_stream), "stream wait");
 err:
     return s;
 }
@@ -509,7 +514,7 @@ static dnnl_status_t mm_make_pd(const op_spec *op, dl_dtype cdt, int emu, const 
     dnnl_matmul_desc_t md;
     if ((st = dnnl_matmul_desc_init(&md, &src_md, &wei_md, op->has_bias ? &bias_md : NULL, &dst_md)) != dnnl_success)
         return st;
-    return dnnl_primitive_desc_create(pd, &md, attr, g_eng, NULL);
+    return dnnl_primitive_desc_create(pd, &md, attr, dl_dnnl_eng, NULL);
 }
 
 static void mm_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) {
@@ -643,7 +648,7 @@ static dnnl_status_t cv_make_pd(const op_spec *op, dl_dtype cdt, int emu, const 
                                                  &wei_md, op->has_bias ? &bias_md : NULL, &dst_md, strides, pad,
                                                  pad)) != dnnl_success)
         return st;
-    return dnnl_primitive_desc_create(pd, &cd, attr, g_eng, NULL);
+    return dnnl_primitive_desc_create(pd, &cd, attr, dl_dnnl_eng, NULL);
 }
 
 static void cv_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) {
@@ -728,7 +733,7 @@ static dnnl_status_t dc_make_pd(const op_spec *op, dl_dtype cdt, int emu, const 
                                                    &wei_md, op->has_bias ? &bias_md : NULL, &dst_md, strides, pad,
                                                    pad)) != dnnl_success)
         return st;
-    return dnnl_primitive_desc_create(pd, &dd, attr, g_eng, NULL);
+    return dnnl_primitive_desc_create(pd, &dd, attr, dl_dnnl_eng, NULL);
 }
 
 /* a convolution (deconv 0) or a transposed convolution (deconv 1, PyTorch's

@@ -9,8 +9,8 @@
 
 #include "difflet/kernels.h"
 
-extern dnnl_engine_t g_eng;
-extern dnnl_stream_t g_stream;
+extern dnnl_engine_t dl_dnnl_eng;
+extern dnnl_stream_t dl_dnnl_stream;
 
 /* The CPU engine and stream, created once (an error when oneDNN cannot). */
 dl_status dl_dnnl_engine(void);

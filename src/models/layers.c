@@ -185,13 +185,14 @@ static dl_quant art_quant(const dl_artifact *a, const char *name, dl_packed *pk)
     return DL_QUANT_NONE;
 }
 
-/* The scheme of one linear under a component's scheme. A layer with a short K (patch
- * and timestep embeddings: the first layers, whose error every later one sees, and
- * cheap) keeps the activation dtype, as does one whose weights int8 cannot hold:
+/* The scheme of one linear under a component's scheme. A layer with K under 32 (a
+ * token's activations quantized over so few values lose too much; such layers are
+ * patch embeddings of small models, and cheap) or over DL_Q8_MAX_K keeps the
+ * activation dtype, as does one whose weights int8 cannot hold:
  * relative error of the per-channel quantization (measured here) above 2 %, i.e.
  * weights with outlier columns. The rest take the scheme. */
 static dl_quant lin_quant(dl_quant scheme, int64_t k, int64_t n, const float *w) {
-    if (scheme == DL_QUANT_NONE || k < 64) return DL_QUANT_NONE;
+    if (scheme == DL_QUANT_NONE || k < 32 || k > DL_Q8_MAX_K) return DL_QUANT_NONE;
     double e = dl_q8_weight_error(w, n, k);
     if (e > 0.02) {
         DL_DEBUG("linear %lldx%lld stays unquantized: int8 weight error %.3f", (long long)n, (long long)k, e);

@@ -107,6 +107,16 @@ static dl_status build_component(void *ctx, dl_wsrc *ws) {
     build_ctx *b = ctx;
     dl_flux_pipeline *p = b->p;
     dl_dtype dt = p->shape.dt;
+    if (!ws) { /* release what was built: dl_program_get reloads it from the program just written */
+        switch (b->which) {
+        case 0: dl_clip_text_free(p->clip), p->clip = NULL; break;
+        case 1: dl_t5_encoder_free(p->t5), p->t5 = NULL; break;
+        case 2: dl_vae_decoder_free(p->vae), p->vae = NULL; break;
+        case 4: dl_vae_encoder_free(p->enc), p->enc = NULL; break;
+        default: dl_flux_free(p->tr), p->tr = NULL;
+        }
+        return DL_OK;
+    }
     switch (b->which) {
     case 0: return dl_clip_text_load(&p->clip, p->dir, "text_encoder", p->clip_len, dt, ws);
     case 1: return dl_t5_encoder_load(&p->t5, p->dir, "text_encoder_2", p->T, dt, ws);

@@ -110,6 +110,16 @@ static dl_status build_component(void *ctx, dl_wsrc *ws) {
     hv_pipe *p = b->p;
     dl_dtype dt = p->shape.dt;
     const dl_dit_split *sp = p->par ? &p->par->split : NULL;
+    if (!ws) { /* release what was built: dl_program_get reloads it from the program just written */
+        switch (b->which) {
+        case C_TEXT: dl_qwen2_text_free(p->te), p->te = NULL; break;
+        case C_TEXT2: dl_clip_text_free(p->clip), p->clip = NULL; break;
+        case C_VAE: dl_hunyuan_vae_free(p->vae), p->vae = NULL; break;
+        case C_PROBE: dl_hunyuan_probe_free(p->probe), p->probe = NULL; break;
+        default: dl_hunyuan_video_free(p->tr), p->tr = NULL;
+        }
+        return DL_OK;
+    }
     switch (b->which) {
     case C_TEXT: return dl_qwen2_text_load(&p->te, p->dir, "text_encoder", p->crop + p->T, dt, ws);
     case C_TEXT2: return dl_clip_text_load(&p->clip, p->dir, "text_encoder_2", CLIP_LEN, dt, ws);

@@ -140,6 +140,18 @@ static dl_status build_component(void *ctx, dl_wsrc *ws) {
     lt_pipe *p = b->p;
     const dl_dtype dt = p->shape.dt;
     const dl_dit_split *sp = p->par ? &p->par->split : NULL;
+    if (!ws) { /* release what was built: dl_program_get reloads it from the program just written */
+        switch (b->which) {
+        case C_TEXT: dl_gemma3_text_free(p->te), p->te = NULL; break;
+        case C_CONN: dl_ltx2_connectors_free(p->cn), p->cn = NULL; break;
+        case C_VAE: dl_ltx2_vae_free(p->vae), p->vae = NULL; break;
+        case C_AVAE: dl_ltx2_audio_vae_free(p->avae), p->avae = NULL; break;
+        case C_VOC: dl_ltx2_vocoder_free(p->voc), p->voc = NULL; break;
+        case C_PROBE: dl_ltx2_probe_free(p->probe), p->probe = NULL; break;
+        default: dl_ltx2_transformer_free(p->tr), p->tr = NULL;
+        }
+        return DL_OK;
+    }
     switch (b->which) {
     case C_TEXT: return dl_gemma3_text_load(&p->te, p->dir, "text_encoder", p->T, dt, ws);
     case C_CONN: return dl_ltx2_connectors_load(&p->cn, p->dir, "connectors", p->T, dt, ws);

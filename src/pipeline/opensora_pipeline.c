@@ -125,6 +125,15 @@ static dl_status build_component(void *ctx, dl_wsrc *ws) {
     os_pipe *p = b->p;
     dl_dtype dt = p->shape.dt;
     const dl_dit_split *sp = p->par ? &p->par->split : NULL;
+    if (!ws) { /* release what was built: dl_program_get reloads it from the program just written */
+        switch (b->which) {
+        case C_TEXT: dl_t5_encoder_free(p->te), p->te = NULL; break;
+        case C_VAE: dl_opensora_vae_free(p->vae), p->vae = NULL; break;
+        case C_PROBE: dl_stdit3_probe_free(p->probe), p->probe = NULL; break;
+        default: dl_stdit3_free(p->tr), p->tr = NULL;
+        }
+        return DL_OK;
+    }
     switch (b->which) {
     case C_TEXT: return dl_t5_encoder_load(&p->te, p->dir, "text_encoder", p->T, DL_F32, ws); /* T5Embedder's f32 */
     case C_VAE:

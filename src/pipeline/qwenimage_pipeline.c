@@ -85,6 +85,14 @@ typedef struct {
 static dl_status build_component(void *ctx, dl_wsrc *ws) {
     build_ctx *b = ctx;
     qi_pipe *p = b->p;
+    if (!ws) { /* release what was built: dl_program_get reloads it from the program just written */
+        switch (b->which) {
+        case C_TEXT: dl_qwen2_text_free(p->te), p->te = NULL; break;
+        case C_VAE: dl_wan_vae_free(p->vae), p->vae = NULL; break;
+        default: dl_qwenimage_free(p->tr), p->tr = NULL;
+        }
+        return DL_OK;
+    }
     switch (b->which) {
     case C_TEXT: return dl_qwen2_text_load(&p->te, p->dir, "text_encoder", p->S, p->shape.dt, ws);
     case C_VAE: return dl_wan_vae_load(&p->vae, p->dir, "vae", 1, p->lh, p->lw, p->shape.dt, ws);

@@ -103,6 +103,15 @@ static dl_status build_component(void *ctx, dl_wsrc *ws) {
     build_ctx *b = ctx;
     wan_pipe *p = b->p;
     dl_dtype dt = p->shape.dt;
+    if (!ws) { /* release what was built: dl_program_get reloads it from the program just written */
+        switch (b->which) {
+        case C_TEXT: dl_t5_encoder_free(p->te), p->te = NULL; break;
+        case C_VAE: dl_wan_vae_free(p->vae), p->vae = NULL; break;
+        case C_PROBE: dl_wan_probe_free(p->probe), p->probe = NULL; break;
+        default: dl_wan_free(p->tr), p->tr = NULL;
+        }
+        return DL_OK;
+    }
     switch (b->which) {
     case C_TEXT: return dl_t5_encoder_load(&p->te, p->dir, "text_encoder", p->T, dt, ws);
     case C_VAE: return dl_wan_vae_load(&p->vae, p->dir, "vae", p->lf, p->lh, p->lw, dt, ws);

@@ -310,6 +310,20 @@ dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *
                 g_stats.compiles++;
                 DL_INFO("compiled %s: key %s, %.2f s, weights %.1f MiB, arena %.1f MiB", component, id, secs,
                         (double)wb / 1048576.0, (double)arena / 1048576.0);
+                /* run from the program just written: the heap copy of its weights goes */
+                build(ctx, NULL);
+                dl_artifact *got = NULL;
+                if ((s = try_load(dir, key_json, &got)) == DL_OK) {
+                    dl_wsrc lw = {.art = got};
+                    if ((s = build(ctx, &lw)) == DL_OK)
+                        *keep = got;
+                    else
+                        dl_artifact_close(got);
+                }
+                if (s != DL_OK)
+                    s = dl_fail(s, "program %s (%s): compiled, but cannot be loaded: %s", component, id, dl_last_error());
+                close(lfd);
+                return s;
             }
         }
         if (s != DL_OK) {
