@@ -362,9 +362,9 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
         dnnl_memory_desc_t plain;
         op->plain_w(op, cdt, &plain);
         if ((s = dl_dnnl_md_parse(pk->layout, pk->layout_bytes, &plain, pk->bytes, &from_md)) != DL_OK) goto err;
-        if (from_md.data_type != plain.data_type) { /* e.g. int8 weights whose scales entry is missing */
-            s = dl_fail(DL_ERR_FORMAT, "packed weights: recorded as data type %d, this layer computes in %s",
-                        (int)from_md.data_type, dl_dtype_name(cdt));
+        if (from_md.data_type == dnnl_s8) { /* int8 weights whose scales entry is missing: never reordered to floats */
+            s = dl_fail(DL_ERR_FORMAT, "packed weights: recorded as int8 without their scales, for a %s layer",
+                        dl_dtype_name(dt));
             goto err;
         }
         from = pk->data;
