@@ -114,6 +114,12 @@ static void test_shape(int64_t M, int64_t K, int64_t N, dl_quant quant, dl_dtype
     dl_matmul *bad = NULL;
     CHECK(dl_matmul_new_packed(&bad, &d, &noaux, bias) == DL_ERR_FORMAT, "int8 weights without scales refused");
     dl_matmul_free(bad);
+    bad = NULL;
+    dl_matmul_desc dfloat = d; /* ... and by a float layer (its `#q8` entry lost): never read as floats */
+    dfloat.quant = DL_QUANT_NONE;
+    CHECK(dl_matmul_new_packed(&bad, &dfloat, &noaux, bias) == DL_ERR_FORMAT, "int8 weights refused by a float layer: %s",
+          dl_last_error());
+    dl_matmul_free(bad);
 out:
     dl_matmul_free(mm);
     dl_matmul_free(mm2);
