@@ -415,6 +415,43 @@ typedef struct {
     int levels;
 } run_ctx;
 
+/* The per-element loops, compiled twice (baseline x86-64 and AVX2) and picked at
+ * load by the CPU (GCC's target_clones). They are plain IEEE operations in one
+ * order per element (no reassociated sums), so both versions give the same bits. */
+#define Q8_CLONES __attribute__((target_clones("avx2", "default")))
+
+/* range of a block: min/max with 0 as the vector min/max instructions take them */
+Q8_CLONES static void range_blk(const float *x, int64_t n, float *lo, float *hi, int *nan) {
+    float l = *lo, h = *hi;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        l = x[i] < l ? x[i] : l;
+        h = x[i] > h ? x[i] : h;
+        bad |= x[i] != x[i];
+    }
+    *lo = l, *hi = h, *nan |= bad;
+}
+
+Q8_CLONES static void quant_blk(const float *x, int64_t n, float inv, float z, float L, uint8_t *q) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i] * inv + z;
+        v = v < 0.f ? 0.f : v > L ? L : v;
+        q[i] = (uint8_t)(int32_t)(v + 0.5f);
+    }
+}
+
+/* f[n] = (acc[n] - z c[n]) a s[n], a block at a time: acc and f are the same bytes */
+Q8_CLONES static void rescale_row(void *row, const int32_t *cs, const float *s, float a, int32_t z, int64_t N) {
+    for (int64_t n0 = 0; n0 < N; n0 += 256) {
+        const int64_t nb = N - n0 < 256 ? N - n0 : 256;
+        int32_t acc[256];
+        float t[256];
+        memcpy(acc, (const int32_t *)row + n0, (size_t)nb * 4);
+        for (int64_t i = 0; i < nb; i++) t[i] = (float)(acc[i] - z * cs[n0 + i]) * (a * s[n0 + i]);
+        memcpy((float *)row + n0, t, (size_t)nb * 4);
+    }
+}
+
 /* every row of x to u8 with its own scale and zero point */
 static void quant_x_fn(void *ctx, int ith, int nth) {
     const run_ctx *c = ctx;
@@ -432,11 +469,7 @@ static void quant_x_fn(void *ctx, int ith, int nth) {
         for (int64_t k0 = 0; k0 < K; k0 += 512) { /* the range, a block of the row at a time */
             int64_t nk = K - k0 < 512 ? K - k0 : 512;
             dl_kernels()->convert(DL_F32, row, d->dt, xr + (size_t)k0 * dl_dtype_size(d->dt), nk);
-            for (int64_t i = 0; i < nk; i++) { /* min/max as the vector instructions do them */
-                lo = row[i] < lo ? row[i] : lo;
-                hi = row[i] > hi ? row[i] : hi;
-                nan |= row[i] != row[i];
-            }
+            range_blk(row, nk, &lo, &hi, &nan);
         }
         if (nan || !isfinite(hi - lo)) { /* a non-finite input poisons its row, as it would in f32 */
             memset(q, 0, (size_t)K);
@@ -450,11 +483,7 @@ static void quant_x_fn(void *ctx, int ith, int nth) {
         for (int64_t k0 = 0; k0 < K; k0 += 512) {
             int64_t nk = K - k0 < 512 ? K - k0 : 512;
             dl_kernels()->convert(DL_F32, row, d->dt, xr + (size_t)k0 * dl_dtype_size(d->dt), nk);
-            for (int64_t i = 0; i < nk; i++) {
-                float v = row[i] * inv + z;
-                v = v < 0.f ? 0.f : v > L ? L : v;
-                q[k0 + i] = (uint8_t)(v + 0.5f);
-            }
+            quant_blk(row, nk, inv, z, L, q + k0);
         }
         c->rs[2 * m] = a;
         c->rs[2 * m + 1] = z;
@@ -472,12 +501,7 @@ static void epilogue_fn(void *ctx, int ith, int nth) {
     dl_split(d->m, ith, nth, &b, &e);
     for (int64_t m = b; m < e; m++) {
         float *f = (float *)c->acc + m * N;
-        if (d->quant == DL_QUANT_W8A8) {
-            const int32_t *acc = (const int32_t *)c->acc + m * N;
-            const float a = c->rs[2 * m];
-            const int32_t z = (int32_t)c->rs[2 * m + 1];
-            for (int64_t n = 0; n < N; n++) f[n] = (float)(acc[n] - z * q->csum[n]) * (a * s[n]);
-        }
+        if (d->quant == DL_QUANT_W8A8) rescale_row(f, q->csum, s, c->rs[2 * m], (int32_t)c->rs[2 * m + 1], N);
         if (q->bias)
             for (int64_t n = 0; n < N; n++) f[n] += q->bias[n];
         if (d->act != DL_ACT_NONE) dl_kernels()->activation(d->act, DL_F32, f, f, N);
