@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -164,6 +165,10 @@ while time.time() - t0 < 60:
         break
     time.sleep(0.05)
 check(new, "a new DDiT world after the kill")
+# the killed mpirun could not remove its Open MPI session directory: the supervisor does
+sess = os.path.join(os.environ.get("TMPDIR") or "/tmp", "ompi.%s.%d" % (socket.gethostname().split(".")[0], os.getuid()),
+                    "pid.%d" % pid)
+check(not os.path.exists(sess), f"the killed world's Open MPI session directory is swept: {sess}")
 for i, vid in enumerate(ids):
     if vid:
         compare(s, vid, i, 30, "after the kill, request")

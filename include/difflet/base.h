@@ -126,6 +126,9 @@ dl_status dl_file_write_atomic(const char *path, const void *data, size_t len);
 int dl_file_exists(const char *path);
 /* mkdir -p (mode 0755); an existing directory is fine. */
 dl_status dl_mkdir_p(const char *path);
+/* Remove a file or a directory tree (symbolic links are removed, never followed);
+ * what cannot be removed stays, silently. */
+void dl_rm_rf(const char *path);
 
 /* The same, streamed: open a temporary file beside `path`, write pieces, then
  * commit (fsync, rename, fsync the directory) or abort (unlink). */

@@ -2,6 +2,7 @@
  * read-only shared mappings, and the monotonic clock. */
 #include "difflet/base.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -207,4 +208,21 @@ double dl_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void dl_rm_rf(const char *path) {
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+            struct stat st;
+            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) dl_rm_rf(p);
+            else unlink(p);
+        }
+        closedir(d);
+    }
+    if (rmdir(path) != 0) unlink(path);
 }

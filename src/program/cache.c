@@ -187,29 +187,13 @@ static void nearest(const char *want, char *out, size_t n) {
     free(e);
 }
 
-static void rm_rf(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            char p[4200];
-            snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-            struct stat st;
-            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rm_rf(p);
-            else unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
 
 dl_status dl_cache_remove(const char *id) {
     char p[4096];
     if (strlen(id) != 16 || strspn(id, "0123456789abcdef") != 16) return dl_fail(DL_ERR_INVALID, "`%s` is not a program id", id);
     snprintf(p, sizeof p, "%s/programs/%s", dl_cache_dir(), id);
     if (!dl_file_exists(p)) return dl_fail(DL_ERR_IO, "no program %s in %s/programs", id, dl_cache_dir());
-    rm_rf(p);
+    dl_rm_rf(p);
     return DL_OK;
 }
 
@@ -263,7 +247,7 @@ dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *
                 return dl_fail(s, "program %s (%s) cannot be used: %s; run `difflet cache rm %s` or pass --recompile-on-mismatch",
                                component, id, dl_last_error(), id);
             DL_WARN("program %s (%s): %s; recompiling", component, id, dl_last_error());
-            rm_rf(dir);
+            dl_rm_rf(dir);
         }
         if (mode == DL_CACHE_NO_COMPILE) { /* name the nearest program of this component, if any */
             char why[600] = "";
@@ -287,7 +271,7 @@ dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *
             continue;
         }
         snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", root, id, (int)getpid());
-        rm_rf(tmp);
+        dl_rm_rf(tmp);
         dl_wsrc ws = {.quant = quant};
         double t0 = dl_now();
         if (mkdir(tmp, 0755) != 0) s = dl_fail(DL_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
@@ -328,7 +312,7 @@ dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *
         }
         if (s != DL_OK) {
             dl_artifact_writer_abort(ws.rec);
-            rm_rf(tmp);
+            dl_rm_rf(tmp);
         }
         close(lfd);
         return s;

@@ -234,6 +234,18 @@ static void kill_session(pid_t sid) {
     if (d) closedir(d);
 }
 
+/* A killed mpirun cannot remove its session directory on this host (Open MPI 4:
+ * $TMPDIR/ompi.<host up to its first dot>.<uid>/pid.<mpirun's pid>; a few MB of
+ * shared-memory backing files): every restart of a world would leave one. */
+static void sweep_mpi_session(pid_t pid) {
+    char host[256] = "", path[1024];
+    const char *tmp = getenv("TMPDIR");
+    if (gethostname(host, sizeof host - 1) != 0) return;
+    host[strcspn(host, ".")] = 0;
+    snprintf(path, sizeof path, "%s/ompi.%s.%u/pid.%d", tmp && *tmp ? tmp : "/tmp", host, (unsigned)getuid(), (int)pid);
+    dl_rm_rf(path);
+}
+
 /* without the lock: the wait for its exit is the point */
 static void reap_worker(worker *w, int kill_it) {
     if (w->pid <= 0) return;
@@ -241,7 +253,7 @@ static void reap_worker(worker *w, int kill_it) {
     if (kill_it) kill(w->pid, SIGKILL);
     int st;
     waitpid(w->pid, &st, 0); /* confirm the exit before a replacement starts */
-    if (w->mpi) kill_session(w->pid); /* no rank may outlive its job */
+    if (w->mpi) kill_session(w->pid), sweep_mpi_session(w->pid); /* no rank may outlive its job */
     close(w->fd);
     if (w->listening) unlink(w->sock);
     w->fd = -1;
