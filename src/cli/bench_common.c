@@ -36,11 +36,15 @@ int bench_rss_reset(void) {
 }
 
 double bench_matmul_peak(dl_dtype dt, int64_t M, int64_t K, int64_t Nn) {
+    return bench_matmul_rate(dt, DL_QUANT_NONE, M, K, Nn);
+}
+
+double bench_matmul_rate(dl_dtype dt, dl_quant quant, int64_t M, int64_t K, int64_t Nn) {
     const size_t es = dl_dtype_size(dt);
     void *w = malloc((size_t)(K * Nn) * es), *x = malloc((size_t)(M * K) * es), *y = malloc((size_t)(M * Nn) * es);
     double tb = INFINITY;
     dl_matmul *mm;
-    dl_matmul_desc d = {.m = M, .k = K, .n = Nn, .dt = dt, .dst_dt = dt};
+    dl_matmul_desc d = {.m = M, .k = K, .n = Nn, .dt = dt, .dst_dt = dt, .quant = quant};
     if (w && x && y) {
         dl_fill_uniform(dt, w, K * Nn, -0.05f, 0.05f, 9);
         dl_fill_uniform(dt, x, M * K, -1.f, 1.f, 10);

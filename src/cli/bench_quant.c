@@ -30,29 +30,6 @@ static const scheme k_schemes[] = {
     {"f32", DL_F32, DL_QUANT_NONE}, {"bf16", DL_BF16, DL_QUANT_NONE}, {"int8", DL_BF16, DL_QUANT_W8A8}, {"int8-wo", DL_BF16, DL_QUANT_W8}};
 enum { NS = sizeof k_schemes / sizeof k_schemes[0] };
 
-/* one projection's rate in a scheme, GFLOP/s (best of 3) */
-static double proj_rate(const scheme *s, int64_t M, int64_t K, int64_t N) {
-    size_t es = dl_dtype_size(s->dt);
-    float *w = malloc((size_t)(K * N) * 4);
-    void *x = malloc((size_t)(M * K) * es), *y = malloc((size_t)(M * N) * es);
-    double best = INFINITY;
-    dl_matmul *mm = NULL;
-    dl_matmul_desc d = {.m = M, .k = K, .n = N, .dt = s->dt, .dst_dt = s->dt, .quant = s->q};
-    if (w && x && y) {
-        dl_fill_uniform(DL_F32, w, K * N, -0.05f, 0.05f, 9);
-        dl_fill_uniform(s->dt, x, M * K, -1.f, 1.f, 10);
-        if (dl_matmul_new(&mm, &d, w, DL_F32, NULL) == DL_OK)
-            for (int i = 0; i < 3; i++) {
-                double t = dl_now();
-                dl_matmul_run(mm, x, y);
-                if (i && dl_now() - t < best) best = dl_now() - t;
-            }
-    }
-    dl_matmul_free(mm);
-    free(w), free(x), free(y);
-    return 2.0 * (double)M * (double)K * (double)N / best * 1e-9;
-}
-
 int cli_bench_int8(int argc, char **argv) {
     const char *json_path = NULL;
     int quick = 0, reps = 2;
@@ -121,7 +98,7 @@ int cli_bench_int8(int argc, char **argv) {
             e = fmax(e, fabs((double)out[si][i] - out[0][i]));
             mx = fmax(mx, fabs((double)out[0][i]));
         }
-        rate[si] = proj_rate(s, quick ? 1024 : N + T, 3072, 12288);
+        rate[si] = bench_matmul_rate(s->dt, s->q, quick ? 1024 : N + T, 3072, 12288);
         printf("  %-8s %10.3f %14.3g %16.0f\n", s->name, step[si], e / mx, rate[si]);
         fflush(stdout);
         cJSON *o = cJSON_CreateObject();

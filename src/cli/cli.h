@@ -65,6 +65,8 @@ void bench_rss_mib(double *cur, double *peak);
 int bench_rss_reset(void);
 /* the same-run oneDNN matmul rate in dt (GFLOP/s) at M x K x N */
 double bench_matmul_peak(dl_dtype dt, int64_t M, int64_t K, int64_t N);
+/* the same with int8 weights (quant: dl_matmul_desc.quant) */
+double bench_matmul_rate(dl_dtype dt, dl_quant quant, int64_t M, int64_t K, int64_t N);
 /* tools/bench/<script> in the tools virtualenv on the folder's inputs.safetensors; its JSON
  * line (NULL: not measured, the reason printed; DIFFLET_BENCH_PEER=off skips it) */
 struct cJSON *bench_run_peer(const char *script, const char *dir, int reps, int warm, dl_dtype dt);

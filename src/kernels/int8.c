@@ -294,18 +294,7 @@ static dl_status make_w8a8(dl_q8 *q, const int8_t *plain_q, const dl_packed *pk)
         q->w = q->wbuf;
     }
     q->layout_bytes = dl_dnnl_md_serialize(wei_md, q->layout) * 8;
-    DNNL_TRY(dnnl_primitive_create(&q->prim, pd), "primitive creation");
-    DNNL_TRY(dnnl_memory_create(&q->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), dl_dnnl_eng, DNNL_MEMORY_NONE),
-             "src memory");
-    DNNL_TRY(dnnl_memory_create(&q->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), dl_dnnl_eng, DNNL_MEMORY_NONE),
-             "dst memory");
-    DNNL_TRY(dnnl_memory_create(&q->wei, wei_md, dl_dnnl_eng, (void *)q->w), "weights memory");
-    const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    size_t sp = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
-    if (sp) {
-        if (!(q->sbuf = dl_aligned_alloc(sp))) goto nomem;
-        DNNL_TRY(dnnl_memory_create(&q->scratch, sp_md, dl_dnnl_eng, q->sbuf), "scratchpad memory");
-    }
+    if ((s = dl_dnnl_bind(pd, q->w, &q->prim, &q->src, &q->wei, &q->dst, &q->scratch, &q->sbuf)) != DL_OK) goto err;
     DL_DEBUG("int8 w8a8 M=%lld K=%lld N=%lld: %s", (long long)d->m, (long long)d->k, (long long)d->n, dl_dnnl_impl(pd));
     goto err;
 nomem:

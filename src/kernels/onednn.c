@@ -326,6 +326,26 @@ err:
     return s;
 }
 
+dl_status dl_dnnl_bind(const_dnnl_primitive_desc_t pd, const void *w, dnnl_primitive_t *prim, dnnl_memory_t *src,
+                       dnnl_memory_t *wei, dnnl_memory_t *dst, dnnl_memory_t *scratch, void **sbuf) {
+    dl_status s = DL_OK;
+    DNNL_TRY(dnnl_primitive_create(prim, pd), "primitive creation");
+    DNNL_TRY(dnnl_memory_create(src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), dl_dnnl_eng, DNNL_MEMORY_NONE),
+             "src memory");
+    DNNL_TRY(dnnl_memory_create(dst, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), dl_dnnl_eng, DNNL_MEMORY_NONE),
+             "dst memory");
+    DNNL_TRY(dnnl_memory_create(wei, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), dl_dnnl_eng, (void *)w),
+             "weights memory");
+    const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t sp = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
+    if (sp) {
+        if (!(*sbuf = dl_aligned_alloc(sp))) return dl_fail(DL_ERR_NOMEM, "oneDNN: out of memory for a scratchpad");
+        DNNL_TRY(dnnl_memory_create(scratch, sp_md, dl_dnnl_eng, *sbuf), "scratchpad memory");
+    }
+err:
+    return s;
+}
+
 /* Create the primitive of `op` in p. Fresh weights: `w` [wn] in w_dt, converted
  * (through bf16 when emulating bf16) and reordered. Packed weights (pk non-NULL):
  * used in place when this process's primitive takes their recorded layout, else
@@ -400,20 +420,16 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
         op->plain_w(op, cdt, &from_md);
         from = wsrc;
     }
-    DNNL_TRY(dnnl_primitive_create(&p->prim, pd), "primitive creation");
-    DNNL_TRY(dnnl_memory_create(&p->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), dl_dnnl_eng,
-                                DNNL_MEMORY_NONE), "src memory");
-    DNNL_TRY(dnnl_memory_create(&p->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), dl_dnnl_eng,
-                                DNNL_MEMORY_NONE), "dst memory");
     if (in_place) {
         p->wext = in_place;
-        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, dl_dnnl_eng, (void *)in_place), "weights memory");
     } else {
         p->wbuf = dl_aligned_alloc(p->wbytes);
         if (!p->wbuf) goto nomem;
         if ((s = dl_dnnl_reorder(&from_md, from, wei_md, p->wbuf)) != DL_OK) goto err;
-        DNNL_TRY(dnnl_memory_create(&p->wei, wei_md, dl_dnnl_eng, p->wbuf), "weights memory");
     }
+    if ((s = dl_dnnl_bind(pd, in_place ? in_place : p->wbuf, &p->prim, &p->src, &p->wei, &p->dst, &p->scratch, &p->sbuf)) !=
+        DL_OK)
+        goto err;
     p->layout_bytes = dl_dnnl_md_serialize(wei_md, p->layout) * 8;
     if (bias) { /* copied: the caller's buffer need not outlive the primitive */
         const dnnl_memory_desc_t *b_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
@@ -422,13 +438,6 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
         if (!p->bbuf) goto nomem;
         memcpy(p->bbuf, bias, bb);
         DNNL_TRY(dnnl_memory_create(&p->bias, b_md, dl_dnnl_eng, p->bbuf), "bias memory");
-    }
-    const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    size_t sp = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
-    if (sp) {
-        p->sbuf = dl_aligned_alloc(sp);
-        if (!p->sbuf) goto nomem;
-        DNNL_TRY(dnnl_memory_create(&p->scratch, sp_md, dl_dnnl_eng, p->sbuf), "scratchpad memory");
     }
     if (p->emu) { /* staging: the widened input, then the f32 output when the caller wants bf16 */
         size_t src_b = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0));

@@ -24,6 +24,11 @@ size_t dl_dnnl_md_serialize(const dnnl_memory_desc_t *md, int64_t *f);
 /* Parse such a record: it must describe the dims of `plain` and exactly `bytes`. */
 dl_status dl_dnnl_md_parse(const void *rec, size_t rec_bytes, const dnnl_memory_desc_t *plain, size_t bytes,
                            dnnl_memory_desc_t *md);
+/* A primitive of pd and its memory objects: src and dst bound at each run, the
+ * weights over w (pd's weights layout), a user scratchpad allocated in *sbuf. On
+ * failure what was made is the caller's to destroy. */
+dl_status dl_dnnl_bind(const_dnnl_primitive_desc_t pd, const void *w, dnnl_primitive_t *prim, dnnl_memory_t *src,
+                       dnnl_memory_t *wei, dnnl_memory_t *dst, dnnl_memory_t *scratch, void **sbuf);
 /* One reorder of weights from (from_md over from) into (to_md over to). */
 dl_status dl_dnnl_reorder(const dnnl_memory_desc_t *from_md, const void *from, const dnnl_memory_desc_t *to_md, void *to);
 
