@@ -713,7 +713,7 @@ enum MHD_Result dl_api_images_answer(struct MHD_Connection *c, cJSON *req, const
 /* Server-Sent Events: one `progress` event per denoising step (pushed from what the
  * model process reports: the stream sleeps on the server's condition variable, it
  * does not poll the store), one per status change, and the final status as the
- * last event. A keep-alive repeats the state after 3 s without news. The callback
+ * last event. A keep-alive repeats the state after dl_api_keepalive_s() without news. The callback
  * runs on this connection's own thread. */
 typedef struct {
     char id[24];
@@ -729,7 +729,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     if (e->done) return MHD_CONTENT_READER_END_OF_STREAM;
     const double since = wall();
     for (;;) {
-        const int quiet = wall() - since >= 3.0; /* time for a keep-alive */
+        const int quiet = wall() - since >= dl_api_keepalive_s(); /* time for a keep-alive */
         /* the running job's progress from memory (under the lock, briefly) */
         int running = 0, live_step = 0, live_steps = 0;
         pthread_mutex_lock(&dl_api.mu);
@@ -781,9 +781,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return n < (int)max ? n : (ssize_t)max;
         }
         cJSON_Delete(j);
-        struct timespec ts; /* news wakes us (progress, dispatch, completion, cancel); else 1 s */
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        struct timespec ts; /* news wakes us (progress, dispatch, completion, cancel); else the keep-alive's time */
+        dl_api_wait_until(&ts);
         pthread_mutex_lock(&dl_api.mu);
         if (dl_api.changes == seen) pthread_cond_timedwait(&dl_api.cv, &dl_api.mu, &ts);
         pthread_mutex_unlock(&dl_api.mu);

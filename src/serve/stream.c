@@ -191,15 +191,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             continue;
         }
         cJSON_Delete(j);
-        if (dl_now() - s->last_write > 15.0) { /* an SSE comment keeps proxies and clients patient */
+        if (dl_now() - s->last_write > dl_api_keepalive_s()) { /* an SSE comment keeps the connection, proxies and
+                                                                   clients patient */
             static const char ka[] = ": keep-alive\n\n";
             s->last_write = dl_now();
             memcpy(buf, ka, sizeof ka - 1 < max ? sizeof ka - 1 : max);
             return (ssize_t)(sizeof ka - 1 < max ? sizeof ka - 1 : max);
         }
-        struct timespec ts; /* news wakes us (a preview, a state change); else 1 s */
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        struct timespec ts; /* news wakes us (a preview, a state change); else the keep-alive's time */
+        dl_api_wait_until(&ts);
         pthread_mutex_lock(&dl_api.mu);
         if (dl_api.changes == seen) pthread_cond_timedwait(&dl_api.cv, &dl_api.mu, &ts);
         pthread_mutex_unlock(&dl_api.mu);
