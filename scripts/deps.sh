@@ -2,7 +2,7 @@
 # Installs the Debian packages difflet needs, skipping what is already installed.
 # Idempotent; needs root (or sudo) only when something is missing.
 set -euo pipefail
-pkgs=(cmake make gcc pkg-config libdnnl-dev libxxhash-dev libcjson-dev libutf8proc-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg libmicrohttpd-dev libsqlite3-dev libopenmpi-dev openmpi-bin)
+pkgs=(cmake make gcc pkg-config libdnnl-dev libopenblas-openmp-dev libxxhash-dev libcjson-dev libutf8proc-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg libmicrohttpd-dev libsqlite3-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

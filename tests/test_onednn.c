@@ -2,7 +2,10 @@
  * largest output), bf16 inputs with f32 output (1e-5 relative: only the
  * accumulation order differs from the double reference on the same bf16 values,
  * up to K * 2^-24), bf16 output (one rounding: 2^-8 relative); fused activations;
- * leading dimensions; conv2d/conv3d with stride and padding; bad shapes refused. */
+ * leading dimensions; conv2d/conv3d with stride and padding; bad shapes refused.
+ * f32 products of M >= 32 over plain weights go to OpenBLAS: on an AVX2 oneDNN (plain
+ * f32 weights) the test checks that they did, and with --expect-onednn
+ * (DIFFLET_GEMM=onednn) that none did; both paths meet the same bounds. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +15,11 @@
 #include "kernels/kernels_impl.h"
 #include "test_util.h"
 
+static int g_expect_onednn;
+
 static void test_matmul(void) {
-    static const int64_t shapes[][3] = {{1, 1, 1}, {37, 70, 45}, {64, 128, 96}, {130, 33, 257}};
+    static const int64_t shapes[][3] = {{1, 1, 1}, {37, 70, 45}, {64, 128, 96}, {130, 33, 257}, {300, 700, 260}};
+    int blas = 0, big = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int cfg = 0; cfg < 3; cfg++) { /* f32; bf16 -> f32; bf16 -> bf16 */
             int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
@@ -55,9 +61,17 @@ static void test_matmul(void) {
             CHECK(worst <= 1.0, "matmul %lldx%lldx%lld %s->%s act %s: %.2fx bound", (long long)M, (long long)K,
                   (long long)N, dl_dtype_name(dt), dl_dtype_name(ddt), dl_act_name(act), worst);
             CHECK(dl_matmul_weight_bytes(mm) >= (size_t)(N * K) * dl_dtype_size(dt), "packed weights size");
+            blas += !strcmp(dl_gemm_name(mm), "OpenBLAS");
+            big += M >= 32;
+            CHECK(M >= 32 || strcmp(dl_gemm_name(mm), "OpenBLAS"), "M=%lld stays in oneDNN", (long long)M);
             dl_matmul_free(mm);
             free(w), free(bias), free(x), free(y), free(ref);
         }
+    if (g_expect_onednn)
+        CHECK(blas == 0, "DIFFLET_GEMM=onednn: %d products went to OpenBLAS", blas);
+    else if (!strcmp(dl_onednn_isa(), "avx2"))
+        CHECK(blas == big, "AVX2: %d of the %d products with M >= 32 ran in OpenBLAS", blas, big);
+    printf("matmul: %d of %d products in OpenBLAS (%s)\n", blas, big, dl_openblas_version());
     dl_matmul *mm;
     dl_matmul_desc bad = {.m = 0, .k = 4, .n = 4, .dt = DL_F32, .dst_dt = DL_F32};
     float w[16] = {0};
@@ -213,7 +227,8 @@ static void test_packed(void) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    g_expect_onednn = argc > 1 && !strcmp(argv[1], "--expect-onednn");
     printf("oneDNN %s\n", dl_onednn_version());
     test_matmul();
     test_conv();

@@ -1,6 +1,6 @@
 /* What the model benchmarks (bench_wan.c, bench_qwen.c, bench_hunyuan.c) share: the
  * random-weight folder they write, a standalone joint-attention timing, the process's
- * memory, a same-run oneDNN matmul peak, the diffusers peer in the tools virtualenv,
+ * memory, a same-run matmul peak (the engine's own matmul: OpenBLAS or oneDNN), the diffusers peer in the tools virtualenv,
  * and the agreement of two outputs. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -39,6 +39,10 @@ double bench_matmul_peak(dl_dtype dt, int64_t M, int64_t K, int64_t Nn) {
     return bench_matmul_rate(dt, DL_QUANT_NONE, M, K, Nn);
 }
 
+static char g_mm_label[64] = "matmul";
+
+const char *bench_matmul_label(void) { return g_mm_label; }
+
 double bench_matmul_rate(dl_dtype dt, dl_quant quant, int64_t M, int64_t K, int64_t Nn) {
     const size_t es = dl_dtype_size(dt);
     void *w = malloc((size_t)(K * Nn) * es), *x = malloc((size_t)(M * K) * es), *y = malloc((size_t)(M * Nn) * es);
@@ -49,6 +53,7 @@ double bench_matmul_rate(dl_dtype dt, dl_quant quant, int64_t M, int64_t K, int6
         dl_fill_uniform(dt, w, K * Nn, -0.05f, 0.05f, 9);
         dl_fill_uniform(dt, x, M * K, -1.f, 1.f, 10);
         if (dl_matmul_new(&mm, &d, w, dt, NULL) == DL_OK) {
+            snprintf(g_mm_label, sizeof g_mm_label, "%s %s", dl_gemm_name(mm), dl_dtype_name(dt));
             for (int i = 0; i < 3; i++) {
                 double t = dl_now();
                 dl_matmul_run(mm, x, y);

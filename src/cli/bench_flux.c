@@ -251,8 +251,8 @@ int cli_bench_flux(int argc, char **argv) {
         peak = 2.0 * (double)M * (double)K * (double)Nn / tb * 1e-9;
         free(w), free(x), free(y);
     }
-    printf("  difflet:  load %.1f s, step %.3f s, %.0f GFLOP/s effective = %.2f x the same-run oneDNN %s matmul (%.0f GFLOP/s), peak RSS %.0f MiB\n",
-           load_s, best, gf, gf / peak, dl_dtype_name(dt), peak, (double)ru.ru_maxrss / 1024.0);
+    printf("  difflet:  load %.1f s, step %.3f s, %.0f GFLOP/s effective = %.2f x the same-run %s matmul (%.0f GFLOP/s), peak RSS %.0f MiB\n",
+           load_s, best, gf, gf / peak, bench_matmul_label(), peak, (double)ru.ru_maxrss / 1024.0);
     cJSON_AddNumberToObject(root, "difflet_step_s", best);
     cJSON_AddNumberToObject(root, "difflet_gflops", gf);
     cJSON_AddNumberToObject(root, "matmul_gflops", peak);

@@ -253,8 +253,8 @@ int cli_bench_hunyuan(int argc, char **argv) {
     printf("  FLOPs per step (counted): %.1f GFLOP, of which the two blocks' attention 2 x 4 (N+T)(N+L) D = %.1f GFLOP\n",
            flops * 1e-9, attn_f * 1e-9);
     printf("  difflet:  load %.1f s, step %.3f s (best of %d, %d warm-up), %.0f GFLOP/s effective = %.2f x the same-run\n"
-           "            oneDNN %s matmul (%.0f GFLOP/s at %lldx3072x12288), peak RSS %.0f MiB%s\n",
-           load_s, best, reps, warm, gf, gf / peak, dl_dtype_name(dt), peak, (long long)mm_m, rss_peak,
+           "            %s matmul (%.0f GFLOP/s at %lldx3072x12288), peak RSS %.0f MiB%s\n",
+           load_s, best, reps, warm, gf, gf / peak, bench_matmul_label(), peak, (long long)mm_m, rss_peak,
            reset ? " (since the load)" : " (since the process began)");
     printf("  attention: 2 x a standalone call of the blocks' shapes (%lld queries over %lld + %lld keys%s)\n"
            "            %.3f s = %.1f%% of the step (estimate: timed apart from the step)\n",

@@ -247,6 +247,9 @@ void bench_machine_json(cJSON *root) {
     cJSON_AddStringToObject(root, "isa", dl_isa_name(dl_kernel_isa()));
     cJSON_AddStringToObject(root, "matmul_isa", dl_onednn_isa());
     cJSON_AddStringToObject(root, "onednn", dl_onednn_version());
+    cJSON_AddStringToObject(root, "openblas", dl_openblas_version());
+    const char *g = getenv("DIFFLET_GEMM");
+    cJSON_AddStringToObject(root, "gemm_env", g ? g : "");
     cJSON_AddNumberToObject(root, "threads", dl_threads());
 }
 
@@ -266,7 +269,8 @@ int cli_bench_kernels(int argc, char **argv) {
     /* ---- matmul ---- */
     static const int64_t kn[][2] = {{3072, 3072}, {3072, 9216}, {3072, 12288}, {12288, 3072}};
     double best_bf16 = 0.0, best_f32 = 0.0;
-    printf("\nmatmul (oneDNN, weights pre-packed), M=%lld\n  %-6s %6s %6s %10s\n", (long long)M, "dtype", "K", "N", "GFLOP/s");
+    printf("\nmatmul (difflet's: weights pre-packed by oneDNN; the products in the library named), M=%lld\n"
+           "  %-6s %6s %6s %10s  %s\n", (long long)M, "dtype", "K", "N", "GFLOP/s", "library");
     int rc = 1;
     for (int di = 0; di < 2; di++) {
         dl_dtype dt = di ? DL_BF16 : DL_F32;
@@ -291,11 +295,12 @@ int cli_bench_kernels(int argc, char **argv) {
             double t;
             TIME_BEST(reps, t, dl_matmul_run(mm, x, y));
             double gf = 2.0 * (double)M * (double)K * (double)N / t * 1e-9;
-            printf("  %-6s %6lld %6lld %10.1f\n", dl_dtype_name(dt), (long long)K, (long long)N, gf);
+            printf("  %-6s %6lld %6lld %10.1f  %s\n", dl_dtype_name(dt), (long long)K, (long long)N, gf, dl_gemm_name(mm));
             if (dt == DL_BF16 && gf > best_bf16) best_bf16 = gf;
             if (dt == DL_F32 && gf > best_f32) best_f32 = gf;
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "dtype", dl_dtype_name(dt));
+            cJSON_AddStringToObject(e, "library", dl_gemm_name(mm));
             cJSON_AddNumberToObject(e, "m", (double)M);
             cJSON_AddNumberToObject(e, "k", (double)K);
             cJSON_AddNumberToObject(e, "n", (double)N);

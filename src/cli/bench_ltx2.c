@@ -339,8 +339,8 @@ int cli_bench_ltx2(int argc, char **argv) {
     printf("  FLOPs per step (counted): %.1f GFLOP, of which the six attentions' 4 Sq Sk W = %.1f GFLOP\n", flops * 1e-9,
            attn_f * 1e-9);
     printf("  difflet:  load %.1f s, step %.3f s (best of %d, %d warm-up), %.0f GFLOP/s effective = %.2f x the same-run\n"
-           "            oneDNN %s matmul (%.0f GFLOP/s at %lldx%lldx%lld), peak RSS %.0f MiB%s\n",
-           load_s, best, reps, warm, gf, gf / peak, dl_dtype_name(dt), peak, (long long)mm_m, (long long)D,
+           "            %s matmul (%.0f GFLOP/s at %lldx%lldx%lld), peak RSS %.0f MiB%s\n",
+           load_s, best, reps, warm, gf, gf / peak, bench_matmul_label(), peak, (long long)mm_m, (long long)D,
            (long long)(4 * D), rss_peak, reset ? " (since the load)" : " (since the process began)");
     printf("  attention: the block's six called standalone in the model's shapes: video self %.3f s, audio self %.3f s,\n"
            "            text cross video %.3f s / audio %.3f s, a2v + v2a %.3f s\n"

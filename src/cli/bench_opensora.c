@@ -487,8 +487,8 @@ int cli_bench_opensora(int argc, char **argv) {
            "            cross %.1f GFLOP\n",
            flops * 1e-9, af[0] * 1e-9, af[1] * 1e-9, af[2] * 1e-9);
     printf("  difflet:  load %.1f s, step %.3f s (best of %d, %d warm-up), %.0f GFLOP/s effective = %.2f x the same-run\n"
-           "            oneDNN %s matmul (%.0f GFLOP/s at %dx%dx%d), peak RSS %.0f MiB%s\n",
-           load_s, best, reps, warm, gf, gf / peak, dl_dtype_name(dt), peak, quick ? 1024 : 4096, OS_D, 4 * OS_D, rss_peak,
+           "            %s matmul (%.0f GFLOP/s at %dx%dx%d), peak RSS %.0f MiB%s\n",
+           load_s, best, reps, warm, gf, gf / peak, bench_matmul_label(), peak, quick ? 1024 : 4096, OS_D, 4 * OS_D, rss_peak,
            reset ? " (since the load)" : " (since the process began)");
     static const char *const labels[NMARK] = {"conditioning (t, fps, t_block)", "caption projection (y_proj, 2 x 300 rows)",
                                               "patch + position embedding", "spatial block", "temporal block",

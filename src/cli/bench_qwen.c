@@ -189,8 +189,8 @@ int cli_bench_qwen(int argc, char **argv) {
            "            %.1f GFLOP as difflet's %lld-row program executes it\n",
            flops * 1e-9, (long long)c.L, attn_f * 1e-9, exec * 1e-9, (long long)c.T);
     printf("  difflet:  load %.1f s, step %.3f s (best of %d, %d warm-up), %.0f GFLOP/s effective = %.2f x the same-run\n"
-           "            oneDNN %s matmul (%.0f GFLOP/s at %lldx3072x12288), peak RSS %.0f MiB%s\n",
-           load_s, best, reps, warm, gf, gf / peak, dl_dtype_name(dt), peak, (long long)mm_m, rss_peak,
+           "            %s matmul (%.0f GFLOP/s at %lldx3072x12288), peak RSS %.0f MiB%s\n",
+           load_s, best, reps, warm, gf, gf / peak, bench_matmul_label(), peak, (long long)mm_m, rss_peak,
            reset ? " (since the load)" : " (since the process began)");
     printf("  attention: a standalone call of the step's shapes (%lld queries over %lld + %lld keys, 2 partials + merge)\n"
            "            %.3f s = %.1f%% of the step (estimate: timed apart from the step)\n",

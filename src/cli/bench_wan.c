@@ -462,8 +462,8 @@ int cli_bench_wan(int argc, char **argv) {
     printf("  FLOPs per step (counted): %.1f GFLOP, of which self-attention 4 N^2 D = %.1f GFLOP\n", flops * 1e-9,
            sa_flops * 1e-9);
     printf("  difflet:  load %.1f s, step %.3f s (best of %d, %d warm-up), %.0f GFLOP/s effective = %.2f x the same-run\n"
-           "            oneDNN %s matmul (%.0f GFLOP/s at %dx1536x8960), peak RSS %.0f MiB%s\n",
-           load_s, best, reps, warm, gf, gf / peak, dl_dtype_name(dt), peak, quick ? 1024 : 4096, rss_peak,
+           "            %s matmul (%.0f GFLOP/s at %dx1536x8960), peak RSS %.0f MiB%s\n",
+           load_s, best, reps, warm, gf, gf / peak, bench_matmul_label(), peak, quick ? 1024 : 4096, rss_peak,
            reset ? " (since the load)" : " (since the process began)");
     printf("  difflet step by phase: self-attention kernel %.3f s = %.1f%% of the step (%.0f GFLOP/s on its 4 N^2 D);\n"
            "            self-attention sublayer %.3f s (%.1f%%), cross-attention %.3f s (%.1f%%), FFN %.3f s (%.1f%%),\n"

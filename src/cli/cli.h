@@ -67,6 +67,8 @@ int bench_rss_reset(void);
 double bench_matmul_peak(dl_dtype dt, int64_t M, int64_t K, int64_t N);
 /* the same with int8 weights (quant: dl_matmul_desc.quant) */
 double bench_matmul_rate(dl_dtype dt, dl_quant quant, int64_t M, int64_t K, int64_t N);
+/* "OpenBLAS f32", "oneDNN bf16", ...: the library and dtype of the last bench_matmul_rate */
+const char *bench_matmul_label(void);
 /* tools/bench/<script> in the tools virtualenv on the folder's inputs.safetensors; its JSON
  * line (NULL: not measured, the reason printed; DIFFLET_BENCH_PEER=off skips it) */
 struct cJSON *bench_run_peer(const char *script, const char *dir, int reps, int warm, dl_dtype dt);
