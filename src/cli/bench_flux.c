@@ -5,7 +5,7 @@
  * and thread count; needs the tools virtualenv, `make tools-venv`). The dtype is
  * the engine's default on this CPU (bf16 with AVX512_BF16, else f32) or --dtype.
  * Reports the step-time ratio, difflet's effective GFLOP/s as a fraction of a
- * same-run oneDNN matmul in that dtype, the difference between the two outputs, and
+ * same-run matmul (difflet's: OpenBLAS or oneDNN) in that dtype, the difference between the two outputs, and
  * (--json) the machine: CPU model, kernel / matmul / attention paths, threads. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -229,28 +229,8 @@ int cli_bench_flux(int argc, char **argv) {
     }
     getrusage(RUSAGE_SELF, &ru);
     double flops = step_flops(&c), gf = flops / best * 1e-9;
-    /* same-run peak: oneDNN matmul in the step's dtype at a FLUX projection shape */
-    double peak;
-    {
-        int64_t M = quick ? 1024 : 4608, K = 3072, Nn = 12288;
-        size_t es = dl_dtype_size(dt);
-        void *w = malloc((size_t)(K * Nn) * es), *x = malloc((size_t)(M * K) * es), *y = malloc((size_t)(M * Nn) * es);
-        dl_fill_uniform(dt, w, K * Nn, -0.05f, 0.05f, 9);
-        dl_fill_uniform(dt, x, M * K, -1.f, 1.f, 10);
-        dl_matmul *mm;
-        dl_matmul_desc d = {.m = M, .k = K, .n = Nn, .dt = dt, .dst_dt = dt};
-        double tb = INFINITY;
-        if (dl_matmul_new(&mm, &d, w, dt, NULL) == DL_OK) {
-            for (int i = 0; i < 3; i++) {
-                double tt = dl_now();
-                dl_matmul_run(mm, x, y);
-                if (i && dl_now() - tt < tb) tb = dl_now() - tt;
-            }
-            dl_matmul_free(mm);
-        }
-        peak = 2.0 * (double)M * (double)K * (double)Nn / tb * 1e-9;
-        free(w), free(x), free(y);
-    }
+    /* same-run peak: difflet's matmul in the step's dtype at a FLUX projection shape */
+    const double peak = bench_matmul_rate(dt, DL_QUANT_NONE, quick ? 1024 : 4608, 3072, 12288);
     printf("  difflet:  load %.1f s, step %.3f s, %.0f GFLOP/s effective = %.2f x the same-run %s matmul (%.0f GFLOP/s), peak RSS %.0f MiB\n",
            load_s, best, gf, gf / peak, bench_matmul_label(), peak, (double)ru.ru_maxrss / 1024.0);
     cJSON_AddNumberToObject(root, "difflet_step_s", best);

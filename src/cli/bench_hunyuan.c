@@ -12,7 +12,7 @@
  * chooses.
  *
  * Reports the step-time ratio, difflet's effective GFLOP/s (the step's useful FLOPs,
- * step_flops below) as a fraction of a same-run oneDNN matmul in that dtype, the
+ * step_flops below) as a fraction of a same-run matmul (difflet's: OpenBLAS or oneDNN) in that dtype, the
  * attention share (a standalone attention call of the blocks' shapes, timed after the
  * step and counted once per block: the kernel sits in dit.c's shared blocks, which
  * have no phase clock), the outputs' difference, peak RSS, and (--json) the machine.

@@ -1,7 +1,7 @@
 /* `difflet bench kernels`: throughput of the kernels every model runs, each as a
  * ratio to a reference measured in the same run (absolute times on shared machines
  * are noise):
- *   - oneDNN matmul at FLUX projection shapes, f32 and bf16 (the peak);
+ *   - difflet's matmul (OpenBLAS or oneDNN, named per shape) at FLUX projection shapes, f32 and bf16 (the peak);
  *   - fused attention, bf16, H=24, D=128: GFLOP/s (4 S^2 D H) / best bf16 matmul;
  *   - fused attention at OpenSora STDiT3's shapes (H=16, D=72): spatial over a frame's
  *     tokens, temporal as many 15-token sequences, whole sequences per thread;

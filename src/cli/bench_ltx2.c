@@ -16,7 +16,7 @@
  * hunyuan-step chooses.
  *
  * Reports the step-time ratio, difflet's effective GFLOP/s (the step's useful FLOPs,
- * step_flops below) as a fraction of a same-run oneDNN matmul in that dtype at the
+ * step_flops below) as a fraction of a same-run matmul (difflet's: OpenBLAS or oneDNN) in that dtype at the
  * video feed-forward's shape, the attention share (the block's six attentions called
  * standalone after the step in the shapes and layouts the model uses: the transformer
  * has no phase clock), each stream's output difference, peak RSS, and (--json) the

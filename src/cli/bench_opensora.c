@@ -15,7 +15,7 @@
  * outputs (the committed vectors of tests/data/opensora/{a,b}).
  *
  * Reports the step-time ratio, difflet's effective GFLOP/s (the reference's work:
- * step_flops below) as a fraction of a same-run oneDNN matmul in that dtype, the
+ * step_flops below) as a fraction of a same-run matmul (difflet's: OpenBLAS or oneDNN) in that dtype, the
  * step's phases (clock readings at the model's tap points: conditioning, caption
  * projection, patch embedding, the spatial block, the temporal block, the final
  * layer), the three attention kernels of the block pair timed apart on the step's

@@ -10,7 +10,7 @@
  * (bf16 with AVX512_BF16, else f32) or --dtype, as flux-step chooses.
  *
  * Reports the step-time ratio, difflet's effective GFLOP/s (the step's useful FLOPs,
- * step_flops below, at the 200 valid text rows) as a fraction of a same-run oneDNN
+ * step_flops below, at the 200 valid text rows) as a fraction of a same-run (OpenBLAS or oneDNN)
  * matmul in that dtype, the attention share (a standalone attention call of the
  * step's shapes, timed after the step: the kernel sits in dit.c's shared block, which
  * has no phase clock), the outputs' difference, peak RSS, and (--json) the machine.

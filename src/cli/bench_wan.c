@@ -9,7 +9,7 @@
  *
  * Reports the step-time ratio, difflet's effective GFLOP/s (FLOPs counted: every
  * linear 2 M K N, self-attention 4 N^2 D, cross-attention 4 N T D, the patch conv
- * and the embedders) as a fraction of a same-run oneDNN matmul in that dtype, the
+ * and the embedders) as a fraction of a same-run matmul (difflet's: OpenBLAS or oneDNN) in that dtype, the
  * share of the step spent in the self-attention kernel and sublayer (wan.h's phase
  * timer), the outputs' difference, peak RSS, and (--json) the machine.
  *

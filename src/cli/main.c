@@ -72,7 +72,7 @@ static void usage(FILE *f) {
             "                       the plain C references (f32, bf16, f16) and the fused\n"
             "                       attention against its reference\n"
             "  bench kernels        matmul / attention / element-wise throughput, as ratios to\n"
-            "                       same-run oneDNN matmul and memcpy  [--json FILE] [--quick]\n"
+            "                       same-run matmul and memcpy  [--json FILE] [--quick]\n"
             "  inspect PATH         validate and summarise a diffusers model folder or a\n"
             "                       safetensors checkpoint (file or .index.json)\n"
             "  bench flux-step      one FLUX-width denoiser step (1 double + 1 single block,\n"
