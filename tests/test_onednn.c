@@ -36,7 +36,8 @@ static void test_matmul(void) {
             /* the bias buffer handed over is scribbled on and freed: the matmul keeps its own copy */
             float *btmp = malloc((size_t)N * 4);
             memcpy(btmp, bias, (size_t)N * 4);
-            CHECK(dl_matmul_new(&mm, &d, w, DL_F32, btmp) == DL_OK, "matmul new: %s", dl_last_error());
+            const int use_bias = !(si == 4 && cfg != 1); /* the largest shape also runs without a bias */
+            CHECK(dl_matmul_new(&mm, &d, w, DL_F32, use_bias ? btmp : NULL) == DL_OK, "matmul new: %s", dl_last_error());
             memset(btmp, 0xff, (size_t)N * 4);
             free(btmp);
             CHECK(dl_matmul_run(mm, x, y) == DL_OK, "matmul run: %s", dl_last_error());
@@ -44,7 +45,7 @@ static void test_matmul(void) {
             double *ref = malloc((size_t)(M * N) * sizeof(double));
             for (int64_t i = 0; i < M; i++)
                 for (int64_t j = 0; j < N; j++) {
-                    double acc = bias[j];
+                    double acc = use_bias ? bias[j] : 0.0;
                     for (int64_t k = 0; k < K; k++) {
                         double wv = dt == DL_BF16 ? dl_bf16_to_f32(dl_f32_to_bf16(w[j * K + k])) : w[j * K + k];
                         acc += (double)dl_load1(dt, x, i * ldx + k) * wv;

@@ -221,12 +221,15 @@ dl_status dl_matmul_new_packed(dl_matmul **out, const dl_matmul_desc *d, const d
 /* The packed weights and their layout record (for writing them into an artifact;
  * owned by mm). */
 void dl_matmul_packed(const dl_matmul *mm, dl_packed *out);
-/* Runs on the OpenMP pool. Allocates nothing. */
+/* Runs on the OpenMP pool. Allocates nothing itself (OpenBLAS sizes its packing
+ * buffers once per thread, at its first product). */
 dl_status dl_matmul_run(dl_matmul *mm, const void *x, void *y);
 /* The library mm's products run in: "OpenBLAS" (f32 sgemm over oneDNN's plain
- * weights, M >= 32; DIFFLET_GEMM=onednn turns it off), "oneDNN" or "oneDNN int8". */
+ * weights, M >= 32; DIFFLET_GEMM=onednn turns it off), "oneDNN", "oneDNN int8" (W8A8)
+ * or "OpenBLAS (int8 weights)" / "oneDNN (int8 weights)" (weight-only int8). */
 const char *dl_gemm_name(const dl_matmul *mm);
-/* "OpenBLAS 0.3.21 (Zen)": the version and the kernel set it picked for this CPU. */
+/* "OpenBLAS 0.3.21 (Zen, OpenMP)": the version, the kernel set it picked for this
+ * CPU and its threading. */
 const char *dl_openblas_version(void);
 void dl_matmul_free(dl_matmul *mm);
 /* Bytes held by the packed weights (for planning and reports). */

@@ -49,6 +49,7 @@ double bench_matmul_rate(dl_dtype dt, dl_quant quant, int64_t M, int64_t K, int6
     double tb = INFINITY;
     dl_matmul *mm;
     dl_matmul_desc d = {.m = M, .k = K, .n = Nn, .dt = dt, .dst_dt = dt, .quant = quant};
+    snprintf(g_mm_label, sizeof g_mm_label, "(failed) %s", dl_dtype_name(dt));
     if (w && x && y) {
         dl_fill_uniform(dt, w, K * Nn, -0.05f, 0.05f, 9);
         dl_fill_uniform(dt, x, M * K, -1.f, 1.f, 10);

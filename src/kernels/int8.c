@@ -14,14 +14,17 @@
  * measured once per process (a product whose exact sum is known), not assumed.
  *
  * Weight-only (DL_QUANT_W8): x stays in its dtype; each run dequantizes W a panel of
- * output channels at a time into f32 and multiplies through oneDNN's sgemm, so the
- * weights are read as int8 (a quarter of f32's bytes) and the arithmetic is f32.
+ * output channels at a time into f32 and multiplies through OpenBLAS's sgemm (oneDNN's
+ * with DIFFLET_GEMM=onednn), so the weights are read as int8 (a quarter of f32's
+ * bytes) and the arithmetic is f32.
  * A run of a few rows (modulation vectors) takes dot products straight from q.
  *
  * Nothing is allocated per run: the staging (quantized x, s32 sums, a dequantized
  * panel) is one buffer shared by every int8 linear of the process, sized at creation
  * and taken under a lock, as the bf16-emulation staging is. */
+#include <cblas.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -585,6 +588,11 @@ dl_status dl_q8_run(dl_q8 *q, const void *x, void *y) {
                 c.n0 = n0;
                 c.nb = (int64_t)N - n0 < Q8_PANEL ? (int64_t)N - n0 : Q8_PANEL;
                 dl_parallel(panel_fn, &c);
+                if (dl_gemm_blas() && M <= INT_MAX && K <= INT_MAX && N <= INT_MAX && c.ldxf <= INT_MAX) {
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)c.nb, (int)K, 1.f, c.xf, (int)c.ldxf,
+                                c.panel, (int)K, 0.f, (float *)c.acc + n0, (int)N);
+                    continue;
+                }
                 dnnl_status_t st = dnnl_sgemm('N', 'T', (dnnl_dim_t)M, c.nb, (dnnl_dim_t)K, 1.f, c.xf, c.ldxf, c.panel,
                                               (dnnl_dim_t)K, 0.f, (float *)c.acc + n0, (dnnl_dim_t)N);
                 if (st != dnnl_success) {

@@ -515,7 +515,7 @@ struct dl_matmul {
 enum { BLAS_MIN_M = 32 }; /* fewer rows (modulation vectors, short texts) stay in oneDNN */
 
 /* DIFFLET_GEMM: "openblas" (the default) or "onednn" */
-static int blas_enabled(void) {
+int dl_gemm_blas(void) {
     static atomic_int v = -1;
     int e = atomic_load(&v);
     if (e < 0) {
@@ -523,13 +523,18 @@ static int blas_enabled(void) {
         e = !(g && !strcmp(g, "onednn"));
         if (g && *g && strcmp(g, "onednn") && strcmp(g, "openblas"))
             DL_WARN("DIFFLET_GEMM=%s is not known (openblas or onednn): using openblas", g);
+        if (e && openblas_get_parallel() != 2) { /* its own thread pool beside OpenMP's would oversubscribe */
+            DL_WARN("the OpenBLAS loaded is not its OpenMP build (libopenblas-openmp): f32 products stay in oneDNN");
+            e = 0;
+        }
         atomic_store(&v, e);
     }
     return e;
 }
 
 const char *dl_gemm_name(const dl_matmul *mm) {
-    return mm->q ? "oneDNN int8" : mm->blas ? "OpenBLAS" : "oneDNN";
+    if (mm->q) return mm->d.quant == DL_QUANT_W8A8 ? "oneDNN int8" : dl_gemm_blas() ? "OpenBLAS (int8 weights)" : "oneDNN (int8 weights)";
+    return mm->blas ? "OpenBLAS" : "oneDNN";
 }
 
 const char *dl_openblas_version(void) {
@@ -538,7 +543,8 @@ const char *dl_openblas_version(void) {
     int n = 0;
     for (int words = 0; c[n] && n < (int)sizeof buf - 1; n++)
         if (c[n] == ' ' && ++words == 2) break;
-    snprintf(buf, sizeof buf, "%.*s (%s)", n, c, openblas_get_corename());
+    snprintf(buf, sizeof buf, "%.*s (%s, %s)", n, c, openblas_get_corename(),
+             openblas_get_parallel() == 2 ? "OpenMP" : openblas_get_parallel() == 1 ? "pthreads" : "serial");
     return buf;
 }
 
@@ -548,7 +554,7 @@ static int blas_fits(const dl_matmul *mm) {
     const dl_matmul_desc *d = &mm->d;
     dnnl_memory_desc_t kn;
     dnnl_dims_t dims = {d->k, d->n};
-    if (!blas_enabled() || d->m < BLAS_MIN_M || (!mm->p.emu && (d->dt != DL_F32 || d->dst_dt != DL_F32))) return 0;
+    if (!dl_gemm_blas() || d->m < BLAS_MIN_M || (!mm->p.emu && (d->dt != DL_F32 || d->dst_dt != DL_F32))) return 0;
     if (d->m > INT_MAX || d->k > INT_MAX || d->n > INT_MAX || d->ldx > INT_MAX || d->ldy > INT_MAX) return 0;
     if (dnnl_memory_desc_init_by_tag(&kn, 2, dims, dnnl_f32, dnnl_ab) != dnnl_success) return 0;
     return dnnl_memory_desc_equal(&mm->p.wmd, &kn);

@@ -24,6 +24,9 @@ size_t dl_dnnl_md_serialize(const dnnl_memory_desc_t *md, int64_t *f);
 /* Parse such a record: it must describe the dims of `plain` and exactly `bytes`. */
 dl_status dl_dnnl_md_parse(const void *rec, size_t rec_bytes, const dnnl_memory_desc_t *plain, size_t bytes,
                            dnnl_memory_desc_t *md);
+/* Whether f32 products may run in OpenBLAS's sgemm (DIFFLET_GEMM is not "onednn"). */
+int dl_gemm_blas(void);
+
 /* A primitive of pd and its memory objects: src and dst bound at each run, the
  * weights over w (pd's weights layout), a user scratchpad allocated in *sbuf. On
  * failure what was made is the caller's to destroy. */

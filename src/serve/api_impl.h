@@ -111,18 +111,19 @@ typedef struct {
 extern api dl_api;
 
 /* Seconds without news after which an event stream writes a keep-alive: 3, or a third
- * of the connection timeout (idle_timeout_s) where that is shorter. libmicrohttpd
- * closes a connection that sent nothing for idle_timeout_s, a stream waiting for its
- * job's first event included. */
+ * of the connection timeout where that is shorter. libmicrohttpd closes a connection
+ * that sent nothing for idle_timeout_s (whole seconds: it is given the truncated
+ * value), a stream waiting for its job's first event included. */
 static inline double dl_api_keepalive_s(void) {
-    const double t = dl_api.srv->idle_timeout_s / 3.0;
+    const double t = (double)(unsigned)dl_api.srv->idle_timeout_s / 3.0;
     return t < 3.0 ? t : 3.0;
 }
 
-/* The deadline of an event stream's wait on dl_api.cv: 1 s from now, or the
- * keep-alive interval where that is shorter. */
+/* The deadline of an event stream's wait on dl_api.cv: 1 s from now, or half the
+ * keep-alive interval where that is shorter, so that no two writes are more than
+ * half the connection timeout apart. */
 static inline void dl_api_wait_until(struct timespec *ts) {
-    const double k = dl_api_keepalive_s() < 1.0 ? dl_api_keepalive_s() : 1.0;
+    const double k = dl_api_keepalive_s() / 2 < 1.0 ? dl_api_keepalive_s() / 2 : 1.0;
     clock_gettime(CLOCK_REALTIME, ts);
     ts->tv_nsec += (long)(k * 1e9);
     while (ts->tv_nsec >= 1000000000) ts->tv_sec++, ts->tv_nsec -= 1000000000;
