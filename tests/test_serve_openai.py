@@ -181,7 +181,13 @@ r = urllib.request.Request(BASE + "/v1/images/generations", method="POST",
                            data=json.dumps({"prompt": P, "stream": True, "partial_images": 3, "steps": 400}).encode(),
                            headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
 with urllib.request.urlopen(r, timeout=60) as resp:
-    first = [resp.readline().decode() for _ in range(3)]
+    first = []  # the first event's id, event and data lines (keep-alive comments may come before it)
+    while len(first) < 3:
+        line = resp.readline().decode()
+        if not line:
+            break
+        if not line.startswith(":") and (first or line.strip()):
+            first.append(line)
     jid = first[0][4:].strip() if first[0].startswith("id: ") else ""
     st, _ = call("POST", f"/v1/jobs/{jid}/cancel", {})
     rest = resp.read().decode()
