@@ -262,7 +262,8 @@ if chrome:
               and f"dev, 32x48, 3 steps, guidance 4, seed {seed}\n" in cap,
               f"a typed generation is in the gallery with its settings (the seed the server chose): {ok} {cap!r} {j}")
         b.cmd("Page.reload")
-        ok = b.wait(f"document.querySelectorAll('#q_gallery figure').length == 1 && {fig}.dataset.job == '{jid}' && {img}", 30)
+        ok = b.wait(f"document.querySelectorAll('#q_gallery figure').length == 1 && {fig}.dataset.job == '{jid}' && {img}"
+                    " && $('q_size').options.length == 1 && !$('q_go').disabled", 30)
         check(ok and b.js(f"{fig}.innerText") == cap, "a reload keeps the session's gallery and shows its picture again")
         b.js("$('q_steps').value = 2000; $('q_go').click()")
         running = b.wait("/^in_progress [1-9]/.test($('q_status').textContent) && !$('q_cancel').disabled && $('q_go').disabled", 60)
@@ -270,9 +271,11 @@ if chrome:
         b.js("$('q_cancel').click()")
         ok = b.wait("$('q_status').textContent.startsWith('cancelled') && $('q_cancel').disabled && !$('q_go').disabled", 30)
         e = s.wait_job(cid, timeout=30)
+        said = b.js("$('q_status').textContent")
         check(running and ok and e and e.get("status") == "cancelled" and e.get("steps_done", 2000) < 2000
               and b.js("document.querySelectorAll('#q_gallery figure').length") == 1,
-              f"Cancel cancels the running job through the API (and it stays out of the gallery): {running} {ok} {e}")
+              f"Cancel cancels the running job through the API (and it stays out of the gallery): {running} {ok} {e}"
+              f" {said!r}")
         b.js("$('q_clear').click()")
         b.cmd("Page.reload")
         check(b.wait("$('q_size').options.length == 1") and b.js("document.querySelectorAll('#q_gallery figure').length") == 0,

@@ -11,6 +11,8 @@
  * ran with (its `request` on GET /v1/jobs/ID: a random seed or a model's default
  * guidance shows as its value). The gallery lives in sessionStorage as job ids and
  * settings only (no pictures): a reload keeps it and fetches the content again.
+ * Generate stays off until /v1/models has answered: a form sent before has no model
+ * or size to send.
  * A DDiT deployment's pool (units busy, requests waiting, promotions) shows under the
  * status line, refreshed every 2 s from /v1/models.
  *
@@ -52,7 +54,7 @@ const char dl_serve_page[] =
     "<label>guidance<input id=q_guid type=number min=0 max=100 step=any placeholder=default></label>"
     "<label>seed<input id=q_seed type=number value=1 min=0 placeholder=random></label>"
     "<label>cache<select id=q_cache><option>off<option>cadence:2<option>online-delta</select></label></div>"
-    "<button id=q_go>Generate</button> <button id=q_cancel type=button disabled>Cancel</button>"
+    "<button id=q_go disabled>Generate</button> <button id=q_cancel type=button disabled>Cancel</button>"
     "<div class=key>API key <input id=q_key type=password placeholder='(none)' autocomplete=off> kept in this browser</div>"
     "</form><section class=card><div id=wrap><div id=bar></div></div><p id=q_status></p><p id=q_pool hidden></p>"
     "<img id=q_img alt='' hidden><video id=q_video controls loop autoplay muted hidden></video></section>"
@@ -101,7 +103,7 @@ const char dl_serve_page[] =
     "$('q_clear').onclick=()=>{sessionStorage.removeItem('difflet_gallery');draw()};draw();"
     /* the served models (again when a key is entered); the query string; ?autorun */
     "let first=1;const models=()=>api('/v1/models').then(r=>r.json()).then(m=>{if(!m.data){say(m.error.message);return}"
-    "M=m.data;$('q_model').textContent='';for(const d of M)opt('q_model',d.id,d.id+' ('+d.output+')');$('q_mwrap').hidden=M.length<2;"
+    "M=m.data;if(!job)$('q_go').disabled=false;$('q_model').textContent='';for(const d of M)opt('q_model',d.id,d.id+' ('+d.output+')');$('q_mwrap').hidden=M.length<2;"
     "if(!first){pick();return}first=0;fill(Object.fromEntries(Q));if(Q.has('autorun'))$('form').requestSubmit()})"
     ".catch(x=>say('the server did not answer: '+x));$('q_model').onchange=pick;"
     /* one job at a time: Generate is off and Cancel on while it runs */
