@@ -91,6 +91,41 @@ static void test_config(const char *cfg, dl_dtype dt) {
     CHECK(dl_ltx2_transformer_run(m, &x, gv2, ga2) == DL_OK && !memcmp(gv, gv2, (size_t)nov * 4) &&
               !memcmp(ga, ga2, (size_t)noa * 4),
           "transformer %s: a second call differs", cfg);
+    /* the text cache: through a sequence of texts and sigmas, every call gives the bytes
+     * of a second instance whose cache is emptied before each call */
+    {
+        dl_ltx2_transformer *e = NULL;
+        float *ov = malloc((size_t)nov * 4), *oa = malloc((size_t)noa * 4);
+        float *tv[3] = {text, malloc((size_t)nt * 4), malloc((size_t)nt * 4)};
+        float *ta[3] = {atext, malloc((size_t)nat * 4), malloc((size_t)nat * 4)};
+        int same = ov && oa && tv[1] && tv[2] && ta[1] && ta[2] &&
+                   dl_ltx2_transformer_load(&e, dir, comp, &sh, dt, NULL) == DL_OK, differs = 0;
+        for (int k = 1; same && k < 3; k++) {
+            for (int64_t j = 0; j < nt; j++) tv[k][j] = text[j] * (1.f - 0.3f * k) + 0.1f * k;
+            for (int64_t j = 0; j < nat; j++) ta[k][j] = atext[j] * (1.f - 0.3f * k) - 0.1f * k;
+        }
+        /* the prompt, another text, the prompt again, the prompt at another sigma (the keys
+         * depend on it with cross_attn_mod), a third text (the least recently used entry
+         * goes), the prompt with the other audio text, the prompt changed in place */
+        static const int seq_t[8] = {0, 1, 0, 0, 2, 0, 0, 0}, seq_a[8] = {0, 1, 0, 0, 2, 0, 1, 0};
+        static const float seq_s[8] = {-1, -1, -1, 0.25f, -1, -1, -1, -1};
+        for (int i = 0; same && i < 8; i++) {
+            if (i == 7) text[nt / 2] += 0.5f;
+            x.text = tv[seq_t[i]], x.audio_text = ta[seq_a[i]];
+            x.sigma = seq_s[i] < 0 ? t[2] : seq_s[i], x.audio_sigma = seq_s[i] < 0 ? t[3] : seq_s[i];
+            dl_ltx2_transformer_forget_text(e);
+            same = dl_ltx2_transformer_run(m, &x, gv2, ga2) == DL_OK && dl_ltx2_transformer_run(e, &x, ov, oa) == DL_OK &&
+                   !memcmp(gv2, ov, (size_t)nov * 4) && !memcmp(ga2, oa, (size_t)noa * 4);
+            if (!same) fprintf(stderr, "text cache: call %d differs from an empty cache's\n", i);
+            if (i == 1 || i == 6 || i == 7) differs += memcmp(gv2, gv, (size_t)nov * 4) != 0;
+        }
+        text[nt / 2] -= 0.5f;
+        x.text = text, x.audio_text = atext, x.sigma = t[2], x.audio_sigma = t[3];
+        CHECK(same && differs == 3, "transformer %s: with the text cache, every call gives an empty cache's bytes (%d)", cfg,
+              differs);
+        dl_ltx2_transformer_free(e);
+        free(ov), free(oa), free(tv[1]), free(tv[2]), free(ta[1]), free(ta[2]);
+    }
     /* the modalities isolated: a different answer (a2v / v2a do something) */
     x.isolate_modalities = 1;
     CHECK(dl_ltx2_transformer_run(m, &x, gv2, ga2) == DL_OK && rel_err(gv2, wv, nov) > 1e-3, "isolate_modalities changes nothing");

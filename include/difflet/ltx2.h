@@ -101,9 +101,18 @@ dl_status dl_ltx2_transformer_load_split(dl_ltx2_transformer **out, dl_model_dir
 const char *dl_ltx2_split_check(const struct cJSON *cfg, const dl_dit_split *split, char *buf, size_t n);
 const dl_ltx2_transformer_info *dl_ltx2_transformer_get_info(const dl_ltx2_transformer *m);
 /* out_video [video_tokens, video_out], out_audio [audio_tokens, audio_out] (f32, the
- * velocity predictions). Refuses non-finite inputs or timesteps and other sizes. */
+ * velocity predictions). Refuses non-finite inputs or timesteps and other sizes.
+ * The text cache: what a pass computes from its text alone (the caption projections
+ * and every block's text cross-attention K | V) is kept for the last two texts (a
+ * request's prompt and negative prompt), keyed by the text inputs' exact bytes (and
+ * by the sigmas where cross_attn_mod's prompt adaLN modulates the keys): the steps
+ * after a text's first pass skip it, with the same output bytes. Its memory, 2 x
+ * (the text inputs + layers x text_rows x 2 (D + Da) / tp matmul elements), is made at
+ * load and counted into the arena. */
 dl_status dl_ltx2_transformer_run(dl_ltx2_transformer *m, const dl_ltx2_transformer_input *in, float *out_video,
                                   float *out_audio);
+/* Empties the text cache: the next pass of every text computes its K | V again. */
+void dl_ltx2_transformer_forget_text(dl_ltx2_transformer *m);
 void dl_ltx2_transformer_free(dl_ltx2_transformer *m);
 
 /* The step-caching probe (a program of its own, the pipeline's "probe" component; weights

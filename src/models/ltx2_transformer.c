@@ -87,6 +87,17 @@ typedef struct {
     float *vca, *aca;         /* [5, D], [5, Da]: a2v scale, shift, v2a scale, shift, gate */
 } tblock;
 
+/* One entry of the text cache (see dl_ltx2_transformer_run): the text cross-attentions'
+ * K | V of every block for one guidance pass's text, keyed by that text exactly (and by
+ * the sigmas where cross_attn_mod's prompt adaLN modulates the keys by them). */
+typedef struct {
+    float *text, *atext; /* the inputs it was made from: [T, text_width], [T, audio_text_width] */
+    float sigma, asigma; /* and the sigmas (kv_sigma) */
+    char *kv;            /* per block: [T, 2 Wl] video then [T, 2 Wal] audio K | V, dt (normed keys) */
+    uint64_t used;       /* when last used (the run counter); 0: empty */
+} txslot;
+enum { TEXT_SLOTS = 2 }; /* a request's distinct texts: the prompt and the negative prompt */
+
 typedef struct { /* LTX2AdaLayerNormSingle, f32 */
     float *w1, *b1, *w2, *b2, *wl, *bl; /* [d, 256], [d], [d, d], [d], [n d, d], [n d] */
     int64_t d, n;
@@ -123,6 +134,11 @@ struct dl_ltx2_transformer {
     float *ctxv, *ctxa;        /* [T, D], [T, Da] f32: the text as the blocks see it */
     void *ctxin, *ctxmid, *ectx; /* dt: [T, Cmax], [T, Dmax], [T, Dmax] */
     void *scratch, *arena;
+    txslot tx[TEXT_SLOTS];     /* the text cache */
+    int kv_sigma;              /* the text keys depend on the sigmas (cross_attn_mod with prompt adaLN) */
+    size_t kv_block;           /* bytes of one block's cached K | V */
+    uint64_t runs;             /* the run counter (the cache's clock) */
+    void *txmem;
 };
 
 static void rope_free(rope *r) { free(r->cos), free(r->sin); }
@@ -150,7 +166,7 @@ void dl_ltx2_transformer_free(dl_ltx2_transformer *m) {
     rope_free(&m->rv), rope_free(&m->ra), rope_free(&m->rcv), rope_free(&m->rca);
     free(m->vecs);
     dl_dit_free(&m->cv), dl_dit_free(&m->ca);
-    dl_aligned_free(m->arena), dl_aligned_free(m->vpart), dl_aligned_free(m->vkv);
+    dl_aligned_free(m->arena), dl_aligned_free(m->vpart), dl_aligned_free(m->vkv), dl_aligned_free(m->txmem);
     free(m);
 }
 
@@ -697,6 +713,20 @@ dl_status dl_ltx2_transformer_load_split(dl_ltx2_transformer **out, dl_model_dir
     sb = (size_t)max2((int64_t)sb, (int64_t)attn_bytes(dt, Na, Nv, Ha, Dha, Da, 2 * Da));
     dl_plan_add(&pl, &m->scratch, sb, 0, 0);
     if ((s = dl_plan_commit(&pl, ck, &m->arena)) != DL_OK) goto fail;
+    { /* the text cache: TEXT_SLOTS x (the key's inputs, every block's text K | V) */
+        m->kv_sigma = m->prompt_mod && m->prompt_single;
+        m->kv_block = (size_t)(T * 2 * (D / tp + Da / tp)) * es;
+        const size_t tb = dl_align_up((size_t)(T * in->text_width) * 4, DL_ALIGN),
+                     ab = dl_align_up((size_t)(T * in->audio_text_width) * 4, DL_ALIGN),
+                     kb = dl_align_up(m->kv_block * (size_t)m->L, DL_ALIGN);
+        if (!(m->txmem = dl_ws_alloc(ck, TEXT_SLOTS * (tb + ab + kb)))) {
+            s = dl_fail(DL_ERR_NOMEM, "LTX-2 transformer: cannot allocate the %zu-byte text cache", TEXT_SLOTS * (tb + ab + kb));
+            goto fail;
+        }
+        char *c = m->txmem;
+        for (int i = 0; i < TEXT_SLOTS; i++, c += tb + ab + kb)
+            m->tx[i] = (txslot){.text = (float *)c, .atext = (float *)(c + tb), .kv = c + tb + ab};
+    }
     if (cp > 1) { /* the video self-attention's exchange (the library's), v2a's partials or gathered K | V */
         m->cv.scratch = m->scratch;
         if ((s = dl_dit_alloc(&m->cv))) goto fail;
@@ -853,9 +883,12 @@ static dl_status v2a_cp(dl_ltx2_transformer *m, const xattn *a, const char *q, i
 
 /* out [nq, Dout] f32 = attention a of hq [nq, Dq] (dt) over hk [nk, Dk] (dt; self: hq),
  * this rank's heads (TP: the row-parallel output all-reduced); w is the stream whose
- * width the attention has (its across-heads norm's split); keys: where the keys are */
+ * width the attention has (its across-heads norm's split); keys: where the keys are.
+ * kvc (a cross-attention without key RoPE): where its K | V [nk, 2 Wl] (normed keys)
+ * go, or with have, are already (hk unused); NULL: the scratch kvb. */
 static dl_status xattn_run(dl_ltx2_transformer *m, xattn *a, dl_dit *w, const void *hq, int64_t nq, const void *hk,
-                           int64_t nk, const rope *rq, const rope *rk, int perturbed, keys_at keys, float *out) {
+                           int64_t nk, const rope *rq, const rope *rk, int perturbed, keys_at keys, char *kvc, int have,
+                           float *out) {
     const int64_t Wl = a->Wl, Hl = a->Hl, Dh = a->Dh;
     const size_t es = dl_dtype_size(m->dt);
     const int cp = m->cv.sp.cp > 1;
@@ -866,9 +899,11 @@ static dl_status xattn_run(dl_ltx2_transformer *m, xattn *a, dl_dit *w, const vo
         RUN(&a->qkv, hq, m->qb);
         q = m->qb, k = q + (size_t)Wl * es, v = q + (size_t)(2 * Wl) * es, qs = ks = 3 * Wl;
     } else {
+        DL_ASSERT(!kvc || (!rk && keys == KEYS_LOCAL));
         RUN(&a->q, hq, m->qb);
-        RUN(&a->kv, hk, m->kvb);
-        q = m->qb, k = m->kvb, v = k + (size_t)Wl * es, qs = Wl, ks = 2 * Wl;
+        k = kvc ? kvc : m->kvb;
+        if (!have) RUN(&a->kv, hk, k);
+        q = m->qb, v = k + (size_t)Wl * es, qs = Wl, ks = 2 * Wl;
     }
     if (a->gated) RUN(&a->gate, hq, m->gl);
     if (perturbed) { /* STG (self-attention only): the value projection in place of attention */
@@ -876,7 +911,8 @@ static dl_status xattn_run(dl_ltx2_transformer *m, xattn *a, dl_dit *w, const vo
         for (int64_t r = 0; r < nq; r++)
             memcpy((char *)m->att + (size_t)(r * Wl) * es, v + (size_t)(r * qs) * es, (size_t)Wl * es);
     } else {
-        if ((s = dl_dit_rmsnorm_full(w, q, nq, qs, a->nq, 1e-6f, m->ss)) || (s = dl_dit_rmsnorm_full(w, k, nk, ks, a->nk, 1e-6f, m->ss)))
+        if ((s = dl_dit_rmsnorm_full(w, q, nq, qs, a->nq, 1e-6f, m->ss)) ||
+            (!have && (s = dl_dit_rmsnorm_full(w, k, nk, ks, a->nk, 1e-6f, m->ss))))
             return s;
         if (rq) rope_apply(rq, m->dt, q, nq, qs);
         if (rk) rope_apply(rk, m->dt, k, nk, ks);
@@ -929,7 +965,9 @@ static void text_kv(dl_ltx2_transformer *m, const float *e, int64_t d, const flo
         }
 }
 
-static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate, int perturbed) {
+/* one block; kvc: its text K | V in the text cache (video [T, 2 Wl], then audio), made
+ * here unless have */
+static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate, int perturbed, char *kvc, int have) {
     const int64_t Nv = m->Nvl, Na = m->in.audio_tokens, D = m->D, Da = m->Da; /* this rank's video rows */
     dl_dit *wv = &m->cv, *wa = &m->ca;
     const float eps = (float)m->eps;
@@ -940,10 +978,10 @@ static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate, int p
     add_rows(ma, b->asst, m->ta, m->na9 ? 9 : 6, Da);
     /* 1. self-attention */
     norm_mod(dt, m->hv, m->xv, Nv, D, eps, 0, mv + D, mv);
-    if ((s = xattn_run(m, &b->a1, wv, m->hv, Nv, m->hv, Nv, &m->rv, &m->rv, perturbed, KEYS_VSELF, m->o))) return s;
+    if ((s = xattn_run(m, &b->a1, wv, m->hv, Nv, m->hv, Nv, &m->rv, &m->rv, perturbed, KEYS_VSELF, NULL, 0, m->o))) return s;
     gate_add(m->xv, m->o, mv + 2 * D, Nv, D);
     norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, ma + Da, ma);
-    if ((s = xattn_run(m, &b->aa1, wa, m->ha, Na, m->ha, Na, &m->ra, &m->ra, perturbed, KEYS_LOCAL, m->o))) return s;
+    if ((s = xattn_run(m, &b->aa1, wa, m->ha, Na, m->ha, Na, &m->ra, &m->ra, perturbed, KEYS_LOCAL, NULL, 0, m->o))) return s;
     gate_add(m->xa, m->o, ma + 2 * Da, Na, Da);
     /* 2. text cross-attention */
     const float *kvv = NULL, *kva = NULL;
@@ -952,13 +990,14 @@ static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate, int p
         add_rows(m->kva, b->apst, m->prompt_single ? m->tpa : NULL, 2, Da);
         kvv = m->kvv, kva = m->kva;
     }
+    char *kvca = kvc + (size_t)(m->T * 2 * b->a2.Wl) * dl_dtype_size(dt); /* the audio text's K | V */
     norm_mod(dt, m->hv, m->xv, Nv, D, eps, 0, m->nv9 ? mv + 7 * D : NULL, mv + 6 * D);
-    text_kv(m, m->ctxv, D, kvv);
-    if ((s = xattn_run(m, &b->a2, wv, m->hv, Nv, m->ectx, m->T, NULL, NULL, 0, KEYS_LOCAL, m->o))) return s;
+    if (!have) text_kv(m, m->ctxv, D, kvv);
+    if ((s = xattn_run(m, &b->a2, wv, m->hv, Nv, m->ectx, m->T, NULL, NULL, 0, KEYS_LOCAL, kvc, have, m->o))) return s;
     gate_add(m->xv, m->o, m->nv9 ? mv + 8 * D : NULL, Nv, D);
     norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, m->na9 ? ma + 7 * Da : NULL, ma + 6 * Da);
-    text_kv(m, m->ctxa, Da, kva);
-    if ((s = xattn_run(m, &b->aa2, wa, m->ha, Na, m->ectx, m->T, NULL, NULL, 0, KEYS_LOCAL, m->o))) return s;
+    if (!have) text_kv(m, m->ctxa, Da, kva);
+    if ((s = xattn_run(m, &b->aa2, wa, m->ha, Na, m->ectx, m->T, NULL, NULL, 0, KEYS_LOCAL, kvca, have, m->o))) return s;
     gate_add(m->xa, m->o, m->na9 ? ma + 8 * Da : NULL, Na, Da);
     /* 3. audio-to-video and video-to-audio: every modulated input made before either */
     if (!isolate) {
@@ -971,9 +1010,9 @@ static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate, int p
         norm_mod(dt, m->hv2, m->xv, Nv, D, eps, 0, cv + 2 * D, cv + 3 * D); /* v2a keys */
         norm_mod(dt, m->ha, m->xa, Na, Da, eps, 0, ca, ca + Da);
         norm_mod(dt, m->ha2, m->xa, Na, Da, eps, 0, ca + 2 * Da, ca + 3 * Da);
-        if ((s = xattn_run(m, &b->a2v, wa, m->hv, Nv, m->ha, Na, &m->rcv, &m->rca, 0, KEYS_LOCAL, m->o))) return s;
+        if ((s = xattn_run(m, &b->a2v, wa, m->hv, Nv, m->ha, Na, &m->rcv, &m->rca, 0, KEYS_LOCAL, NULL, 0, m->o))) return s;
         gate_add(m->xv, m->o, cv + 4 * D, Nv, D);
-        if ((s = xattn_run(m, &b->v2a, wa, m->ha2, Na, m->hv2, Nv, &m->rca, &m->rcv, 0, KEYS_VIDEO, m->o))) return s;
+        if ((s = xattn_run(m, &b->v2a, wa, m->ha2, Na, m->hv2, Nv, &m->rca, &m->rcv, 0, KEYS_VIDEO, NULL, 0, m->o))) return s;
         gate_add(m->xa, m->o, ca + 4 * Da, Na, Da);
     }
     /* 4. feed-forwards */
@@ -988,6 +1027,36 @@ static dl_status block_run(dl_ltx2_transformer *m, tblock *b, int isolate, int p
     if ((s = tp_reduce(m, m->o, Na * Da))) return s;
     gate_add(m->xa, m->o, ma + 5 * Da, Na, Da);
     return DL_OK;
+}
+
+/* The text cache's entry for this call's text (*have: its K | V are made) or the one to
+ * make them in (empty, else the least recently used), emptied until the run completes.
+ * Under TP every rank of the group must agree (the key norm all-reduces): a miss on any
+ * rank is a miss on all. */
+static dl_status text_slot(dl_ltx2_transformer *m, const dl_ltx2_transformer_input *x, txslot **out, int *have) {
+    const size_t tb = (size_t)(m->T * m->in.text_width) * 4, ab = (size_t)(m->T * m->in.audio_text_width) * 4;
+    txslot *hit = NULL, *victim = &m->tx[0];
+    for (int i = 0; i < TEXT_SLOTS; i++) {
+        txslot *t = &m->tx[i];
+        if (t->used && !memcmp(t->text, x->text, tb) && !memcmp(t->atext, x->audio_text, ab) &&
+            (!m->kv_sigma || (!memcmp(&t->sigma, &x->sigma, 4) && !memcmp(&t->asigma, &x->audio_sigma, 4))))
+            hit = t;
+        if (t->used < victim->used) victim = t;
+    }
+    if (m->cv.sp.tp > 1) {
+        float miss = hit ? 0.f : 1.f;
+        dl_status s = dl_comm_allreduce_sum(m->cv.sp.tp_comm, &miss, 1);
+        if (s) return s;
+        if (miss > 0.f) hit = NULL;
+    }
+    *have = hit != NULL;
+    *out = hit ? hit : victim;
+    if (!hit) victim->used = 0;
+    return DL_OK;
+}
+
+void dl_ltx2_transformer_forget_text(dl_ltx2_transformer *m) {
+    for (int i = 0; i < TEXT_SLOTS; i++) m->tx[i].used = 0;
 }
 
 static int all_finite(const float *x, int64_t n) {
@@ -1029,29 +1098,38 @@ dl_status dl_ltx2_transformer_run(dl_ltx2_transformer *m, const dl_ltx2_transfor
         adaln_run(&m->pv, x->sigma, m->tpv, NULL);
         adaln_run(&m->pa, x->audio_sigma, m->tpa, NULL);
     }
-    /* inputs: proj_in, text (caption projections) */
+    if (x->stg_nblocks < 0 || x->stg_nblocks > 4096 || (x->stg_nblocks && !x->stg_blocks))
+        return dl_fail(DL_ERR_INVALID, "LTX-2 transformer: %d spatio-temporal guidance blocks", x->stg_nblocks);
+    /* inputs: proj_in, text (caption projections; none when the text cache has its K | V) */
+    txslot *tx;
+    int have;
+    if ((s = text_slot(m, x, &tx, &have))) return s;
     to_dt(m->dt, m->xin, x->video + n0 * in->video_in, Nvl * in->video_in); /* this rank's video rows */
     RUN(&m->proj_in, m->xin, m->xv);
     to_dt(m->dt, m->xin, x->audio, Na * in->audio_in);
     RUN(&m->aproj_in, m->xin, m->xa);
-    if (m->prompt_emb) {
+    if (!have && m->prompt_emb) {
         to_dt(m->dt, m->ctxin, x->text, T * in->text_width);
         RUN(&m->cap1, m->ctxin, m->ctxmid);
         RUN(&m->cap2, m->ctxmid, m->ctxv);
         to_dt(m->dt, m->ctxin, x->audio_text, T * in->audio_text_width);
         RUN(&m->acap1, m->ctxin, m->ctxmid);
         RUN(&m->acap2, m->ctxmid, m->ctxa);
-    } else {
+    } else if (!have) {
         memcpy(m->ctxv, x->text, (size_t)(T * D) * 4);
         memcpy(m->ctxa, x->audio_text, (size_t)(T * Da) * 4);
     }
-    if (x->stg_nblocks < 0 || x->stg_nblocks > 4096 || (x->stg_nblocks && !x->stg_blocks))
-        return dl_fail(DL_ERR_INVALID, "LTX-2 transformer: %d spatio-temporal guidance blocks", x->stg_nblocks);
     for (int64_t i = 0; i < m->L; i++) {
         int pert = 0; /* diffusers: a block index past the last block perturbs nothing */
         for (int j = 0; m->pert && j < x->stg_nblocks; j++) pert |= x->stg_blocks[j] == i;
-        if ((s = block_run(m, &m->b[i], x->isolate_modalities, pert))) return s;
+        if ((s = block_run(m, &m->b[i], x->isolate_modalities, pert, tx->kv + (size_t)i * m->kv_block, have))) return s;
     }
+    if (!have) { /* every block's text K | V are made: the entry is this text's */
+        memcpy(tx->text, x->text, (size_t)(T * in->text_width) * 4);
+        memcpy(tx->atext, x->audio_text, (size_t)(T * in->audio_text_width) * 4);
+        tx->sigma = x->sigma, tx->asigma = x->audio_sigma;
+    }
+    tx->used = ++m->runs;
     /* output: LN(x)(1 + scale) + shift, (shift, scale) = table + embedded timestep */
     float sv[2 * D], sa[2 * Da];
     for (int i = 0; i < 2; i++) {
