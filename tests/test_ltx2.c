@@ -101,7 +101,7 @@ static void test_text_path(dl_dtype dt) {
             snprintf(nm, sizeof nm, "%d.audio", i);
             float *wa = test_vec(g_vec, nm, NULL, NULL);
             int64_t valid = 0;
-            int ok = we && wn && wv && wa && dl_ltx2_text_embeds(tok, te, cn, prompts[i], T, emb, v, a, &valid) == DL_OK;
+            int ok = we && wn && wv && wa && dl_ltx2_text_embeds(tok, te, cn, prompts[i], T, emb, v, a, &valid, NULL) == DL_OK;
             CHECK(ok, "text path %d: %s", i, dl_last_error());
             if (ok) {
                 double ee = test_row_err(emb, we, T, C * L1), ev = test_row_err(v, wv, T, Dv), ea = test_row_err(a, wa, T, Da);

@@ -33,11 +33,13 @@ void dl_ltx2_connectors_free(dl_ltx2_connectors *m);
  * prompt stripped, left-padded or truncated to T tokens, every Gemma 3 hidden state
  * stacked into embeds [T, C (L + 1)]) then the connectors into video [T, Dv] and audio
  * [T, Da]; *valid: the prompt's real tokens. The text encoder must be built for >= T
- * tokens and match the connectors' C and L + 1. */
+ * tokens and match the connectors' C and L + 1. secs (NULL: not timed): [0] += the
+ * tokenizer's and Gemma's seconds, [1] += the connectors'. */
 struct dl_tokenizer;
 typedef struct dl_gemma3_text dl_gemma3_text;
 dl_status dl_ltx2_text_embeds(const struct dl_tokenizer *tok, dl_gemma3_text *te, dl_ltx2_connectors *cn,
-                              const char *prompt, int T, float *embeds, float *video, float *audio, int64_t *valid);
+                              const char *prompt, int T, float *embeds, float *video, float *audio, int64_t *valid,
+                              double secs[2]);
 
 /* ---- the audio-video transformer (LTX2VideoTransformer3DModel; src/models/ltx2_transformer.c)
  * One denoising forward of the video and audio streams together, batch 1, as each of

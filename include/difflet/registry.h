@@ -79,10 +79,20 @@ typedef struct dl_gen_request {
  * request without a seed gets 0. Hooks, caching and noise are the caller's to add. */
 void dl_gen_request_from(dl_gen_request *g, const dl_request *r);
 
+enum { DL_GEN_STAGES = 12 };
 typedef struct {
     double encode_s, denoise_s, decode_s, probe_s, cached_s, comm_s;
     int denoiser_calls, cached_steps, ranks;
+    /* the request's stages in their order, where its pipeline times them apart (LTX-2);
+     * names are static strings; nstages 0 elsewhere */
+    int nstages;
+    struct {
+        const char *name;
+        double s;
+    } stage[DL_GEN_STAGES];
 } dl_gen_timing;
+/* adds s seconds to the stage `name` (appended when new; past DL_GEN_STAGES, dropped) */
+void dl_gen_timing_stage(dl_gen_timing *t, const char *name, double s);
 
 typedef struct dl_model_entry dl_model_entry;
 struct dl_model_entry {

@@ -372,6 +372,12 @@ int cli_generate(int argc, char **argv) {
             fprintf(stderr, "difflet: load %.2f s | encode %.2f s | denoise %.2f s (%d transformer calls, %.3f s each; %d cached steps) | decode %.2f s\n",
                     load_s, tm.encode_s, tm.denoise_s, tm.denoiser_calls,
                     tm.denoiser_calls ? tm.denoise_s / tm.denoiser_calls : 0.0, tm.cached_steps, tm.decode_s);
+            if (tm.nstages) { /* the pipeline's own stages (LTX-2) */
+                fprintf(stderr, "difflet: stages:");
+                for (int k = 0; k < tm.nstages; k++)
+                    fprintf(stderr, "%s %s %.3f s", k ? ";" : "", tm.stage[k].name, tm.stage[k].s);
+                fprintf(stderr, "\n");
+            }
             if (parallel)
                 fprintf(stderr, "difflet: replica %d: %s; %d ranks ran exactly the decided steps; host %.3f s in communication\n",
                         replica, lay, tm.ranks, tm.comm_s);

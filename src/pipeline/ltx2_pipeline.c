@@ -570,14 +570,17 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
     if (p->par && p->par->cfg.cfg == 2 && __builtin_popcount(mask) < 2)
         return dl_fail(DL_ERR_INVALID, "cfg=2 runs a step's guidance passes on two rank groups, but this request makes one "
                                        "pass per step (guidance_scale 1 and no STG or modality guidance)");
-    double t0 = dl_now();
+    const double t0_host = dl_now();
+    double t0 = t0_host, ts[2] = {0, 0};
     int64_t valid;
-    dl_status s = dl_ltx2_text_embeds(p->tok, p->te, p->cn, r->prompt, (int)p->T, p->emb, p->tv[0], p->ta[0], &valid);
+    dl_status s = dl_ltx2_text_embeds(p->tok, p->te, p->cn, r->prompt, (int)p->T, p->emb, p->tv[0], p->ta[0], &valid, ts);
     if (s == DL_OK && cfg)
         s = dl_ltx2_text_embeds(p->tok, p->te, p->cn, r->negative_prompt ? r->negative_prompt : "", (int)p->T, p->emb, p->tv[1],
-                                p->ta[1], &valid);
+                                p->ta[1], &valid, ts);
     if (s != DL_OK) return s;
     tm.encode_s = dl_now() - t0;
+    dl_gen_timing_stage(&tm, "text encoder (Gemma 3)", ts[0]);
+    dl_gen_timing_stage(&tm, "text connectors", ts[1]);
     if ((s = dl_flowmatch_sigmas(&p->fm, r->steps, dl_flowmatch_mu(&p->fm, p->Nv), p->sigmas))) return s;
     for (int i = 0; i <= r->steps; i++)
         if (!isfinite(p->sigmas[i])) /* diffusers gives NaN there too: shift_terminal over an all-1 schedule */
@@ -599,6 +602,8 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
     tm.denoise_s = dt.denoise_s, tm.probe_s = dt.probe_s, tm.cached_s = dt.cached_s, tm.comm_s = dt.comm_s;
     tm.denoiser_calls = dt.calls, tm.cached_steps = dt.cached_steps, tm.ranks = dt.ranks;
     t0 = dl_now();
+    dl_gen_timing_stage(&tm, "schedule, noise, packing", t0 - t0_host - tm.encode_s - tm.denoise_s);
+    dl_gen_timing_stage(&tm, "denoiser", tm.denoise_s);
     /* video: unpack, decode noise, de-normalise, decode */
     pack_video(p, p->z, p->lat, 1);
     float temb = 0.f;
@@ -615,11 +620,17 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
     for (int64_t c = 0; c < p->C; c++)
         for (int64_t i = 0; i < per; i++) p->z[c * per + i] = p->z[c * per + i] * std[c] / sf + mean[c];
     if ((s = dl_ltx2_vae_decode(p->vae, p->z, temb, p->video, r->on_decode, r->ctx))) return s;
+    double t1 = dl_now();
+    dl_gen_timing_stage(&tm, "video VAE decode", t1 - t0);
     /* audio: de-normalise, unpack, decode, vocoder */
     if ((s = dl_ltx2_audio_vae_decode(p->avae, p->alat, p->mel))) return s;
+    double t2 = dl_now();
+    dl_gen_timing_stage(&tm, "audio VAE decode", t2 - t1);
     dl_ltx2_audio_mel_to_vocoder(p->mel, dl_ltx2_audio_vae_out_channels(p->avae), dl_ltx2_audio_vae_mel_frames(p->avae),
                                  dl_ltx2_audio_vae_mel_bins(p->avae), p->melv);
     if ((s = dl_ltx2_vocoder_run(p->voc, p->melv, p->wave))) return s;
+    t1 = dl_now();
+    dl_gen_timing_stage(&tm, "vocoder", t1 - t2);
     if ((s = dl_pipeline_media(out, DL_MEDIA_VIDEO_AUDIO, p->video, p->Fo, p->Ho, p->Wo, p->fps, r->want_pixels))) return s;
     if (!(out->audio = malloc((size_t)(p->wch * p->wlen) * sizeof(float)))) {
         dl_media_free(out);
@@ -630,6 +641,7 @@ static dl_status generate(lt_pipe *p, const dl_gen_request *r, dl_media *out, dl
     out->audio_samples = p->wlen, out->audio_channels = (int)p->wch;
     out->audio_rate = (int)dl_ltx2_vocoder_sample_rate(p->voc);
     tm.decode_s = dl_now() - t0;
+    dl_gen_timing_stage(&tm, "output frames and samples", dl_now() - t1);
     if (timing) *timing = tm;
     return DL_OK;
 }

@@ -13,7 +13,8 @@
 #include "difflet/text.h"
 
 dl_status dl_ltx2_text_embeds(const dl_tokenizer *tok, dl_gemma3_text *te, dl_ltx2_connectors *cn, const char *prompt,
-                              int T, float *embeds, float *video, float *audio, int64_t *valid) {
+                              int T, float *embeds, float *video, float *audio, int64_t *valid, double secs[2]) {
+    const double t0 = dl_now();
     int64_t C, L1;
     dl_ltx2_connectors_text_dims(cn, &C, &L1);
     if (dl_gemma3_text_width(te) != C || dl_gemma3_text_layers(te) + 1 != L1)
@@ -36,7 +37,9 @@ dl_status dl_ltx2_text_embeds(const dl_tokenizer *tok, dl_gemma3_text *te, dl_lt
         for (int64_t t = 0; t < T; t++) /* the pipeline's packing: index c L1 + l */
             for (int64_t l = 0; l < L1; l++)
                 for (int64_t c = 0; c < C; c++) embeds[(t * C + c) * L1 + l] = h[(l * T + t) * C + c];
+        const double t1 = dl_now();
         s = dl_ltx2_connectors_run(cn, embeds, n, video, audio);
+        if (secs) secs[0] += t1 - t0, secs[1] += dl_now() - t1;
     }
     if (s == DL_OK && valid) *valid = n;
     free(ids), free(h);

@@ -108,6 +108,15 @@ dl_status dl_pipeline_worker(dl_pipeline *p) {
     return s;
 }
 
+void dl_gen_timing_stage(dl_gen_timing *t, const char *name, double s) {
+    for (int i = 0; i < t->nstages; i++)
+        if (!strcmp(t->stage[i].name, name)) {
+            t->stage[i].s += s;
+            return;
+        }
+    if (t->nstages < DL_GEN_STAGES) t->stage[t->nstages].name = name, t->stage[t->nstages++].s = s;
+}
+
 dl_status dl_pipeline_generate(dl_pipeline *p, const dl_gen_request *r, dl_media *out, dl_gen_timing *tm) {
     memset(out, 0, sizeof *out);
     dl_gen_timing t = {0};
