@@ -759,10 +759,14 @@ static void matvec(float *y, const float *w, const float *b, const float *x, int
     DL_PAR({
         int64_t r0, r1;
         dl_split(n, ith, nth, &r0, &r1);
-        for (int64_t r = r0; r < r1; r++) {
-            double acc = 0;
-            for (int64_t j = 0; j < k; j++) acc += (double)w[r * k + j] * x[j];
-            y[r] = (float)(acc + b[r]);
+        for (int64_t r = r0; r < r1; r++) { /* 8 independent sums (no add-latency chain; vectorisable) */
+            const float *wr = w + r * k;
+            double acc[8] = {0};
+            int64_t j = 0;
+            for (; j + 8 <= k; j += 8)
+                for (int l = 0; l < 8; l++) acc[l] += (double)wr[j + l] * x[j + l];
+            for (; j < k; j++) acc[0] += (double)wr[j] * x[j];
+            y[r] = (float)((((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + b[r]);
         }
     });
 }
