@@ -208,6 +208,31 @@ out=$("$bin" inspect "$gg" 2>&1)
 if [[ "$out" == *"flux1-tiny-Q8_0.gguf: 112 tensors"* && "$out" == *"Q8_0"* ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: inspect of a GGUF folder: $out"; fi
 ln -s "$data/flux/gguf/flux-tiny-Q4_0.gguf" "$gg/transformer/second.gguf"
 expect 1 "2 .gguf files" generate --model "$gg" --prompt x --width 48 --height 32 --steps 1 --max-sequence-length 32 -o "$tmpd/x.png"
+# int8 activation calibration (calibrate-int8): W8A8's activation error measured per linear on prompts, written
+# into the model folder, read by every int8 compile of it (its hash in the key). At threshold 0 every linear it saw
+# compiles weight-only: the int8 picture is int8-wo's, byte for byte; at 1 none does: int8's without a calibration
+cf="$tmpd/flux-cal"; mkdir -p "$cf"
+for c in model_index.json scheduler text_encoder text_encoder_2 tokenizer tokenizer_2 transformer vae; do ln -s "$(readlink -f "$flux/$c")" "$cf/$c"; done
+printf "a red circle\n# a comment\na blue square on a green background\n" > "$tmpd/cal.txt"
+: > "$tmpd/nocal.txt"
+cg=(generate --model "$cf" --prompt "a red cube" --width 48 --height 32 --steps 2 --max-sequence-length 32)
+expect 0 "" "${cg[@]}" --dtype int8 -o "$tmpd/i8.png"
+expect 0 "" "${cg[@]}" --dtype int8-wo -o "$tmpd/wo.png"
+expect 0 "2 prompts" calibrate-int8 --model "$cf" --prompts "$tmpd/cal.txt" --steps 2 --size 48x32 --threshold 0
+got=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); c=j["components"]
+print(sorted(c), all(v["scheme"] == "int8-wo" and v["act_error"] > 0 and v["tokens"] > 0 for l in c.values() for v in l.values()))' "$cf/int8_calibration.json" 2>&1)
+if [[ "$got" == *"'text_encoder', 'text_encoder_2', 'transformer'"*"True" ]]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: int8_calibration.json: $got"; fi
+expect 0 "" "${cg[@]}" --dtype int8 -o "$tmpd/i8c0.png"
+if cmp -s "$tmpd/i8c0.png" "$tmpd/wo.png" && ! cmp -s "$tmpd/i8.png" "$tmpd/wo.png"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: int8 at calibration threshold 0 is not int8-wo's picture"; fi
+expect 0 "" calibrate-int8 --model "$cf" --prompts "$tmpd/cal.txt" --steps 2 --size 48x32 --threshold 1
+expect 0 "" "${cg[@]}" --dtype int8 -o "$tmpd/i8c1.png"
+if cmp -s "$tmpd/i8c1.png" "$tmpd/i8.png"; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: int8 at calibration threshold 1 is not int8's picture"; fi
+echo '{"threshold": 0.05}' > "$cf/int8_calibration.json"
+expect 1 "components" "${cg[@]}" --dtype int8 -o "$tmpd/x.png"
+expect 0 "" "${cg[@]}" --dtype int8-wo -o "$tmpd/x.png"
+expect 2 "--threshold" calibrate-int8 --model "$cf" --prompts "$tmpd/cal.txt" --threshold 2
+expect 2 "required" calibrate-int8 --model "$cf"
+expect 1 "no prompts" calibrate-int8 --model "$cf" --prompts "$tmpd/nocal.txt"
 # a Hub repository id, resolved offline in a Hugging Face cache laid out as the hub
 # library lays it out (refs/main -> commit, snapshots/<commit>/ linking to blobs/)
 hub="$tmpd/hf/hub"; repo="$hub/models--test-org--flux-dev"; commit=0123456789abcdef0123456789abcdef01234567

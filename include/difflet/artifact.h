@@ -51,6 +51,8 @@ struct dl_wsrc {
     size_t arena;              /* activation bytes allocated by the model */
     int owned;                 /* internal: opened by the model itself */
     dl_quant quant;            /* int8 scheme of the linears built from the checkpoint */
+    const char *component;     /* the component's folder (int8 calibration's layer names) */
+    const struct cJSON *calib; /* W8A8 compile: the component's layers in int8_calibration.json, or NULL */
 };
 
 /* Fault injection for tests (DIFFLET_FAULT_KILL_COMPILE=N: SIGKILL after N tensors). */

@@ -126,6 +126,17 @@ void dl_vae_encoder_free(dl_vae_encoder *m);
 /* T5's bucket of a relative position (memory - query), as transformers computes it. */
 int32_t dl_t5_bucket(int64_t rel, int bidirectional, int num_buckets, int max_distance);
 
+/* ---- int8 activation calibration (src/models/int8_calib.c; docs/int8.md) -------------
+ * begin: from now on every linear made is observed (each run's input rows quantized as
+ * W8A8 would quantize them, the error summed per layer); write: int8_calibration.json
+ * at path, about_json's fields (the run's description) plus threshold, levels and per
+ * component and layer act_error, worst_token, tokens and scheme ("int8-wo" above the
+ * threshold, else "int8"); *layers written, *wo of them weight-only. end: off, and
+ * forgets every layer (free the models made while on first). */
+void dl_int8_calib_begin(void);
+dl_status dl_int8_calib_write(const char *path, double threshold, const char *about_json, int *layers, int *wo);
+void dl_int8_calib_end(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,6 +30,7 @@ int cli_compile(int argc, char **argv);
 int cli_eval_tiny(int argc, char **argv);
 int cli_eval_tiny_video(int argc, char **argv);
 int cli_calibrate(int argc, char **argv);
+int cli_calibrate_int8(int argc, char **argv);
 int cli_eval_cache(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_serve_worker(int argc, char **argv);

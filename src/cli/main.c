@@ -42,6 +42,9 @@ static void usage(FILE *f) {
             "  calibrate            fit the probe -> output-change polynomial for step caching:\n"
             "                       --prompts FILE [--model DIR] [--steps 50] [--degree 4]\n"
             "                       [--skip-budget N] [--size WxH] [--true-cfg S] [-o calib.json]\n"
+            "  calibrate-int8       measure W8A8's activation error per linear on prompts; a layer above\n"
+            "                       the threshold compiles weight-only: --model DIR --prompts FILE\n"
+            "                       [--steps N] [--size WxH] [--threshold 0.05] [-o DIR/int8_calibration.json]\n"
             "  eval-cache           step caching quality and speed per mode vs uncached and vs\n"
             "                       fewer steps: --prompts FILE [--modes m1,m2] [--steps 50] [--repeat 3] ...\n"
             "  serve                HTTP API (OpenAI-style images, OpenAI's videos API for video\n"
@@ -197,6 +200,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval-tiny")) return cli_eval_tiny(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval-tiny-video")) return cli_eval_tiny_video(argc - 2, argv + 2);
     if (!strcmp(cmd, "calibrate")) return cli_calibrate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "calibrate-int8")) return cli_calibrate_int8(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve-worker")) return cli_serve_worker(argc - 2, argv + 2);
     if (!strcmp(cmd, "loadgen")) return cli_loadgen(argc - 2, argv + 2);

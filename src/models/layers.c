@@ -2,6 +2,7 @@
  * load asks for parameters and layers by checkpoint name; the source reads the
  * checkpoint (converting and packing; recording into an artifact when compiling)
  * or reads an artifact compiled earlier (packed weights used in place). */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -33,7 +34,7 @@ dl_status dl_ws_open(dl_wsrc **ws, dl_wsrc *given, dl_model_dir *dir, const char
         free(w);
         return s;
     }
-    w->owned = 1;
+    w->owned = 1, w->component = component;
     *ws = w;
     return DL_OK;
 }
@@ -191,12 +192,22 @@ static dl_quant art_quant(const dl_artifact *a, const char *name, dl_packed *pk)
  * activation dtype, as does one whose weights int8 cannot hold:
  * relative error of the per-channel quantization (measured here) above 2 %, i.e.
  * weights with outlier columns. The rest take the scheme. */
-static dl_quant lin_quant(dl_quant scheme, int64_t k, int64_t n, const float *w) {
+static dl_quant lin_quant(const dl_wsrc *ws, const char *pk, int64_t k, int64_t n, const float *w) {
+    const dl_quant scheme = ws->quant;
     if (scheme == DL_QUANT_NONE || k < 32 || k > DL_Q8_MAX_K) return DL_QUANT_NONE;
     double e = dl_q8_weight_error(w, n, k);
     if (e > 0.02) {
         DL_DEBUG("linear %lldx%lld stays unquantized: int8 weight error %.3f", (long long)n, (long long)k, e);
         return DL_QUANT_NONE;
+    }
+    if (scheme == DL_QUANT_W8A8 && ws->calib) { /* the calibration's verdict on its activations */
+        char name[300];
+        snprintf(name, sizeof name, "%.*s", (int)(strcspn(pk, "#")), pk);
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ws->calib, name), "scheme");
+        if (cJSON_IsString(sc) && !strcmp(sc->valuestring, "int8-wo")) {
+            DL_DEBUG("linear %s is weight-only: its calibrated activation error is above the threshold", name);
+            return DL_QUANT_W8;
+        }
     }
     return scheme;
 }
@@ -206,6 +217,8 @@ dl_status dl_lin_make(lin *l, dl_wsrc *ws, const char *pk, const char *bk, const
     dl_matmul_desc d = *d0;
     l->k = d.k;
     l->n = d.n;
+    l->m = d.m, l->ldx = d.ldx ? d.ldx : d.k, l->dt = d.dt;
+    l->cal = dl_calib_register(ws->component, pk);
     if (!ws->ck) { /* artifact: packed weights in place, bias copied by oneDNN's wrapper */
         size_t bb;
         dl_packed pw;
@@ -216,7 +229,7 @@ dl_status dl_lin_make(lin *l, dl_wsrc *ws, const char *pk, const char *bk, const
         d.quant = art_quant(ws->art, pk, &pw);
         return dl_matmul_new_packed(&l->mm, &d, &pw, ab);
     }
-    d.quant = lin_quant(ws->quant, d.k, d.n, w);
+    d.quant = lin_quant(ws, pk, d.k, d.n, w);
     dl_status s = dl_matmul_new(&l->mm, &d, w, DL_F32, b);
     if (s == DL_OK && ws->rec) {
         dl_packed packed;

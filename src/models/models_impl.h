@@ -44,7 +44,16 @@ dl_status dl_plan_commit(act_plan *p, dl_wsrc *ws, void **arena);
 typedef struct {
     dl_matmul *mm;
     int64_t k, n;
+    int64_t m, ldx; /* the rows and x's row stride it was built for */
+    dl_dtype dt;    /* x's dtype */
+    int cal;        /* int8 calibration: its layer's id + 1 (0: not observed) */
 } lin;
+
+/* int8 activation calibration (src/models/int8_calib.c; docs/int8.md): while it is on,
+ * every linear made registers under "<component>/<weight name>" and each run's input
+ * rows are quantized as W8A8 would and their error summed. */
+int dl_calib_register(const char *component, const char *packed_name);
+void dl_calib_observe(int cal, const void *x, int64_t m, int64_t k, int64_t ldx, dl_dtype dt);
 
 /* y[m, n] = act(x[m, k] W^T + b) where W (and b) are the checkpoint tensors
  * `names[0..nparts)` concatenated along N (a fused QKV from q, k, v), each [n_i, k].
@@ -86,7 +95,10 @@ dl_status dl_lin_qkv(lin *l, dl_wsrc *ck, const char *p, const char *a, const ch
                      int64_t D, dl_dtype dt, const lin_split *sp);
 /* a float vector parameter of n elements */
 dl_status dl_param_vec(dl_wsrc *ck, const char *name, int64_t n, float **out);
-static inline dl_status lin_run(lin *l, const void *x, void *y) { return dl_matmul_run(l->mm, x, y); }
+static inline dl_status lin_run(lin *l, const void *x, void *y) {
+    if (l->cal) dl_calib_observe(l->cal, x, l->m, l->k, l->ldx, l->dt);
+    return dl_matmul_run(l->mm, x, y);
+}
 
 /* Convolution `<base>.weight` / `<base>.bias` for desc d. */
 dl_status dl_conv_load(dl_conv **c, dl_wsrc *ws, const char *base, const dl_conv_desc *d);

@@ -86,6 +86,29 @@ dl_status dl_component_hash(dl_model_dir *dir, const char *component, uint64_t *
     return DL_OK;
 }
 
+/* A W8A8 compile's calibration (`difflet calibrate-int8`): the component's layers in
+ * <model>/int8_calibration.json. *root (free with cJSON_Delete) and *layers are NULL
+ * when there is no file or it names no layer of this component; a file that is not
+ * JSON with a "components" object is an error. */
+static dl_status calib_layers(dl_model_dir *dir, const char *component, dl_quant quant, cJSON **root,
+                              const cJSON **layers) {
+    *root = NULL, *layers = NULL;
+    if (quant != DL_QUANT_W8A8) return DL_OK;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/int8_calibration.json", dl_model_dir_path(dir));
+    if (!dl_file_exists(path)) return DL_OK;
+    dl_status s = dl_json_read_object(path, "int8_calibration.json", root);
+    if (s != DL_OK) return s;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(*root, "components");
+    if (!cJSON_IsObject(c)) {
+        cJSON_Delete(*root), *root = NULL;
+        return dl_fail(DL_ERR_FORMAT, "`%s`: no \"components\" object (write it with `difflet calibrate-int8`)", path);
+    }
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(c, component);
+    if (cJSON_IsObject(l)) *layers = l;
+    return DL_OK;
+}
+
 dl_status dl_program_key(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, dl_quant quant,
                          int probe, char **key_json, char id[17]) {
     return dl_program_key_par(dir, component, shape_json, dt, quant, probe, "single", 0, key_json, id);
@@ -102,6 +125,13 @@ dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const cha
     uint64_t cfg_hash = dl_hash64(cfg, len, 0), ck_hash;
     free(cfg);
     if ((s = dl_component_hash(dir, component, &ck_hash)) != DL_OK) return s;
+    cJSON *croot;
+    const cJSON *clayers;
+    if ((s = calib_layers(dir, component, quant, &croot, &clayers)) != DL_OK) return s;
+    char *ctext = clayers ? cJSON_PrintUnformatted(clayers) : NULL;
+    const uint64_t calib_hash = ctext ? dl_hash64(ctext, strlen(ctext), 0) : 0;
+    free(ctext);
+    cJSON_Delete(croot);
     cJSON *shape = cJSON_Parse(shape_json);
     if (!cJSON_IsObject(shape)) {
         cJSON_Delete(shape);
@@ -119,6 +149,10 @@ dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const cha
     cJSON_AddStringToObject(k, "dtype", dl_dtype_name(dt));
     cJSON_AddStringToObject(k, "engine", DIFFLET_VERSION);
     cJSON_AddNumberToObject(k, "format", 2); /* 2: packed weights carry their oneDNN layout record */
+    if (calib_hash) { /* absent without a calibration: other keys are unchanged */
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)calib_hash);
+        cJSON_AddStringToObject(k, "int8_calibration_xxh3", hex);
+    }
     cJSON_AddStringToObject(k, "isa", dl_isa_name(dl_kernel_isa()));
     cJSON_AddStringToObject(k, "matmul_isa", dl_onednn_isa());
     cJSON_AddStringToObject(k, "onednn", dl_onednn_version());
@@ -215,15 +249,16 @@ static dl_status try_load(const char *dir, const char *key_json, dl_artifact **a
     return DL_OK;
 }
 
-dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *key_json, const char *id,
-                         dl_cache_mode mode, dl_quant quant, dl_program_build_fn build, void *ctx, dl_artifact **keep) {
+static dl_status program_get(dl_model_dir *mdir, const char *component, const char *key_json, const char *id,
+                             dl_cache_mode mode, dl_quant quant, const cJSON *calib, dl_program_build_fn build, void *ctx,
+                             dl_artifact **keep) {
     *keep = NULL;
     char root[2048], dir[2200], lock[2200], tmp[2300];
     dl_status s;
     snprintf(root, sizeof root, "%s/programs", dl_cache_dir());
     snprintf(dir, sizeof dir, "%s/%s", root, id);
     if (mode == DL_CACHE_OFF) { /* straight from the checkpoint, nothing written */
-        dl_wsrc ws = {.quant = quant};
+        dl_wsrc ws = {.quant = quant, .component = component, .calib = calib};
         if ((s = dl_model_dir_checkpoint(mdir, component, &ws.ck)) != DL_OK) return s;
         s = build(ctx, &ws);
         dl_ckpt_free(ws.ck);
@@ -233,7 +268,7 @@ dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *
         dl_artifact *art = NULL;
         s = try_load(dir, key_json, &art);
         if (s == DL_OK) {
-            dl_wsrc ws = {.art = art};
+            dl_wsrc ws = {.art = art, .component = component};
             s = build(ctx, &ws);
             if (s == DL_OK) {
                 g_stats.loads++;
@@ -272,7 +307,7 @@ dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *
         }
         snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", root, id, (int)getpid());
         dl_rm_rf(tmp);
-        dl_wsrc ws = {.quant = quant};
+        dl_wsrc ws = {.quant = quant, .component = component, .calib = calib};
         double t0 = dl_now();
         if (mkdir(tmp, 0755) != 0) s = dl_fail(DL_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
         else if ((s = dl_artifact_writer_open(&ws.rec, tmp)) == DL_OK &&
@@ -298,7 +333,7 @@ dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *
                 build(ctx, NULL);
                 dl_artifact *got = NULL;
                 if ((s = try_load(dir, key_json, &got)) == DL_OK) {
-                    dl_wsrc lw = {.art = got};
+                    dl_wsrc lw = {.art = got, .component = component};
                     if ((s = build(ctx, &lw)) == DL_OK)
                         *keep = got;
                     else
@@ -318,6 +353,18 @@ dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *
         return s;
     }
     return dl_fail(DL_ERR_IO, "program %s (%s): could not be loaded after another process compiled it", component, id);
+}
+
+dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *key_json, const char *id,
+                         dl_cache_mode mode, dl_quant quant, dl_program_build_fn build, void *ctx, dl_artifact **keep) {
+    *keep = NULL;
+    cJSON *croot;
+    const cJSON *calib;
+    dl_status s = calib_layers(mdir, component, quant, &croot, &calib);
+    if (s != DL_OK) return s;
+    s = program_get(mdir, component, key_json, id, mode, quant, calib, build, ctx, keep);
+    cJSON_Delete(croot);
+    return s;
 }
 
 dl_status dl_cache_list(dl_cache_entry **out, int *n) {
