@@ -75,7 +75,7 @@ void dl_plan_attn_scratch(act_plan *p, void *dst_ptr_addr, dl_dtype dt, int64_t 
     dl_plan_add(p, dst_ptr_addr, dl_attn_scratch_bytes(&a, omp_get_max_threads()) + 64, first, last);
 }
 
-dl_status dl_plan_commit(act_plan *p, dl_wsrc *ws, void **arena) {
+void dl_plan_place(act_plan *p) {
     int order[PLAN_MAX], placed[PLAN_MAX], np = 0;
     for (int i = 0; i < p->n; i++) order[i] = i;
     for (int i = 1; i < p->n; i++) /* largest first */
@@ -104,6 +104,10 @@ dl_status dl_plan_commit(act_plan *p, dl_wsrc *ws, void **arena) {
         placed[np++] = i;
         if (off + p->b[i].bytes > p->total) p->total = off + p->b[i].bytes;
     }
+}
+
+dl_status dl_plan_commit(act_plan *p, dl_wsrc *ws, void **arena) {
+    dl_plan_place(p);
     char *base = dl_aligned_alloc(p->total);
     *arena = base;
     if (!base) return dl_fail(DL_ERR_NOMEM, "cannot allocate a %zu-byte activation arena", p->total);

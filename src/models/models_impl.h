@@ -38,6 +38,9 @@ void dl_plan_add(act_plan *p, void *dst_ptr_addr, size_t bytes, int first, int l
 /* The per-thread scratch of self-attention over S tokens read from fused QKV rows. */
 void dl_plan_attn_scratch(act_plan *p, void *dst_ptr_addr, dl_dtype dt, int64_t S, int64_t heads, int64_t head_dim,
                        int causal, int first, int last);
+/* Places the buffers (offsets, total) without allocating: the same plan for a host
+ * arena (dl_plan_commit) or a device one (src/cuda/device.c: dl_cuda_plan_commit). */
+void dl_plan_place(act_plan *p);
 /* Allocates the arena (*arena, 64-byte aligned; free with dl_aligned_free). */
 dl_status dl_plan_commit(act_plan *p, dl_wsrc *ws, void **arena);
 
