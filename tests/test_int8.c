@@ -8,14 +8,18 @@
  *  - bias, every activation, bf16 input and output, leading dimensions, a few rows
  *    (modulation vectors) and odd shapes; packed weights round-trip bit-exactly;
  *    missing scales refused. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "difflet/check.h"
 #include "difflet/kernels.h"
+#include "difflet/models.h"
 #include "kernels/kernels_impl.h"
 #include "kernels/onednn_impl.h"
+#include "models/models_impl.h"
 #include "test_util.h"
 
 /* the scheme's weights, written out independently of the kernel */
@@ -148,8 +152,68 @@ static void test_nan(dl_quant quant, int64_t M) {
     free(w), free(x), free(y);
 }
 
+/* the activation calibration's measure (src/models/int8_calib.c): the mean over input
+ * channels of what W8A8's asymmetric per-token quantization over L levels loses,
+ * computed here by hand; a token with one outlier channel (the others round to 0) makes
+ * its layer weight-only; so does an infinity; a layer under the threshold stays W8A8;
+ * a layer made but never run is not written */
+static void test_calibration(void) {
+    const int L = dl_q8_levels();
+    dl_int8_calib_begin();
+    const int a = dl_calib_register("comp", "blocks.0.fc.weight#packed"), b = dl_calib_register("comp", "blocks.1.fc.weight#packed"),
+              c = dl_calib_register("other", "x.weight#packed"), d = dl_calib_register("comp", "never.weight#packed");
+    CHECK(a == 1 && b == 2 && c == 3 && d == 4 && dl_calib_register("comp", "blocks.0.fc.weight#packed") == a, "ids %d %d %d %d", a, b, c, d);
+    float x[2][64];
+    double err[64] = {0}, sum[64] = {0}, want = 0;
+    for (int r = 0; r < 2; r++) {
+        float lo = 0, hi = 0;
+        for (int j = 0; j < 64; j++) x[r][j] = sinf(0.37f * (float)(j + 64 * r)) * (r ? 3.f : 1.f), lo = fminf(lo, x[r][j]), hi = fmaxf(hi, x[r][j]);
+        const double s = ((double)hi - lo) / L, z = nearbyint(-lo / s);
+        for (int j = 0; j < 64; j++) {
+            const double q = fmin(fmax(nearbyint(x[r][j] / s) + z, 0), L), e = x[r][j] - (q - z) * s;
+            err[j] += e * e, sum[j] += (double)x[r][j] * x[r][j];
+        }
+    }
+    for (int j = 0; j < 64; j++) want += sqrt(err[j] / sum[j]) / 64; /* the mean of the channels' relative errors */
+    dl_calib_observe(a, x, 2, 64, 64, DL_F32);
+    float big[64];
+    for (int j = 0; j < 64; j++) big[j] = j == 3 ? 1000.f : 0.01f * (float)j; /* one outlier: a large error */
+    dl_calib_observe(b, big, 1, 64, 64, DL_F32);
+    float inf[64] = {0};
+    inf[5] = INFINITY;
+    dl_calib_observe(c, inf, 1, 64, 64, DL_F32);
+    char path[] = "/tmp/difflet-calib-XXXXXX";
+    int fd = mkstemp(path), layers = 0, wo = 0;
+    if (fd >= 0) close(fd);
+    CHECK(dl_int8_calib_write(path, 0.05, "{\"model\": \"t\"}", &layers, &wo) == DL_OK && layers == 3 && wo == 2,
+          "written: %d layers, %d weight-only (%s)", layers, wo, dl_last_error());
+    cJSON *j = NULL;
+    if (dl_json_read_object(path, "calibration", &j) == DL_OK) {
+        const cJSON *cm = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "components"), "comp");
+        const cJSON *la = cJSON_GetObjectItemCaseSensitive(cm, "blocks.0.fc.weight"), *lb = cJSON_GetObjectItemCaseSensitive(cm, "blocks.1.fc.weight");
+        const cJSON *lc = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "components"), "other"), "x.weight");
+        const double ea = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(la, "act_error"));
+        CHECK(fabs(ea - want) < 1e-9 && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(la, "scheme")), "int8"),
+              "the measure: %g, by hand %g", ea, want);
+        CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(lb, "scheme")), "int8-wo"), "the outlier layer is weight-only");
+        CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(lc, "scheme")), "int8-wo") &&
+                  cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(lc, "nonfinite_tokens")) == 1,
+              "a non-finite row makes the layer weight-only");
+        CHECK(!cJSON_GetObjectItemCaseSensitive(cm, "never.weight") && cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "levels")) == L,
+              "a layer never run is not written; the levels are");
+        cJSON_Delete(j);
+    } else {
+        CHECK(0, "read back: %s", dl_last_error());
+    }
+    unlink(path);
+    dl_int8_calib_end();
+    dl_calib_observe(a, x, 2, 64, 64, DL_F32); /* after the end: not counted, no crash */
+    CHECK(dl_calib_register("comp", "y#packed") == 0, "off: nothing registers");
+}
+
 int main(void) {
     dl_cpu();
+    test_calibration();
     int L = dl_q8_levels();
     CHECK(L == 255 || L == 127, "levels %d", L);
     /* where the CPU has an exact int8 dot product and oneDNN may use it, the probe must find it */

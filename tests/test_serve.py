@@ -362,15 +362,16 @@ while time.time() - t0 < 5 and s.json("GET", "/ready")[0] == 200:
     time.sleep(0.05)
 r = s.wait_ready(30)
 check(r and r["model_pid"] != pid, "the stuck model process was killed and replaced")
-st, png = image(s, {"prompt": "after", "steps": 3})
-check(st == 200, "dispatch resumes after the recovery")
+st, png = image(s, {"prompt": "after", "steps": 1})  # one step: within the 1 s deadline on a slow machine too
+check(st == 200, f"dispatch resumes after the recovery: {st}")
 s.stop()
 
 # ---- API restart: queued jobs survive ------------------------------------------------
 res_dir = os.path.join(tmp, "r3")
 s = Server(res_dir)
 s.wait_ready()
-ids = [s.json("POST", "/v1/jobs", {"prompt": f"p{i}", "steps": 40, "seed": i})[1]["id"] for i in range(4)]
+# (20 steps: still queued or running when the API dies right after; the 60 s deadline counts from submission)
+ids = [s.json("POST", "/v1/jobs", {"prompt": f"p{i}", "steps": 20, "seed": i})[1]["id"] for i in range(4)]
 s.stop(signal.SIGKILL)  # the API process dies with jobs queued and one in progress
 s = Server(res_dir)
 s.wait_ready()

@@ -93,10 +93,12 @@ dl_status dl_cuda_convert(dl_dtype from, const void *d_x, dl_dtype to, void *d_y
 
 /* ---- GEMM through cuBLASLt (src/cuda/gemm.c) ----
  * y[m, n] = act(x[m, k] w[n, k]^T + b): x and w bf16 (or f32), f32 accumulation, y in
- * dst_dt; bias f32 [n] or NULL; act none or GELU-tanh, fused as cuBLASLt's epilogue. */
+ * dst_dt (bf16 inputs: bf16 or f32; f32 inputs: f32); bias [n] in dst_dt (cuBLASLt's
+ * rule) or NULL; act none or GELU-tanh, fused as cuBLASLt's epilogue. One thread at a
+ * time per GEMM object. */
 typedef struct dl_cuda_gemm dl_cuda_gemm;
 dl_status dl_cuda_gemm_new(dl_cuda_gemm **out, int64_t m, int64_t k, int64_t n, dl_dtype dt, dl_dtype dst_dt, dl_act act);
-dl_status dl_cuda_gemm_run(dl_cuda_gemm *g, const void *d_x, const void *d_w, const float *d_bias, void *d_y, void *stream);
+dl_status dl_cuda_gemm_run(dl_cuda_gemm *g, const void *d_x, const void *d_w, const void *d_bias, void *d_y, void *stream);
 void dl_cuda_gemm_free(dl_cuda_gemm *g);
 
 /* ---- NCCL: the comm layer on GPUs (src/cuda/nccl.c) ----

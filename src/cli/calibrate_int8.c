@@ -78,8 +78,16 @@ int cli_calibrate_int8(int argc, char **argv) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
         return 1;
     }
-    for (char *line = strtok(txt, "\n"); line && np < MAXPROMPTS; line = strtok(NULL, "\n"))
-        if (*line && *line != '#') prompts[np++] = line;
+    for (char *line = strtok(txt, "\n"); line; line = strtok(NULL, "\n")) {
+        line[strcspn(line, "\r")] = 0; /* CRLF files */
+        if (!*line || *line == '#') continue;
+        if (np == MAXPROMPTS) {
+            fprintf(stderr, "difflet: calibrate-int8: %s has more than %d prompts; the first %d are used\n", prompts_path,
+                    MAXPROMPTS, MAXPROMPTS);
+            break;
+        }
+        prompts[np++] = line;
+    }
     if (!np) {
         fprintf(stderr, "difflet: calibrate-int8: %s has no prompts (one a line)\n", prompts_path);
         free(txt);

@@ -4,9 +4,12 @@
  * Y^T (n x m, ld n) = op(A) B with A = the w buffer read as a k x n matrix (ld k),
  * transposed, and B = the x buffer read as k x m (ld k), as it is. The bias (one value
  * per output feature) is then per row of the column-major result, which is where
- * cuBLASLt's BIAS epilogues add it; GELU (tanh form, as DL_ACT_GELU_TANH) fuses as
- * CUBLASLT_EPILOGUE_GELU(_BIAS). The algorithm is chosen once at creation by the
- * library's heuristic for this shape, with a 32 MiB workspace. */
+ * cuBLASLt's BIAS epilogues add it, in the output's type (cublasLt.h: the bias has D's
+ * type); GELU (tanh form, as DL_ACT_GELU_TANH) fuses as CUBLASLT_EPILOGUE_GELU(_BIAS).
+ * The algorithm is chosen at creation by the library's heuristic for this shape and
+ * 16-byte alignment, with a 32 MiB workspace per GEMM (to be shared per stream when the
+ * models use it). A GEMM object is used by one thread at a time (its descriptor holds
+ * the bias pointer of the run). */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -72,8 +75,9 @@ dl_status dl_cuda_gemm_new(dl_cuda_gemm **out, int64_t m, int64_t k, int64_t n, 
     if (m < 1 || k < 1 || n < 1 || m > 2147483647 || k > 2147483647 || n > 2147483647)
         return dl_fail(DL_ERR_INVALID, "CUDA GEMM: %lld x %lld x %lld", (long long)m, (long long)k, (long long)n);
     if ((dt != DL_BF16 && dt != DL_F32) || (dst_dt != DL_BF16 && dst_dt != DL_F32))
-        return dl_fail(DL_ERR_UNSUPPORTED, "CUDA GEMM: %s x %s -> %s (bf16 or f32)", dl_dtype_name(dt), dl_dtype_name(dt),
-                       dl_dtype_name(dst_dt));
+        return dl_fail(DL_ERR_UNSUPPORTED, "CUDA GEMM: %s inputs -> %s (bf16 or f32)", dl_dtype_name(dt), dl_dtype_name(dst_dt));
+    if (dt == DL_F32 && dst_dt == DL_BF16)
+        return dl_fail(DL_ERR_UNSUPPORTED, "CUDA GEMM: f32 inputs give f32 (convert after, dl_cuda_convert)");
     if (act != DL_ACT_NONE && act != DL_ACT_GELU_TANH)
         return dl_fail(DL_ERR_UNSUPPORTED, "CUDA GEMM: only GELU-tanh fuses as an epilogue (SiLU runs as its own kernel)");
     dl_cuda_gemm *g = calloc(1, sizeof *g);
@@ -81,20 +85,26 @@ dl_status dl_cuda_gemm_new(dl_cuda_gemm **out, int64_t m, int64_t k, int64_t n, 
     g->m = m, g->k = k, g->n = n, g->act = act;
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     const uint64_t wsb = WS_BYTES;
-    const cudaDataType_t bias_t = CUDA_R_32F; /* the bias stays f32 whatever y's type */
+    const uint32_t al = 16; /* buffers inside an arena are only guaranteed 16-byte aligned here */
     dl_status s;
     if ((s = lt_err(cublasLtCreate(&g->lt), "create")) ||
         (s = lt_err(cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor")) ||
         (s = lt_err(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa")) ||
         (s = lt_err(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb")) ||
-        (s = lt_err(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t),
-                    "bias type")) ||
         (s = lt_err(cublasLtMatrixLayoutCreate(&g->a, cuda_type(dt), (uint64_t)k, (uint64_t)n, k), "layout of w")) ||
         (s = lt_err(cublasLtMatrixLayoutCreate(&g->b, cuda_type(dt), (uint64_t)k, (uint64_t)m, k), "layout of x")) ||
         (s = lt_err(cublasLtMatrixLayoutCreate(&g->c, cuda_type(dst_dt), (uint64_t)n, (uint64_t)m, n), "layout of y")) ||
         (s = lt_err(cublasLtMatmulPreferenceCreate(&g->pref), "preference")) ||
         (s = lt_err(cublasLtMatmulPreferenceSetAttribute(g->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb),
                     "workspace")) ||
+        (s = lt_err(cublasLtMatmulPreferenceSetAttribute(g->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al),
+                    "alignment")) ||
+        (s = lt_err(cublasLtMatmulPreferenceSetAttribute(g->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al),
+                    "alignment")) ||
+        (s = lt_err(cublasLtMatmulPreferenceSetAttribute(g->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al),
+                    "alignment")) ||
+        (s = lt_err(cublasLtMatmulPreferenceSetAttribute(g->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al),
+                    "alignment")) ||
         (s = dl_cuda_err(cudaMalloc(&g->ws, WS_BYTES), "the GEMM workspace")) || (s = choose(g, 1))) {
         dl_cuda_gemm_free(g);
         return s;
@@ -103,7 +113,7 @@ dl_status dl_cuda_gemm_new(dl_cuda_gemm **out, int64_t m, int64_t k, int64_t n, 
     return DL_OK;
 }
 
-dl_status dl_cuda_gemm_run(dl_cuda_gemm *g, const void *d_x, const void *d_w, const float *d_bias, void *d_y, void *stream) {
+dl_status dl_cuda_gemm_run(dl_cuda_gemm *g, const void *d_x, const void *d_w, const void *d_bias, void *d_y, void *stream) {
     if (!g || !d_x || !d_w || !d_y) return dl_fail(DL_ERR_INVALID, "CUDA GEMM: a NULL argument");
     dl_status s;
     const int bias = d_bias != NULL;

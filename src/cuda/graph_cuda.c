@@ -1,6 +1,9 @@
 /* CUDA's step-graph operations (include/difflet/cuda.h): capture on the stream in
- * ctx (thread-local mode: other threads' CUDA calls are not swept in), instantiate,
- * upload with cudaMemcpyAsync before the launch, replay with cudaGraphLaunch.
+ * ctx (thread-local mode: only this thread's capture-unsafe calls are refused while it
+ * captures), instantiate, upload with cudaMemcpyAsync before the launch, replay with
+ * cudaGraphLaunch. The scalars' host buffer is pageable memory (the copy has read it
+ * when the call returns); from pinned memory the caller must keep it until the stream
+ * has run the copy.
  * Status: compiled, not yet run on a GPU. */
 #include <cuda_runtime.h>
 

@@ -167,10 +167,13 @@ unsigned grid_for(int64_t n, int threads) {
 }
 
 int last_error() { return (int)cudaGetLastError(); }
+/* an earlier runtime call's error (handled by its caller) must not be taken for this launch's */
+void clear_error() { (void)cudaGetLastError(); }
 
 } // namespace
 
 extern "C" int dlk_attention(const dlk_attn *a, int bf16, void *stream) {
+    clear_error();
     const dim3 grid((unsigned)((a->sq + ATT_WARPS - 1) / ATT_WARPS), (unsigned)a->heads), block(32 * ATT_WARPS);
     const size_t shm = (size_t)2 * ATT_TILE * (size_t)a->head_dim * sizeof(float);
     cudaStream_t s = (cudaStream_t)stream;
@@ -186,6 +189,7 @@ extern "C" int dlk_attention(const dlk_attn *a, int bf16, void *stream) {
 
 extern "C" int dlk_rmsnorm(int bf16, const void *x, void *y, const float *w, int64_t rows, int64_t cols, float eps,
                            void *stream) {
+    clear_error();
     cudaStream_t s = (cudaStream_t)stream;
     if (bf16) rmsnorm_kernel<<<(unsigned)rows, 256, 0, s>>>((const __nv_bfloat16 *)x, (__nv_bfloat16 *)y, w, cols, eps);
     else rmsnorm_kernel<<<(unsigned)rows, 256, 0, s>>>((const float *)x, (float *)y, w, cols, eps);
@@ -194,6 +198,7 @@ extern "C" int dlk_rmsnorm(int bf16, const void *x, void *y, const float *w, int
 
 extern "C" int dlk_ln_modulate(int bf16, const float *x, void *y, const float *scale, const float *shift, int64_t rows,
                                int64_t cols, float eps, void *stream) {
+    clear_error();
     cudaStream_t s = (cudaStream_t)stream;
     if (bf16) ln_modulate_kernel<<<(unsigned)rows, 256, 0, s>>>(x, (__nv_bfloat16 *)y, scale, shift, cols, eps);
     else ln_modulate_kernel<<<(unsigned)rows, 256, 0, s>>>(x, (float *)y, scale, shift, cols, eps);
@@ -202,6 +207,7 @@ extern "C" int dlk_ln_modulate(int bf16, const float *x, void *y, const float *s
 
 extern "C" int dlk_rope(int bf16, void *x, int64_t rows, int64_t heads, int64_t hd, int64_t stride, const float *cs,
                         const float *sn, void *stream) {
+    clear_error();
     cudaStream_t s = (cudaStream_t)stream;
     const unsigned g = grid_for(rows * heads * (hd / 2), 256);
     if (bf16) rope_kernel<<<g, 256, 0, s>>>((__nv_bfloat16 *)x, rows, heads, hd, stride, cs, sn);
@@ -210,11 +216,13 @@ extern "C" int dlk_rope(int bf16, void *x, int64_t rows, int64_t heads, int64_t 
 }
 
 extern "C" int dlk_gated_add(float *x, const float *u, const float *g, int64_t rows, int64_t cols, void *stream) {
+    clear_error();
     gated_add_kernel<<<grid_for(rows * cols, 256), 256, 0, (cudaStream_t)stream>>>(x, u, g, rows, cols);
     return last_error();
 }
 
 extern "C" int dlk_activation(int bf16, void *x, int64_t n, int silu, void *stream) {
+    clear_error();
     cudaStream_t s = (cudaStream_t)stream;
     if (bf16) activation_kernel<<<grid_for(n, 256), 256, 0, s>>>((__nv_bfloat16 *)x, n, silu);
     else activation_kernel<<<grid_for(n, 256), 256, 0, s>>>((float *)x, n, silu);
@@ -222,6 +230,7 @@ extern "C" int dlk_activation(int bf16, void *x, int64_t n, int silu, void *stre
 }
 
 extern "C" int dlk_convert(int from_bf16, const void *x, int to_bf16, void *y, int64_t n, void *stream) {
+    clear_error();
     cudaStream_t s = (cudaStream_t)stream;
     const unsigned g = grid_for(n, 256);
     if (from_bf16 && !to_bf16) convert_kernel<<<g, 256, 0, s>>>((const __nv_bfloat16 *)x, (float *)y, n);

@@ -26,25 +26,33 @@ dl_status dl_nccl_init(dl_nccl **out, dl_comm *bootstrap, int device) {
     if (!out) return dl_fail(DL_ERR_INVALID, "NCCL init: no output");
     *out = NULL;
     if (!bootstrap) return dl_fail(DL_ERR_INVALID, "NCCL init: an MPI communicator is needed to bootstrap");
+    /* this rank's own checks first; then every rank, failed or not, joins the broadcast
+     * of the id and an all-reduce of the failures, so no rank is left waiting */
+    const int rank = dl_comm_rank(bootstrap), size = dl_comm_size(bootstrap);
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
+    dl_status s = DL_OK;
     if (e != cudaSuccess || n < 1)
-        return dl_fail(DL_ERR_UNSUPPORTED, "NCCL init: no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
-    if (device < 0 || device >= n) return dl_fail(DL_ERR_INVALID, "NCCL init: device %d of %d", device, n);
-    dl_status s = dl_cuda_err(cudaSetDevice(device), "select the device");
-    if (s) return s;
-    dl_nccl *c = calloc(1, sizeof *c);
-    if (!c) return dl_fail(DL_ERR_NOMEM, "out of memory");
-    c->rank = dl_comm_rank(bootstrap), c->size = dl_comm_size(bootstrap);
+        s = dl_fail(DL_ERR_UNSUPPORTED, "NCCL init: no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    else if (device < 0 || device >= n)
+        s = dl_fail(DL_ERR_INVALID, "NCCL init: device %d of %d", device, n);
+    else
+        s = dl_cuda_err(cudaSetDevice(device), "select the device");
+    dl_nccl *c = s ? NULL : calloc(1, sizeof *c);
+    if (!s && !c) s = dl_fail(DL_ERR_NOMEM, "out of memory");
     ncclUniqueId id;
-    if (c->rank == 0) s = nccl_err(ncclGetUniqueId(&id), "unique id");
-    /* every rank takes part in the broadcast, so a failure on rank 0 still ends in an error everywhere */
     uint8_t buf[sizeof id + 1] = {0};
-    if (c->rank == 0 && !s) memcpy(buf, &id, sizeof id), buf[sizeof id] = 1;
+    if (rank == 0 && !s && !(s = nccl_err(ncclGetUniqueId(&id), "unique id"))) memcpy(buf, &id, sizeof id), buf[sizeof id] = 1;
     dl_status b = dl_comm_bcast(bootstrap, buf, sizeof buf, 0);
-    if (!s && b) s = b;
-    if (!s && !buf[sizeof id]) s = dl_fail(DL_ERR_BACKEND, "NCCL init: rank 0 could not make the unique id");
-    if (!s) memcpy(&id, buf, sizeof id), s = nccl_err(ncclCommInitRank(&c->comm, c->size, id, c->rank), "communicator");
+    float failed = s || b || !buf[sizeof id] ? 1.f : 0.f;
+    dl_status r = dl_comm_allreduce_sum(bootstrap, &failed, 1);
+    if (!s && (b || r)) s = b ? b : r;
+    if (!s && failed > 0.f) s = dl_fail(DL_ERR_BACKEND, "NCCL init: %.0f of %d ranks could not take part", failed, size);
+    if (!s) {
+        memcpy(&id, buf, sizeof id);
+        c->rank = rank, c->size = size;
+        s = nccl_err(ncclCommInitRank(&c->comm, size, id, rank), "communicator");
+    }
     if (s) {
         free(c);
         return s;

@@ -3,9 +3,13 @@
  * While it is on, every linear a model makes registers under "<component>/<its first
  * weight's name>" (a fused QKV under its q), and every run of it quantizes its input
  * rows exactly as W8A8 would (per token, asymmetric over L levels, L = dl_q8_levels():
- * 255 or 127 on this CPU) and adds up, per layer, the squared error and the squared
- * values: act_error = sqrt(sum |x - deq(q(x))|^2 / sum |x|^2), the relative RMS error
- * of its activations over every token it saw; worst_token the largest one token's. A
+ * 255 or 127 on this CPU) and adds up, per input channel, the squared error and the
+ * squared values over every token it saw: act_error is the mean over the channels of
+ * sqrt(sum_t err^2 / sum_t x^2), each channel's relative RMS error. (Per channel, not
+ * per token: one outlier channel sets a token's step, the other channels round to a
+ * few levels or to 0, yet the token's error relative to its norm, which the outlier
+ * dominates, stays small; the channel mean shows that loss.) worst_token is the
+ * largest one token's relative RMS error. A
  * layer whose act_error is above the threshold is written as "int8-wo" (weight-only:
  * its activations stay in their dtype), the rest "int8" (W8A8); a W8A8 compile of the
  * model reads the file (src/program/cache.c) and its hash is in the program key. */
@@ -21,8 +25,9 @@
 
 typedef struct {
     char *name;               /* "<component>/<weight name>" */
-    double err2, x2, worst;   /* sums of squared error and values; the worst token's relative error */
-    int64_t tokens, k;
+    double *ce2, *cx2;        /* per input channel: sums of squared error and of squared values */
+    double worst;             /* the worst token's relative RMS error */
+    int64_t tokens, k, nonfinite; /* tokens seen; of them, rows holding a NaN or an infinity */
 } cal_layer;
 
 static struct {
@@ -40,17 +45,20 @@ void dl_int8_calib_begin(void) {
 
 void dl_int8_calib_end(void) {
     pthread_mutex_lock(&g.mu);
-    for (int i = 0; i < g.n; i++) free(g.l[i].name);
+    for (int i = 0; i < g.n; i++) free(g.l[i].name), free(g.l[i].ce2), free(g.l[i].cx2);
     free(g.l);
     g.l = NULL, g.n = g.cap = 0, g.on = 0;
     pthread_mutex_unlock(&g.mu);
 }
 
 int dl_calib_register(const char *component, const char *packed_name) {
-    if (!g.on) return 0;
     char name[600];
     snprintf(name, sizeof name, "%s/%.*s", component ? component : "?", (int)strcspn(packed_name, "#"), packed_name);
     pthread_mutex_lock(&g.mu);
+    if (!g.on) {
+        pthread_mutex_unlock(&g.mu);
+        return 0;
+    }
     int id = 0;
     for (int i = 0; i < g.n && !id; i++)
         if (!strcmp(g.l[i].name, name)) id = i + 1; /* the same layer loaded again (from its program) */
@@ -69,7 +77,16 @@ int dl_calib_register(const char *component, const char *packed_name) {
 
 void dl_calib_observe(int cal, const void *x, int64_t m, int64_t k, int64_t ldx, dl_dtype dt) {
     const double L = g.levels;
-    double err2 = 0, x2 = 0, worst = 0;
+    pthread_mutex_lock(&g.mu); /* calibration runs one model at a time: the sums are taken under the lock */
+    cal_layer *l = g.on && cal >= 1 && cal <= g.n ? &g.l[cal - 1] : NULL; /* not a layer of an earlier calibration */
+    if (l && !l->ce2) {
+        l->k = k;
+        l->ce2 = calloc((size_t)k, sizeof *l->ce2), l->cx2 = calloc((size_t)k, sizeof *l->cx2);
+    }
+    if (!l || !l->ce2 || !l->cx2 || l->k != k) {
+        pthread_mutex_unlock(&g.mu);
+        return;
+    }
     for (int64_t r = 0; r < m; r++) {
         const float *xf = dt == DL_F32 ? (const float *)x + r * ldx : NULL;
         const uint16_t *xb = dt == DL_F32 ? NULL : (const uint16_t *)x + r * ldx;
@@ -77,6 +94,11 @@ void dl_calib_observe(int cal, const void *x, int64_t m, int64_t k, int64_t ldx,
         for (int64_t j = 0; j < k; j++) {
             const float v = xf ? xf[j] : dl_bf16_to_f32(xb[j]);
             lo = v < lo ? v : lo, hi = v > hi ? v : hi;
+        }
+        l->tokens++;
+        if (!isfinite(lo) || !isfinite(hi) || !isfinite((double)hi - lo)) { /* W8A8 cannot hold this row at all */
+            l->nonfinite++;
+            continue;
         }
         const double a = ((double)hi - lo) / L, z = a > 0 ? nearbyint(-lo / a) : 0;
         double e = 0, s = 0;
@@ -86,15 +108,21 @@ void dl_calib_observe(int cal, const void *x, int64_t m, int64_t k, int64_t ldx,
             q = q < 0 ? 0 : q > L ? L : q;
             const double d = v - (q - z) * a;
             e += d * d, s += v * v;
+            l->ce2[j] += d * d, l->cx2[j] += v * v;
         }
-        err2 += e, x2 += s;
-        if (s > 0 && sqrt(e / s) > worst) worst = sqrt(e / s);
+        if (s > 0 && sqrt(e / s) > l->worst) l->worst = sqrt(e / s);
     }
-    pthread_mutex_lock(&g.mu);
-    cal_layer *l = &g.l[cal - 1];
-    l->err2 += err2, l->x2 += x2, l->tokens += m, l->k = k;
-    if (worst > l->worst) l->worst = worst;
     pthread_mutex_unlock(&g.mu);
+}
+
+/* the layer's measure: the mean over its input channels of each channel's relative RMS
+ * error (a channel that was 0 in every token does not count) */
+static double layer_error(const cal_layer *l) {
+    double sum = 0;
+    int64_t n = 0;
+    for (int64_t j = 0; l->ce2 && j < l->k; j++)
+        if (l->cx2[j] > 0) sum += sqrt(l->ce2[j] / l->cx2[j]), n++;
+    return n ? sum / (double)n : 0;
 }
 
 dl_status dl_int8_calib_write(const char *path, double threshold, const char *about_json, int *layers, int *wo) {
@@ -116,13 +144,16 @@ dl_status dl_int8_calib_write(const char *path, double threshold, const char *ab
         snprintf(comp, sizeof comp, "%.*s", (int)(slash - l->name), l->name);
         cJSON *c = cJSON_GetObjectItemCaseSensitive(comps, comp);
         if (!c) c = cJSON_AddObjectToObject(comps, comp);
-        const double e = l->x2 > 0 ? sqrt(l->err2 / l->x2) : 0;
+        /* a row W8A8 cannot quantize (non-finite) makes the layer weight-only */
+        const double e = l->nonfinite ? 1.0 : layer_error(l);
+        const int keep = l->nonfinite || e > threshold;
         cJSON *o = cJSON_AddObjectToObject(c, slash + 1);
         cJSON_AddNumberToObject(o, "act_error", e);
-        cJSON_AddNumberToObject(o, "worst_token", l->worst);
+        cJSON_AddNumberToObject(o, "worst_token", l->nonfinite ? 1.0 : l->worst);
         cJSON_AddNumberToObject(o, "tokens", (double)l->tokens);
-        cJSON_AddStringToObject(o, "scheme", e > threshold ? "int8-wo" : "int8");
-        (*layers)++, *wo += e > threshold;
+        if (l->nonfinite) cJSON_AddNumberToObject(o, "nonfinite_tokens", (double)l->nonfinite);
+        cJSON_AddStringToObject(o, "scheme", keep ? "int8-wo" : "int8");
+        (*layers)++, *wo += keep;
     }
     pthread_mutex_unlock(&g.mu);
     char *txt = cJSON_Print(root);

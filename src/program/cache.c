@@ -104,9 +104,49 @@ static dl_status calib_layers(dl_model_dir *dir, const char *component, dl_quant
         cJSON_Delete(*root), *root = NULL;
         return dl_fail(DL_ERR_FORMAT, "`%s`: no \"components\" object (write it with `difflet calibrate-int8`)", path);
     }
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(c, component);
-    if (cJSON_IsObject(l)) *layers = l;
+    const cJSON *lv = cJSON_GetObjectItemCaseSensitive(*root, "levels");
+    if (cJSON_IsNumber(lv) && (int)lv->valuedouble != dl_q8_levels()) { /* measured for another CPU's quantization */
+        DL_WARN("`%s` was measured with %d activation levels, this CPU quantizes to %d: not used (run calibrate-int8 here)",
+                path, (int)lv->valuedouble, dl_q8_levels());
+        cJSON_Delete(*root), *root = NULL;
+        return DL_OK;
+    }
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(c, component), *e;
+    if (!cJSON_IsObject(l)) return DL_OK;
+    cJSON_ArrayForEach(e, l) {
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(e, "scheme");
+        if (!cJSON_IsString(sc) || (strcmp(sc->valuestring, "int8") && strcmp(sc->valuestring, "int8-wo"))) {
+            dl_status s2 = dl_fail(DL_ERR_FORMAT, "`%s`: %s/%s has no scheme \"int8\" or \"int8-wo\"", path, component,
+                                   e->string ? e->string : "?");
+            cJSON_Delete(*root), *root = NULL;
+            return s2;
+        }
+    }
+    *layers = l;
     return DL_OK;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* the calibration's part of the key: the hash of the sorted names of the layers it
+ * makes weight-only (0: none), so a new measurement with the same verdicts compiles
+ * nothing new */
+static uint64_t calib_hash(const cJSON *layers) {
+    int n = 0, k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, layers) n++;
+    const char **names = n ? malloc((size_t)n * sizeof *names) : NULL;
+    cJSON_ArrayForEach(e, layers) {
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(e, "scheme");
+        if (names && e->string && !strcmp(sc->valuestring, "int8-wo")) names[k++] = e->string;
+    }
+    uint64_t h = 0;
+    if (k) {
+        qsort(names, (size_t)k, sizeof *names, cmp_str);
+        for (int i = 0; i < k; i++) h = dl_hash64(names[i], strlen(names[i]) + 1, h); /* the NUL separates */
+    }
+    free(names);
+    return h;
 }
 
 dl_status dl_program_key(dl_model_dir *dir, const char *component, const char *shape_json, dl_dtype dt, dl_quant quant,
@@ -128,9 +168,7 @@ dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const cha
     cJSON *croot;
     const cJSON *clayers;
     if ((s = calib_layers(dir, component, quant, &croot, &clayers)) != DL_OK) return s;
-    char *ctext = clayers ? cJSON_PrintUnformatted(clayers) : NULL;
-    const uint64_t calib_hash = ctext ? dl_hash64(ctext, strlen(ctext), 0) : 0;
-    free(ctext);
+    const uint64_t chash = clayers ? calib_hash(clayers) : 0;
     cJSON_Delete(croot);
     cJSON *shape = cJSON_Parse(shape_json);
     if (!cJSON_IsObject(shape)) {
@@ -149,8 +187,8 @@ dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const cha
     cJSON_AddStringToObject(k, "dtype", dl_dtype_name(dt));
     cJSON_AddStringToObject(k, "engine", DIFFLET_VERSION);
     cJSON_AddNumberToObject(k, "format", 2); /* 2: packed weights carry their oneDNN layout record */
-    if (calib_hash) { /* absent without a calibration: other keys are unchanged */
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)calib_hash);
+    if (chash) { /* absent without a weight-only verdict: other keys are unchanged */
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)chash);
         cJSON_AddStringToObject(k, "int8_calibration_xxh3", hex);
     }
     cJSON_AddStringToObject(k, "isa", dl_isa_name(dl_kernel_isa()));
