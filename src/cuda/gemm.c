@@ -7,17 +7,26 @@
  * cuBLASLt's BIAS epilogues add it, in the output's type (cublasLt.h: the bias has D's
  * type); GELU (tanh form, as DL_ACT_GELU_TANH) fuses as CUBLASLT_EPILOGUE_GELU(_BIAS).
  * The algorithm is chosen at creation by the library's heuristic for this shape and
- * 16-byte alignment, with a 32 MiB workspace per GEMM (to be shared per stream when the
- * models use it). A GEMM object is used by one thread at a time (its descriptor holds
- * the bias pointer of the run). */
+ * 16-byte alignment. One cuBLASLt handle and one 32 MiB workspace serve every GEMM of
+ * the process (made by the first GEMM, kept until the process ends): GEMMs run on one
+ * stream at a time, as a denoiser step's do. A GEMM object is used by one thread at a
+ * time (its descriptor holds the bias pointer of the run). */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "cuda/cuda_impl.h"
 #include "difflet/cuda.h"
 
 enum { WS_BYTES = 32 << 20 };
+
+/* the process's handle and workspace */
+static struct {
+    pthread_mutex_t mu;
+    cublasLtHandle_t lt;
+    void *ws;
+} g_lt = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 struct dl_cuda_gemm {
     int64_t m, k, n;
@@ -43,8 +52,6 @@ void dl_cuda_gemm_free(dl_cuda_gemm *g) {
     if (g->b) cublasLtMatrixLayoutDestroy(g->b);
     if (g->c) cublasLtMatrixLayoutDestroy(g->c);
     if (g->op) cublasLtMatmulDescDestroy(g->op);
-    if (g->lt) cublasLtDestroy(g->lt);
-    if (g->ws) cudaFree(g->ws);
     free(g);
 }
 
@@ -86,8 +93,14 @@ dl_status dl_cuda_gemm_new(dl_cuda_gemm **out, int64_t m, int64_t k, int64_t n, 
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     const uint64_t wsb = WS_BYTES;
     const uint32_t al = 16; /* buffers inside an arena are only guaranteed 16-byte aligned here */
-    dl_status s;
-    if ((s = lt_err(cublasLtCreate(&g->lt), "create")) ||
+    dl_status s = DL_OK;
+    pthread_mutex_lock(&g_lt.mu);
+    if (!g_lt.lt && !(s = lt_err(cublasLtCreate(&g_lt.lt), "create")) &&
+        (s = dl_cuda_err(cudaMalloc(&g_lt.ws, WS_BYTES), "the GEMM workspace")))
+        cublasLtDestroy(g_lt.lt), g_lt.lt = NULL;
+    g->lt = g_lt.lt, g->ws = g_lt.ws;
+    pthread_mutex_unlock(&g_lt.mu);
+    if (s ||
         (s = lt_err(cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor")) ||
         (s = lt_err(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa")) ||
         (s = lt_err(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb")) ||
@@ -105,7 +118,7 @@ dl_status dl_cuda_gemm_new(dl_cuda_gemm **out, int64_t m, int64_t k, int64_t n, 
                     "alignment")) ||
         (s = lt_err(cublasLtMatmulPreferenceSetAttribute(g->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al),
                     "alignment")) ||
-        (s = dl_cuda_err(cudaMalloc(&g->ws, WS_BYTES), "the GEMM workspace")) || (s = choose(g, 1))) {
+        (s = choose(g, 1))) {
         dl_cuda_gemm_free(g);
         return s;
     }

@@ -32,17 +32,21 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-enum { ATT_WARPS = 4, ATT_TILE = 32, ATT_MAXE = 8 }; /* head_dim <= 32 * ATT_MAXE = 256 */
+enum { ATT_WARPS = 4, ATT_TILE = 32 }; /* head_dim: 32 E, E = 1..8 (at most 256) */
 
-template <typename T>
+/* E = head_dim / 32 values per lane, a compile-time constant so q and the accumulator
+ * stay in registers */
+template <typename T, int E>
 __global__ void attention_kernel(dlk_attn a) {
     extern __shared__ float sh[]; /* K tile [ATT_TILE][D], V tile [ATT_TILE][D] */
-    const int D = (int)a.head_dim, E = D / 32, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    constexpr int D = 32 * E;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float *sk = sh, *sv = sh + ATT_TILE * D;
     const int64_t h = blockIdx.y, q = (int64_t)blockIdx.x * ATT_WARPS + warp;
     const T *Q = (const T *)a.q, *K = (const T *)a.k, *V = (const T *)a.v;
     const bool active = q < a.sq;
-    float qr[ATT_MAXE], acc[ATT_MAXE];
+    float qr[E], acc[E];
+#pragma unroll
     for (int e = 0; e < E; e++) {
         qr[e] = active ? ld(Q, q * a.q_stride + h * D + e * 32 + lane) : 0.f;
         acc[e] = 0.f;
@@ -65,25 +69,30 @@ __global__ void attention_kernel(dlk_attn a) {
         if (!active) continue;
         for (int j = 0; j < n && k0 + j < kend; j++) {
             float part = 0.f;
+#pragma unroll
             for (int e = 0; e < E; e++) part += qr[e] * sk[j * D + e * 32 + lane];
             const float s = warp_sum(part) * a.scale;
             if (s > m) { /* a new running max: rescale what was accumulated */
                 const float r = expf(m - s);
                 l *= r;
+#pragma unroll
                 for (int e = 0; e < E; e++) acc[e] *= r;
                 m = s;
             }
             const float p = expf(s - m);
             l += p;
+#pragma unroll
             for (int e = 0; e < E; e++) acc[e] += p * sv[j * D + e * 32 + lane];
         }
     }
     if (!active) return;
     if (a.o_part) {
+#pragma unroll
         for (int e = 0; e < E; e++) a.o_part[(q * a.heads + h) * D + e * 32 + lane] = acc[e];
         if (lane == 0) a.m[h * a.sq + q] = m, a.l[h * a.sq + q] = l;
     } else {
         const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
         for (int e = 0; e < E; e++) st((T *)a.out, q * a.out_stride + h * D + e * 32 + lane, acc[e] * inv);
     }
 }
@@ -167,24 +176,46 @@ unsigned grid_for(int64_t n, int threads) {
 }
 
 int last_error() { return (int)cudaGetLastError(); }
+
 /* an earlier runtime call's error (handled by its caller) must not be taken for this launch's */
 void clear_error() { (void)cudaGetLastError(); }
 
 } // namespace
 
+/* launch the instance for T and E; the shared-memory limit is raised once per instance
+ * (64 KiB at head_dim 256 is above the default 48 KiB) */
+template <typename T, int E>
+int launch_attention(const dlk_attn *a, cudaStream_t s) {
+    static int raised = 0; /* benign race: setting the same attribute twice is harmless */
+    const size_t shm = (size_t)2 * ATT_TILE * 32 * E * sizeof(float);
+    if (!raised) {
+        const cudaError_t e = cudaFuncSetAttribute(attention_kernel<T, E>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
+        if (e != cudaSuccess) return (int)e;
+        raised = 1;
+    }
+    const dim3 grid((unsigned)((a->sq + ATT_WARPS - 1) / ATT_WARPS), (unsigned)a->heads), block(32 * ATT_WARPS);
+    attention_kernel<T, E><<<grid, block, shm, s>>>(*a);
+    return last_error();
+}
+
+template <typename T>
+int attention_for(const dlk_attn *a, cudaStream_t s) {
+    switch (a->head_dim / 32) {
+    case 1: return launch_attention<T, 1>(a, s);
+    case 2: return launch_attention<T, 2>(a, s);
+    case 3: return launch_attention<T, 3>(a, s);
+    case 4: return launch_attention<T, 4>(a, s);
+    case 5: return launch_attention<T, 5>(a, s);
+    case 6: return launch_attention<T, 6>(a, s);
+    case 7: return launch_attention<T, 7>(a, s);
+    case 8: return launch_attention<T, 8>(a, s);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
 extern "C" int dlk_attention(const dlk_attn *a, int bf16, void *stream) {
     clear_error();
-    const dim3 grid((unsigned)((a->sq + ATT_WARPS - 1) / ATT_WARPS), (unsigned)a->heads), block(32 * ATT_WARPS);
-    const size_t shm = (size_t)2 * ATT_TILE * (size_t)a->head_dim * sizeof(float);
-    cudaStream_t s = (cudaStream_t)stream;
-    if (bf16) {
-        cudaFuncSetAttribute(attention_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
-        attention_kernel<__nv_bfloat16><<<grid, block, shm, s>>>(*a);
-    } else {
-        cudaFuncSetAttribute(attention_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm);
-        attention_kernel<float><<<grid, block, shm, s>>>(*a);
-    }
-    return last_error();
+    return bf16 ? attention_for<__nv_bfloat16>(a, (cudaStream_t)stream) : attention_for<float>(a, (cudaStream_t)stream);
 }
 
 extern "C" int dlk_rmsnorm(int bf16, const void *x, void *y, const float *w, int64_t rows, int64_t cols, float eps,
