@@ -400,6 +400,15 @@ dl_status dl_program_get(dl_model_dir *mdir, const char *component, const char *
     const cJSON *calib;
     dl_status s = calib_layers(mdir, component, quant, &croot, &calib);
     if (s != DL_OK) return s;
+    /* the verdicts read now must be the ones the key was made from (a calibration may
+     * have rewritten the file in between) */
+    char want[64] = "";
+    const uint64_t h = calib ? calib_hash(calib) : 0;
+    if (h) snprintf(want, sizeof want, "\"int8_calibration_xxh3\":\"%016llx\"", (unsigned long long)h);
+    if ((h && !strstr(key_json, want)) || (!h && strstr(key_json, "\"int8_calibration_xxh3\""))) {
+        cJSON_Delete(croot);
+        return dl_fail(DL_ERR_INVALID, "program %s: int8_calibration.json changed since its key was made; load again", component);
+    }
     s = program_get(mdir, component, key_json, id, mode, quant, calib, build, ctx, keep);
     cJSON_Delete(croot);
     return s;
