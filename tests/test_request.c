@@ -77,6 +77,17 @@ int main(void) {
     dl_request_set_prompt(&r, "a\xff", NULL);
     CHECK(dl_request_validate(&r, eng, param, sizeof param) == DL_ERR_INVALID && strstr(dl_last_error(), "UTF-8"),
           "invalid UTF-8 refused");
+    /* an image request whose strength leaves no step to run (diffusers' get_timesteps):
+       refused as a bad strength, not a server error in the model process */
+    static uint8_t px[3 * 16 * 16];
+    dl_request_set_prompt(&r, "x", NULL);
+    r.steps = 2;
+    dl_request_set_image(&r, px, NULL, 16, 16, 1e-17);
+    CHECK(dl_request_validate(&r, eng, param, sizeof param) == DL_ERR_INVALID && !strcmp(param, "strength"),
+          "a strength that leaves no step: %s", dl_last_error());
+    r.strength = 0.5;
+    CHECK(dl_request_validate(&r, eng, param, sizeof param) == DL_OK, "strength 0.5 of 2 steps runs one: %s", dl_last_error());
+    r.image = NULL;
     dl_request_free(&r);
     int w, h;
     CHECK(dl_parse_size("1024x768", &w, &h) && w == 1024 && h == 768 && !dl_parse_size("1024X768", &w, &h) &&

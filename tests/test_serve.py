@@ -583,6 +583,15 @@ on_disk = "".join(open(os.path.join(tmp, "r4", f), errors="replace").read() for 
 check("profile" in "".join(os.listdir(os.path.join(tmp, "r4"))) and "sekret" not in on_disk,
       "the API key is not written into the results folder (the model processes' profile.json)")
 check(s.req("GET", "/", headers={"Authorization": "none"})[0] == 200, "the page itself needs no key (it holds no data)")
+# an upload without the key is refused before its body is read (no memory held for it)
+with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sk:
+    sk.sendall(b"POST /v1/images/edits HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+               b"Content-Length: 40000000\r\n\r\n" + b"x" * 1000)
+    try:
+        head = sk.recv(4096)
+    except OSError as ex:
+        head = repr(ex).encode()
+check(head.startswith(b"HTTP/1.1 401"), f"an unauthenticated 40 MB upload gets 401 before its body: {head[:120]!r}")
 if chrome:  # the page with a key: given once as #key=..., kept in the browser, sent as Bearer
     before = s.req("GET", "/metrics")[1].decode()
     # polling (EventSource sends no key) runs out a virtual time budget before the job

@@ -122,9 +122,32 @@ cases = [
     ("an obsolete folded header line", b"GET /health HTTP/1.1\r\nHost: x\r\nA: b\r\n  c\r\n\r\n", 400),
     ("two different Content-Lengths", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400),
     ("HTTP/1.1 without Host", b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n", 400),
+    # what the HTTP library reads wrongly or answers in HTML, refused first with a reason
+    ("white space after a Content-Length", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 2 \r\n\r\n{}", 400),
+    ("white space after Transfer-Encoding", b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked \r\n\r\n0\r\n\r\n", 400),
+    ("2,000 small header fields", b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"H%d: v\r\n" % i for i in range(2000)) + b"\r\n", 431),
+    ("a Host that is not ASCII", b"GET /health HTTP/1.1\r\nHost: \xffx\r\n\r\n", 400),
 ]
 for what, data, status in cases:
     json_error(raw(s.port, data), status, what)
+# the DNS-rebinding guard (no API key here): a name other than localhost or an IP literal
+# is refused, whatever Origin says (a rebinding page is same-origin to itself); IP
+# literals and localhost are answered
+host_case = lambda h: raw(s.port, b"GET /v1/models HTTP/1.1\r\nHost: " + h + b"\r\n\r\n")
+json_error(host_case(b"evil.example:%d" % s.port), 403, "a request for another host name (DNS rebinding)")
+r = raw(s.port, b"POST /v1/jobs HTTP/1.1\r\nHost: evil.example:%d\r\nOrigin: http://evil.example:%d\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}" % (s.port, s.port))
+json_error(r, 403, "a rebinding page's same-origin POST")
+for h in (b"localhost:%d" % s.port, b"127.0.0.1:%d" % s.port, b"[::1]:%d" % s.port):
+    r = host_case(h)
+    check(r and r[0] == 200, f"Host {h!r} is answered: {r and r[:2]}")
+# error messages that echo a client's bytes stay valid UTF-8 (one bad byte becomes U+FFFD)
+r = raw(s.port, b"GET /v1/models/%FFabc HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+try:
+    msg = json.loads(r[2].decode("utf-8"))["error"]["message"] if r else ""
+except (UnicodeDecodeError, ValueError, KeyError) as ex:
+    msg = f"not UTF-8 JSON: {ex!r}"
+check(r and r[0] == 404 and "\ufffdabc" in msg, f"an error echoing a bad byte is valid UTF-8: {msg!r}")
 # a head the client ends early (it closes its side): 400, not silence
 json_error(raw(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\n", half_close=True), 400, "a head cut short by the client")
 # part of a head, then nothing until the idle timeout (2 s): 408, not silence
@@ -146,10 +169,10 @@ r = raw(s.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
 check(r and r[0] == 200 and r[1].get("connection", "").lower() == "close", f"a keep-alive request is answered and closed: {r}")
 body = json.dumps({"prompt": "x", "steps": 2}).encode()
 chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-r = raw(s.port, b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked)
+r = raw(s.port, b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked)
 check(r and r[0] == 202 and json.loads(r[2]).get("id"), f"a chunked POST is accepted: {r}")
 with socket.create_connection(("127.0.0.1", s.port), timeout=15) as sk:
-    sk.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n")
+    sk.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n")
     first = sk.recv(64)
     check(first.startswith(b"HTTP/1.1 100 Continue"), f"a chunked body waiting for 100 Continue gets it: {first!r}")
     sk.sendall(chunked)

@@ -192,8 +192,12 @@ with urllib.request.urlopen(r, timeout=60) as resp:
     st, _ = call("POST", f"/v1/jobs/{jid}/cancel", {})
     rest = resp.read().decode()
 check(first[1].strip() == "event: image_generation.partial_image" and st == 200, f"stream: the first preview names its job: {first[:2]} {st}")
-check("event: error" in rest and "cancelled" in rest and "image_generation.completed" not in rest,
-      f"stream: a cancelled job ends with an error event: {rest[-300:]}")
+errd = next((json.loads(l[6:]) for l in rest.split("event: error", 1)[-1].splitlines() if l.startswith("data: ")), {}) \
+    if "event: error" in rest else {}
+ee = errd.get("error") or {}
+check(errd.get("type") == "error" and "cancelled" in str(ee.get("message")) and ee.get("type") and "code" in ee
+      and "error" not in ee and "image_generation.completed" not in rest,
+      f"stream: a cancelled job ends with an error event, OpenAI's one-level error object: {rest[-300:]}")
 st, e = call("POST", "/v1/jobs", {"prompt": "x", "stream": True})
 check(st == 400 and e["error"]["param"] == "stream", f"jobs: stream is refused (jobs have /events): {st}")
 st, e = call("POST", "/v1/images/generations", {"prompt": "x"}, key=None)

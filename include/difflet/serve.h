@@ -20,6 +20,8 @@ extern "C" {
  * connection limits, health_port) are here too, the same in every served model's. */
 typedef struct {
     char model[1024], results[1024], db[1024], host[64], api_key[256];
+    char allowed_hosts[512];    /* without an api_key: host names (comma-separated, "*": any) a request's Host may
+                                   carry besides IP literals and localhost (the DNS-rebinding guard) */
     char model_id[256];         /* what clients call it: the Hub id given, or the folder's name */
     int port, queue_capacity, max_steps, max_prompt_bytes, nsizes, no_compile;
     int replicas;           /* data parallel: model processes, each on its own cores */

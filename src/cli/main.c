@@ -51,6 +51,7 @@ static void usage(FILE *f) {
             "                       models, async jobs) with resident model processes:\n"
             "                       [--deployment FILE] [--port N] [--host H]\n"
             "                       [--api-key K | --api-key-file F | env DIFFLET_API_KEY]\n"
+            "                       [--allowed-hosts NAME,... (Host names answered without a key)]\n"
             "                       [--model DIR|org/name [--sizes WxH,...] [--frames N,...] [--fps R]]...\n"
             "                       (--model repeats: one server, several models, the request's `model`\n"
             "                       picks one; --sizes/--frames/--fps apply to the --model before them)\n"

@@ -43,6 +43,7 @@ static int serve_flag(dl_deployment *d, dl_deployment *m, const char *a, const c
     if (!strcmp(a, "--port")) d->port = atoi(v);
     else if (!strcmp(a, "--host")) snprintf(d->host, sizeof d->host, "%s", v);
     else if (!strcmp(a, "--api-key")) snprintf(d->api_key, sizeof d->api_key, "%s", v);
+    else if (!strcmp(a, "--allowed-hosts")) snprintf(d->allowed_hosts, sizeof d->allowed_hosts, "%s", v);
     else if (!strcmp(a, "--api-key-file")) { /* kept out of `ps` */
         char *k;
         size_t n;

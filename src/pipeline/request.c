@@ -127,6 +127,11 @@ dl_status dl_request_validate(const dl_request *r, const dl_request_limits *lim,
     if (!(r->fps >= 0 && r->fps <= 1000)) BAD("fps", "`fps` must be a number in (0, 1000]");
     if (!(r->strength > 0 && r->strength <= 1)) BAD("strength", "`strength` must be a number in (0, 1]");
     if (r->mask && !r->image) BAD("mask", "`mask` needs `image` (the picture to inpaint)");
+    if (r->image && r->steps > 0) { /* the pipelines' get_timesteps: at least one step must remain to run */
+        const double init = fmin(r->steps * r->strength, (double)r->steps);
+        if (r->steps - (int)fmax(r->steps - init, 0.0) < 1)
+            BAD("strength", "`strength` leaves no step to run: steps x strength must be at least 1");
+    }
     /* the engine's bound; each pipeline refuses what it cannot take (FLUX: 2..512, Qwen-Image: 1..1024) */
     if (r->max_sequence_length && (r->max_sequence_length < 1 || r->max_sequence_length > 4096))
         BAD("max_sequence_length", "`max_sequence_length` must be an integer from 1 to 4096");

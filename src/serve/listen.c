@@ -38,6 +38,7 @@
 enum {
     URI_MAX = 8192,                 /* the request target; longer: 414 */
     HEAD_MAX = 32768,               /* request line and header fields; larger: 431 */
+    FIELDS_MAX = 128,               /* header fields; more: 431 (libmicrohttpd's per-connection memory holds each) */
     CHUNKED_BODY = 64 * 1024,       /* a chunked body waits here whole: its data; more: 413 (send Content-Length) */
     CHUNKED_MAX = CHUNKED_BODY + 16384, /* ... and with its framing */
     PEEK_MAX = HEAD_MAX + CHUNKED_MAX,
@@ -249,7 +250,7 @@ static int request_check(const char *s, size_t n, verdict *v) {
                       s[v0 + 5], s[v0 + 7]);
     const int http11 = s[v0 + 7] != '0';
     i += (size_t)e;
-    int hosts = 0, lengths = 0, codings = 0, expect = 0;
+    int hosts = 0, lengths = 0, codings = 0, expect = 0, fields = 0;
     uint64_t clen = 0; /* the first Content-Length (a second must agree) */
     char coding[64] = "";
     for (;;) { /* header fields, until an empty line */
@@ -264,7 +265,18 @@ static int request_check(const char *s, size_t n, verdict *v) {
         if (r == 0 || i > HEAD_MAX)
             return n > HEAD_MAX ? REFUSE(v, 431, "request_header_fields_too_large", "the request head is larger than %d bytes", HEAD_MAX) : 0;
 #define IS(h) (nl == strlen(h) && !strncasecmp(name, h, nl))
-        if (IS("Host")) hosts++;
+        if (++fields > FIELDS_MAX)
+            return REFUSE(v, 431, "request_header_fields_too_large", "more than %d header fields", FIELDS_MAX);
+        /* white space after the value is allowed by RFC 9110 but read wrongly by the HTTP
+         * library for these two: refused here, with a reason */
+        if ((IS("Content-Length") || IS("Transfer-Encoding")) && (val[vl] == ' ' || val[vl] == '\t'))
+            return REFUSE(v, 400, "malformed_request", "`%.*s` has white space after its value", (int)nl, name);
+        if (IS("Host")) {
+            hosts++;
+            for (size_t k = 0; k < vl; k++) /* a URI host and port (RFC 9110 7.2): ASCII */
+                if ((unsigned char)val[k] >= 0x80 || val[k] == ' ' || val[k] == '\t')
+                    return REFUSE(v, 400, "malformed_request", "the Host header is not an ASCII host[:port]");
+        }
         else if (IS("Content-Length")) {
             uint64_t x = 0;
             size_t k = 0;

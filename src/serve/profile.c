@@ -67,6 +67,7 @@ dl_status dl_deployment_from_json(dl_deployment *p, const cJSON *j) {
     if (!str_field(j, "model", p->model, sizeof p->model) || !str_field(j, "results_dir", p->results, sizeof p->results) ||
         !str_field(j, "db", p->db, sizeof p->db) || !str_field(j, "host", p->host, sizeof p->host) ||
         !str_field(j, "api_key", p->api_key, sizeof p->api_key) || !str_field(j, "dtype", p->dtype, sizeof p->dtype) ||
+        !str_field(j, "allowed_hosts", p->allowed_hosts, sizeof p->allowed_hosts) ||
         !str_field(j, "cache", p->cache, sizeof p->cache) || !str_field(j, "parallel", p->parallel, sizeof p->parallel) ||
         !str_field(j, "scheduler", p->scheduler, sizeof p->scheduler) ||
         !str_field(j, "ddit_profile", p->ddit_profile, sizeof p->ddit_profile) ||
@@ -260,7 +261,7 @@ static const char *const k_own[] = {"model", "model_id", "sizes", "frames", "fps
 static const char *const k_per_model[] = {"dtype", "cache", "replicas", "parallel", "no_compile", "queue_capacity", "max_steps",
                                           "max_prompt_bytes", "request_timeout_s", "cancel_grace_s", "scheduler", "units",
                                           "ddit_profile", "ddit_policy", "mpirun_hostfile", "mpirun_args", NULL};
-static const char *const k_server[] = {"results_dir", "db", "host", "port", "api_key", "result_ttl_s", "idle_timeout_s",
+static const char *const k_server[] = {"results_dir", "db", "host", "port", "api_key", "allowed_hosts", "result_ttl_s", "idle_timeout_s",
                                        "max_connections", "max_connections_per_ip", "health_port", NULL};
 
 static int in_list(const char *s, const char *const *list) {
@@ -361,6 +362,7 @@ dl_status dl_serve_config_check(dl_serve_config *c) {
         if (i) { /* the server's settings: the first model's */
             memcpy(p->results, d->results, sizeof p->results), memcpy(p->db, d->db, sizeof p->db);
             memcpy(p->host, d->host, sizeof p->host), memcpy(p->api_key, d->api_key, sizeof p->api_key);
+            memcpy(p->allowed_hosts, d->allowed_hosts, sizeof p->allowed_hosts);
             p->port = d->port, p->result_ttl_s = d->result_ttl_s, p->idle_timeout_s = d->idle_timeout_s;
             p->max_connections = d->max_connections, p->max_connections_per_ip = d->max_connections_per_ip;
             p->health_port = d->health_port;

@@ -61,6 +61,7 @@
 #include "difflet/text.h"
 #include "serve/serve_impl.h"
 #include "serve/api_impl.h"
+#include "text/text_impl.h"
 
 api dl_api; /* the API process's one state (api_impl.h) */
 static const double k_buckets[NBUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120};
@@ -158,9 +159,28 @@ enum MHD_Result dl_api_file_reply(struct MHD_Connection *c, const char *path, co
     return queue(c, 200, r);
 }
 
+/* msg with every byte sequence that is not UTF-8 (a client's bytes echoed, a cut
+ * character) replaced by U+FFFD, so the JSON reply is valid UTF-8 */
+static void utf8_clean(const char *msg, char *out, size_t n) {
+    size_t i = 0, o = 0, len = strlen(msg);
+    int32_t cp;
+    while (i < len && o + 4 < n) {
+        int k = dl_utf8_next(msg + i, len - i, &cp);
+        if (k > 0) {
+            if (o + (size_t)k >= n) break;
+            memcpy(out + o, msg + i, (size_t)k), o += (size_t)k, i += (size_t)k;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3), o += 3, i++;
+        }
+    }
+    out[o] = 0;
+}
+
 cJSON *dl_api_error_object(const char *type, const char *param, const char *code, const char *msg) {
     cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
-    cJSON_AddStringToObject(e, "message", msg);
+    char clean[2048];
+    utf8_clean(msg, clean, sizeof clean);
+    cJSON_AddStringToObject(e, "message", clean);
     cJSON_AddStringToObject(e, "type", type);
     if (param) cJSON_AddStringToObject(e, "param", param);
     else cJSON_AddNullToObject(e, "param");
@@ -918,6 +938,31 @@ static int cancel_job(const char *id) {
 }
 
 /* "Bearer KEY" (the scheme in any case, RFC 7235), the key compared in constant time */
+/* The DNS-rebinding guard: without an API key, a request's Host must be an IP literal,
+ * localhost, or a name in allowed_hosts ("*": any). A page on another site whose name
+ * an attacker points at this machine would otherwise be same-origin to it and could
+ * drive the API from a browser. With a key the key protects the API. HTTP/1.0 without
+ * a Host is let through (no browser sends it). */
+static int host_allowed(const char *host) {
+    const dl_deployment *d = dl_api.srv;
+    if (d->api_key[0] || !host) return 1;
+    char name[256];
+    if (host[0] == '[') return 1; /* an IPv6 literal */
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(host, ":"), host);
+    struct in_addr a4;
+    if (inet_pton(AF_INET, name, &a4) == 1 || !strcasecmp(name, "localhost")) return 1;
+    const char *l = d->allowed_hosts;
+    while (*l) {
+        const size_t n = strcspn(l, ",");
+        size_t a = 0, b = n;
+        while (a < b && l[a] == ' ') a++;
+        while (b > a && l[b - 1] == ' ') b--;
+        if ((b - a == 1 && l[a] == '*') || (b - a == strlen(name) && !strncasecmp(l + a, name, b - a))) return 1;
+        l += n + (l[n] == ',');
+    }
+    return 0;
+}
+
 static int authorized(struct MHD_Connection *c) {
     const char *key = dl_api.srv->api_key;
     if (!key[0]) return 1;
@@ -946,6 +991,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > cn->limit)
             return dl_api_error_reply(c, 413, "invalid_request_error", NULL, "the body exceeds %zu bytes", cn->limit);
+        /* a body is only read for a client with the key: without it, 401 before the first
+           byte of an upload (up to MAX_UPLOAD) is taken into memory */
+        if (strcmp(method, "GET") && strcmp(url, "/health") && !authorized(c))
+            return dl_api_error_reply(c, 401, "authentication_error", NULL, "a valid `Authorization: Bearer` key is required");
         return MHD_YES;
     }
     if (*upload_size) { /* body pieces */
@@ -968,6 +1017,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!get && !post && !del)
         return dl_api_error_reply(c, 405, "invalid_request_error", NULL, "method %s is not allowed (GET, POST or DELETE)", method);
     if (!strcmp(url, "/health")) return dl_api_json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
+    if (!host_allowed(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
+        return dl_api_error_reply(c, 403, "invalid_request_error", NULL,
+                                  "Host `%.100s` is not one this server answers without an API key (a guard against DNS "
+                                  "rebinding): use its IP address or localhost, or list the name in the deployment's "
+                                  "allowed_hosts", MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"));
     if (get && !strcmp(url, "/")) /* the page holds no data: it asks for the key itself */
         return respond(c, 200, "text/html; charset=utf-8", dl_serve_page, strlen(dl_serve_page), NULL, NULL);
     if (post || del) { /* another site's page may not make this server generate, cancel or delete (browsers send Origin) */

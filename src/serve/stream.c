@@ -120,7 +120,10 @@ static void fail_event(istream *s, const char *status, const char *why) {
     cJSON_AddStringToObject(ev, "type", "error");
     char msg[700];
     snprintf(msg, sizeof msg, "job %s %s: %s", s->id, status, why ? why : "no result");
-    cJSON_AddItemToObject(ev, "error", dl_api_error_object(timeout ? "timeout_error" : "server_error", NULL, NULL, msg));
+    /* OpenAI's error event: {"type": "error", "error": {message, type, param, code}}, one level */
+    cJSON *wrapped = dl_api_error_object(timeout ? "timeout_error" : "server_error", NULL, timeout ? "timeout" : "server_error", msg);
+    cJSON_AddItemToObject(ev, "error", cJSON_DetachItemFromObjectCaseSensitive(wrapped, "error"));
+    cJSON_Delete(wrapped);
     emit(s, "error", ev);
     s->done = 1;
 }
