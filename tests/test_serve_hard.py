@@ -16,6 +16,7 @@ loopback port (standard library only):
     tests/test_serve_hard.py path/to/difflet tests/data
 """
 import json
+import http.client
 import os
 import socket
 import sqlite3
@@ -338,6 +339,43 @@ while time.time() - t0 < 60 and len(ends) < len(ids):
     time.sleep(0.05)
 check(len(ends) == 3 and all(v == "completed" for v in ends.values()),
       f"ends the store first failed to write are written again: {ends}")
+s.stop()
+
+# SIGTERM: a waiting synchronous request gets a 503 naming its job, an image stream an
+# error event and its proper end, before the server stops; the jobs stay in the store
+# and complete after the restart, once each
+s = Server(os.path.join(tmp, "t"))
+s.wait_ready(120)
+sync, stream_out = {}, {}
+th = threading.Thread(target=lambda: sync.update(r=s.json("POST", "/v1/images/generations", {"prompt": "sync", "steps": 3000})))
+th.start()
+
+
+def stream_job():
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        c.request("POST", "/v1/images/generations", json.dumps({"prompt": "streamed", "steps": 3000, "stream": True}),
+                  {"Content-Type": "application/json"})
+        stream_out["body"] = c.getresponse().read().decode()  # IncompleteRead if the stream is cut
+        c.close()
+    except Exception as ex:  # noqa: BLE001 (the test reports what happened)
+        stream_out["error"] = repr(ex)
+
+
+ts = threading.Thread(target=stream_job)
+ts.start()
+time.sleep(2.0)  # both accepted: one running, one queued
+s.stop()
+th.join(30), ts.join(30)
+st, e = sync.get("r", (None, None))
+jid = (e or {}).get("error", {}).get("message", "").split("job ", 1)[-1].split(" ", 1)[0]
+check(st == 503 and "shutting down" in str(e) and jid, f"SIGTERM: the waiting request gets a 503 naming its job: {st} {e}")
+body = stream_out.get("body", "")
+check("event: error" in body and "shutting down" in body, f"SIGTERM: the stream ends with an error event: {stream_out}")
+s = Server(os.path.join(tmp, "t"))
+s.wait_ready(120)
+st, j = s.json("GET", f"/v1/jobs/{jid}")
+check(st == 200 and j["status"] in ("queued", "in_progress"), f"SIGTERM: the 503's job is kept and resumes: {st} {j and j['status']}")
 s.stop()
 
 subprocess.run(["rm", "-rf", tmp])

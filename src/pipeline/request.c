@@ -130,7 +130,7 @@ dl_status dl_request_validate(const dl_request *r, const dl_request_limits *lim,
     if (r->image && r->steps > 0) { /* the pipelines' get_timesteps: at least one step must remain to run */
         const double init = fmin(r->steps * r->strength, (double)r->steps);
         if (r->steps - (int)fmax(r->steps - init, 0.0) < 1)
-            BAD("strength", "`strength` leaves no step to run: steps x strength must be at least 1");
+            BAD("strength", "`strength` is too small for this number of steps: no step would run");
     }
     /* the engine's bound; each pipeline refuses what it cannot take (FLUX: 2..512, Qwen-Image: 1..1024) */
     if (r->max_sequence_length && (r->max_sequence_length < 1 || r->max_sequence_length > 4096))

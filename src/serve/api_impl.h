@@ -79,6 +79,7 @@ typedef struct {
     unsigned long changes; /* under mu: one more with every broadcast of cv (dl_api_notify) */
     int wake[2];       /* a byte here wakes the supervisor: a job was queued */
     int stopping, nworkers;
+    atomic_int draining;    /* SIGTERM: waiting requests and streams answer now (their jobs stay in the store) */
     worker w[MAX_WORKERS];
     double last_expire; /* the supervisor's last sweep of expired queued jobs */
     double started;     /* wall time the server started ("created" of its model) */

@@ -198,12 +198,13 @@ static int chunked_check(const char *s, size_t n, verdict *v) {
         if (e < 0) return REFUSE(v, 400, "malformed_request", "malformed chunked body: a chunk's data is longer than its size");
         i += (size_t)e;
     }
-    for (;;) { /* trailer fields, then an empty line */
+    for (int fields = 0;; fields++) { /* trailer fields (counted as the head's are), then an empty line */
         const char *name, *val;
         size_t nl, vl;
         int e = eol(s, n, i);
         if (e > 0) return 1;
         if (e == 0) return chunked_more(n, v);
+        if (fields >= FIELDS_MAX) return REFUSE(v, 431, "request_header_fields_too_large", "more than %d trailer fields", FIELDS_MAX);
         int r = field_line(s, n, &i, &name, &nl, &val, &vl, v);
         if (r <= 0) return r < 0 ? -1 : chunked_more(n, v);
     }
@@ -269,8 +270,13 @@ static int request_check(const char *s, size_t n, verdict *v) {
             return REFUSE(v, 431, "request_header_fields_too_large", "more than %d header fields", FIELDS_MAX);
         /* white space after the value is allowed by RFC 9110 but read wrongly by the HTTP
          * library for these two: refused here, with a reason */
-        if ((IS("Content-Length") || IS("Transfer-Encoding")) && (val[vl] == ' ' || val[vl] == '\t'))
+        if ((IS("Content-Length") || IS("Transfer-Encoding") || IS("Host")) && (val[vl] == ' ' || val[vl] == '\t'))
             return REFUSE(v, 400, "malformed_request", "`%.*s` has white space after its value", (int)nl, name);
+        if (IS("Cookie")) { /* the library keeps every pair in its per-connection memory; this server reads none */
+            size_t pairs = 1;
+            for (size_t k = 0; k < vl; k++) pairs += val[k] == ';';
+            if (pairs > FIELDS_MAX) return REFUSE(v, 431, "request_header_fields_too_large", "a Cookie header of more than %d pairs", FIELDS_MAX);
+        }
         if (IS("Host")) {
             hosts++;
             for (size_t k = 0; k < vl; k++) /* a URI host and port (RFC 9110 7.2): ASCII */

@@ -680,6 +680,12 @@ enum MHD_Result dl_api_images_answer(struct MHD_Connection *c, cJSON *req, const
             j = dl_jobs_get(dl_api.js, ids[i]);
             st = j ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "status")) : "failed";
             if (strcmp(st, "queued") && strcmp(st, "in_progress")) break;
+            if (dl_api.draining) { /* shutting down: an answer now; the job stays queued in the store */
+                cJSON_Delete(out), cJSON_Delete(req), cJSON_Delete(j);
+                return dl_api_error_reply(c, 503, "server_error", NULL,
+                                          "the server is shutting down: job %s is kept and runs after a restart "
+                                          "(GET /v1/jobs/%s)", ids[i], ids[i]);
+            }
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 200000000;
@@ -749,6 +755,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     if (e->done) return MHD_CONTENT_READER_END_OF_STREAM;
     const double since = wall();
     for (;;) {
+        if (dl_api.draining) return MHD_CONTENT_READER_END_OF_STREAM; /* shutting down: the stream ends whole (EventSource reconnects) */
         const int quiet = wall() - since >= dl_api_keepalive_s(); /* time for a keep-alive */
         /* the running job's progress from memory (under the lock, briefly) */
         int running = 0, live_step = 0, live_steps = 0;
@@ -937,7 +944,6 @@ static int cancel_job(const char *id) {
     return r < 0 ? -1 : 0;
 }
 
-/* "Bearer KEY" (the scheme in any case, RFC 7235), the key compared in constant time */
 /* The DNS-rebinding guard: without an API key, a request's Host must be an IP literal,
  * localhost, or a name in allowed_hosts ("*": any). A page on another site whose name
  * an attacker points at this machine would otherwise be same-origin to it and could
@@ -947,7 +953,11 @@ static int host_allowed(const char *host) {
     const dl_deployment *d = dl_api.srv;
     if (d->api_key[0] || !host) return 1;
     char name[256];
-    if (host[0] == '[') return 1; /* an IPv6 literal */
+    if (host[0] == '[') { /* an IPv6 literal, [addr] or [addr]:port */
+        struct in6_addr a6;
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(host + 1, "]"), host + 1);
+        return inet_pton(AF_INET6, name, &a6) == 1;
+    }
     snprintf(name, sizeof name, "%.*s", (int)strcspn(host, ":"), host);
     struct in_addr a4;
     if (inet_pton(AF_INET, name, &a4) == 1 || !strcasecmp(name, "localhost")) return 1;
@@ -957,12 +967,13 @@ static int host_allowed(const char *host) {
         size_t a = 0, b = n;
         while (a < b && l[a] == ' ') a++;
         while (b > a && l[b - 1] == ' ') b--;
-        if ((b - a == 1 && l[a] == '*') || (b - a == strlen(name) && !strncasecmp(l + a, name, b - a))) return 1;
+        if (b > a && ((b - a == 1 && l[a] == '*') || (b - a == strlen(name) && !strncasecmp(l + a, name, b - a)))) return 1;
         l += n + (l[n] == ',');
     }
     return 0;
 }
 
+/* "Bearer KEY" (the scheme in any case, RFC 7235), the key compared in constant time */
 static int authorized(struct MHD_Connection *c) {
     const char *key = dl_api.srv->api_key;
     if (!key[0]) return 1;
@@ -1017,6 +1028,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!get && !post && !del)
         return dl_api_error_reply(c, 405, "invalid_request_error", NULL, "method %s is not allowed (GET, POST or DELETE)", method);
     if (!strcmp(url, "/health")) return dl_api_json_reply(c, 200, cJSON_Parse("{\"status\":\"ok\"}"));
+    if (dl_api.draining) return dl_api_error_reply(c, 503, "server_error", NULL, "the server is shutting down; retry after its restart");
     if (!host_allowed(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
         return dl_api_error_reply(c, 403, "invalid_request_error", NULL,
                                   "Host `%.100s` is not one this server answers without an API key (a guard against DNS "
@@ -1308,6 +1320,13 @@ int dl_serve_api_main(const dl_serve_config *cfg, const char *self_exe) {
     signal(SIGTERM, on_signal);
     while (!g_stop) usleep(100000);
     DL_INFO("serve: stopping");
+    /* waiting requests and open streams answer first (their jobs stay in the store and
+       run after a restart), then the listeners stop */
+    pthread_mutex_lock(&dl_api.mu);
+    dl_api.draining = 1;
+    dl_api_notify_locked();
+    pthread_mutex_unlock(&dl_api.mu);
+    usleep(500000);
     stop_http(health_l, hd);
     stop_http(api_l, d);
     pthread_mutex_lock(&dl_api.mu);
