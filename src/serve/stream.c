@@ -141,7 +141,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         if (s->done) return MHD_CONTENT_READER_END_OF_STREAM;
         if (dl_api.draining) { /* shutting down: an error event names the job, which runs after a restart */
-            fail_event(s, "is kept", "the server is shutting down; it runs after a restart (GET /v1/jobs/ID)");
+            fail_event(s, "is kept", "the server is shutting down; it runs after a restart");
             continue;
         }
         pthread_mutex_lock(&dl_api.mu);
