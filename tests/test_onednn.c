@@ -5,7 +5,11 @@
  * leading dimensions; conv2d/conv3d with stride and padding; bad shapes refused.
  * f32 products of M >= 32 over plain weights go to OpenBLAS: on an AVX2 oneDNN (plain
  * f32 weights) the test checks that they did, and with --expect-onednn
- * (DIFFLET_GEMM=onednn) that none did; both paths meet the same bounds. */
+ * (DIFFLET_GEMM=onednn) that none did; both paths meet the same bounds. Every
+ * convolution, transposed convolution and matmul gives the same bytes at 1, 2 and 3
+ * threads (a program's results must not depend on the process that runs it): the
+ * shapes include those where oneDNN's im2col sgemm split its sums by thread (matmuls
+ * not under --expect-onednn). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,11 +232,96 @@ static void test_packed(void) {
     }
 }
 
+/* one primitive's output at `threads` threads (created and run there) */
+static void *thread_run(int kind, const void *desc, const float *w, const float *b, const void *x, size_t ybytes,
+                        int threads) {
+    dl_set_threads(threads);
+    void *y = calloc(1, ybytes);
+    dl_status s;
+    if (kind == 2) {
+        dl_matmul *m = NULL;
+        s = dl_matmul_new(&m, desc, w, DL_F32, b);
+        if (s == DL_OK) s = dl_matmul_run(m, x, y);
+        dl_matmul_free(m);
+    } else {
+        dl_conv *c = NULL;
+        s = kind ? dl_deconv_new(&c, desc, w, DL_F32, b) : dl_conv_new(&c, desc, w, DL_F32, b);
+        if (s == DL_OK) s = dl_conv_run(c, x, y);
+        dl_conv_free(c);
+    }
+    CHECK(s == DL_OK, "thread-count case: %s", dl_last_error());
+    return y;
+}
+
+static void test_threads(void) {
+    const int nt0 = dl_threads();
+    static const struct {
+        int kind; /* 0 conv, 1 deconv */
+        dl_conv_desc d;
+    } cv[] = {
+        {0, {.ndim = 2, .cin = 16, .cout = 3, .in = {40, 56}, .kernel = {3, 3}, .stride = {1, 1}, .pad = {1, 1}}},
+        {0, {.ndim = 2, .cin = 512, .cout = 32, .in = {5, 5}, .kernel = {3, 3}, .stride = {1, 1}, .pad = {1, 1}}},
+        {0, {.ndim = 2, .cin = 128, .cout = 8, .in = {16, 16}, .kernel = {3, 3}, .stride = {1, 1}, .pad = {1, 1}}},
+        {0, {.ndim = 2, .cin = 8, .cout = 4, .in = {64, 64}, .kernel = {3, 3}, .stride = {1, 1}, .pad = {1, 1}}},
+        {0, {.ndim = 2, .cin = 3, .cout = 32, .in = {33, 31}, .kernel = {3, 3}, .stride = {2, 2}, .pad = {1, 1}}},
+        {0, {.ndim = 3, .cin = 4, .cout = 16, .in = {5, 8, 12}, .kernel = {3, 3, 3}, .stride = {1, 1, 1}, .pad = {0, 1, 1}}},
+        {0, {.ndim = 3, .cin = 96, .cout = 8, .in = {6, 16, 19}, .kernel = {3, 3, 3}, .stride = {1, 1, 1}, .pad = {0, 1, 1}}},
+        {1, {.ndim = 2, .cin = 64, .cout = 8, .in = {16, 16}, .kernel = {2, 2}, .stride = {2, 2}, .pad = {0, 0}}},
+        {1, {.ndim = 3, .cin = 32, .cout = 4, .in = {3, 8, 8}, .kernel = {3, 2, 2}, .stride = {1, 2, 2}, .pad = {1, 0, 0}}},
+    };
+    for (int di = 0; di < 2; di++)
+        for (size_t ci = 0; ci < sizeof cv / sizeof cv[0]; ci++) {
+            dl_conv_desc d = cv[ci].d;
+            d.dt = di ? DL_BF16 : DL_F32;
+            int64_t isz = d.cin, osz = d.cout, wn = d.cin * d.cout;
+            for (int i = 0; i < d.ndim; i++) {
+                isz *= d.in[i], wn *= d.kernel[i];
+                osz *= cv[ci].kind ? dl_deconv_out_dim(&d, i) : dl_conv_out_dim(&d, i);
+            }
+            float *w = malloc((size_t)wn * 4), *b = malloc((size_t)d.cout * 4);
+            void *x = malloc((size_t)isz * 4);
+            dl_fill_uniform(DL_F32, w, wn, -0.3f, 0.3f, 21);
+            dl_fill_uniform(DL_F32, b, d.cout, -1.f, 1.f, 22);
+            dl_fill_uniform(d.dt, x, isz, -1.f, 1.f, 23);
+            size_t yb = (size_t)osz * dl_dtype_size(d.dt);
+            void *y1 = thread_run(cv[ci].kind, &d, w, b, x, yb, 1);
+            for (int t = 2; t <= 3; t++) {
+                void *yt = thread_run(cv[ci].kind, &d, w, b, x, yb, t);
+                CHECK(!memcmp(y1, yt, yb), "%s%dd case %zu %s: %d threads give other bytes than 1",
+                      cv[ci].kind ? "deconv" : "conv", d.ndim, ci, dl_dtype_name(d.dt), t);
+                free(yt);
+            }
+            free(y1), free(w), free(b), free(x);
+        }
+    static const int64_t mm[][3] = {{1, 3072, 64}, {7, 4096, 16}, {35, 288, 32}, {300, 1024, 3}, {64, 12288, 256}};
+    /* DIFFLET_GEMM=onednn keeps every product in oneDNN, whose sgemm (below AVX-512)
+     * splits a few rows' sums by thread: the comparison knob does not promise this */
+    for (int di = 0; di < 2 && !g_expect_onednn; di++)
+        for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
+            dl_matmul_desc d = {.m = mm[i][0], .k = mm[i][1], .n = mm[i][2], .dt = di ? DL_BF16 : DL_F32, .dst_dt = DL_F32};
+            float *w = malloc((size_t)(d.k * d.n) * 4);
+            void *x = malloc((size_t)(d.m * d.k) * 4);
+            dl_fill_uniform(DL_F32, w, d.k * d.n, -0.3f, 0.3f, 24);
+            dl_fill_uniform(d.dt, x, d.m * d.k, -1.f, 1.f, 25);
+            size_t yb = (size_t)(d.m * d.n) * 4;
+            void *y1 = thread_run(2, &d, w, NULL, x, yb, 1);
+            for (int t = 2; t <= 3; t++) {
+                void *yt = thread_run(2, &d, w, NULL, x, yb, t);
+                CHECK(!memcmp(y1, yt, yb), "matmul %lldx%lldx%lld %s: %d threads give other bytes than 1",
+                      (long long)d.m, (long long)d.k, (long long)d.n, dl_dtype_name(d.dt), t);
+                free(yt);
+            }
+            free(y1), free(w), free(x);
+        }
+    dl_set_threads(nt0);
+}
+
 int main(int argc, char **argv) {
     g_expect_onednn = argc > 1 && !strcmp(argv[1], "--expect-onednn");
     printf("oneDNN %s\n", dl_onednn_version());
     test_matmul();
     test_conv();
     test_packed();
+    test_threads();
     return test_done("test_onednn");
 }

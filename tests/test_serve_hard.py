@@ -184,7 +184,7 @@ with socket.create_connection(("127.0.0.1", s.port), timeout=15) as sk:
             break
         out += b
     check(b"HTTP/1.1 202 " in out, f"... and then its answer: {out[-200:]!r}")
-# an OpenAI-style image stream of a 1,000-step job without previews: nothing to send
+# an OpenAI-style image stream of a 3,000-step job without previews: nothing to send
 # for several times this server's idle timeout (2 s); keep-alives (every 2/3 s) hold
 # the connection open (before, the first came after 15 s: libmicrohttpd had closed it)
 image_stream = {}
@@ -192,7 +192,7 @@ image_stream = {}
 
 def stream_image():
     r = urllib.request.Request(f"http://127.0.0.1:{s.port}/v1/images/generations", method="POST",
-                               data=json.dumps({"prompt": "long stream", "steps": 1000, "stream": True}).encode(),
+                               data=json.dumps({"prompt": "long stream", "steps": 3000, "stream": True}).encode(),
                                headers={"Content-Type": "application/json"})
     t0 = time.time()
     try:

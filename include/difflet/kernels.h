@@ -188,6 +188,9 @@ int dl_q8_count(void);
  * linears) or "int8-wo" (bf16 activations, weight-only int8). 1 when known. */
 #define DL_DTYPE_NAMES "f32, bf16, int8 or int8-wo"
 int dl_dtype_parse(const char *s, dl_dtype *dt, dl_quant *quant);
+/* The dtype a command or deployment uses when none is given: bf16 where the CPU
+ * multiplies bf16 natively (AVX-512 BF16, AMX), else f32 (bf16 would be emulated). */
+dl_dtype dl_dtype_default(void);
 
 typedef struct {
     int64_t m, k, n;

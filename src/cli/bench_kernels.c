@@ -227,7 +227,7 @@ static void matmul_peer(cJSON *root, int64_t M, int reps, int quick) {
 }
 
 int bench_opts(int argc, char **argv, const char *name, const char **json_path, int *quick, dl_dtype *dt) {
-    if (dt) *dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
+    if (dt) *dt = dl_dtype_default();
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) *json_path = argv[++i];
         else if (!strcmp(argv[i], "--quick")) *quick = 1;

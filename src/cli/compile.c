@@ -19,7 +19,7 @@ static int parse_size(const char *s, int *w, int *h) {
 int cli_compile(int argc, char **argv) {
     const char *model = NULL, *par_spec = NULL;
     int w = 0, h = 0, maxseq = 0, recompile = 0, frames = 0, probe = 0;
-    dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
+    dl_dtype dt = dl_dtype_default();
     dl_quant quant = DL_QUANT_NONE;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -94,7 +94,7 @@ int cli_generate(int argc, char **argv) {
     int cache = DL_CACHE_USE, have_sc = 0, keep_a = -1, keep_b = -1, cfg_batch = 0;
     dl_stepcache_config sc;
     dl_stepcache_parse("off", &sc);
-    dl_dtype dt = dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32;
+    dl_dtype dt = dl_dtype_default();
     dl_quant quant = DL_QUANT_NONE;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -62,7 +62,7 @@ static int flag(int argc, char **argv, const char *key) {
     return 0;
 }
 
-static dl_dtype default_dt(void) { return dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32; }
+static dl_dtype default_dt(void) { return dl_dtype_default(); }
 
 /* the 1-minute load average (NAN when unknown): a shared machine's other work shows in
  * the times, most in a DoP-d job's, whose ranks advance in lockstep */

@@ -81,6 +81,8 @@ const char *dl_act_name(dl_act a) {
 }
 
 
+dl_dtype dl_dtype_default(void) { return dl_cpu()->avx512_bf16 ? DL_BF16 : DL_F32; }
+
 int dl_dtype_parse(const char *s, dl_dtype *dt, dl_quant *quant) {
     /* int8: the linears of the transformer and text encoders in int8, every
      * activation in bf16 (the dtype of the layers that stay unquantized) */

@@ -253,7 +253,11 @@ struct op_spec {
     dnnl_status_t (*make_pd)(const op_spec *op, dl_dtype cdt, int emu, const dnnl_memory_desc_t *wei,
                              dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd);
     void (*plain_w)(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md); /* the user weights layout */
+    /* the caller's activation layouts when the primitive picks its own (NULL: it
+     * takes the caller's) */
+    void (*plain_io)(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst);
     int64_t wn; /* weight elements */
+    int is_matmul;
     int has_bias;
     dl_act act;
     union {
@@ -273,11 +277,19 @@ typedef struct {
     size_t layout_bytes;
     int emu;          /* bf16 emulated in f32: inputs widened, outputs rounded */
     size_t emu_src_bytes;
+    /* activations in the primitive's own (blocked) layout, reordered from and to the
+     * caller's plain ones around each run (convolutions: see io_blocked) */
+    dnnl_primitive_t r_in, r_out;
+    dnnl_memory_t x_plain, x_blk, y_blk, y_plain;
+    size_t blk_src_bytes;
+    int serial; /* im2col + sgemm (a convolution's last resort): run on one thread, whose sums are the same */
 } prim_state;
 
 static void prim_state_free(prim_state *p) {
     if (p->prim) dnnl_primitive_destroy(p->prim);
-    dnnl_memory_t mems[] = {p->src, p->wei, p->bias, p->dst, p->scratch};
+    if (p->r_in) dnnl_primitive_destroy(p->r_in);
+    if (p->r_out) dnnl_primitive_destroy(p->r_out);
+    dnnl_memory_t mems[] = {p->src, p->wei, p->bias, p->dst, p->scratch, p->x_plain, p->x_blk, p->y_blk, p->y_plain};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i]) dnnl_memory_destroy(mems[i]);
     dl_aligned_free(p->wbuf);
@@ -357,6 +369,55 @@ err:
     return s;
 }
 
+/* ---- activations in a primitive's own layout ---------------------------------------------
+ * oneDNN's convolutions over plain (ncsp) activations are im2col + its sgemm, whose
+ * threads split the reduction when the output has few channels, and over nhwc they
+ * are brgemm kernels whose blocking follows the thread count: either way the sums
+ * depend on the threads, and a program's results on the process that runs it. Over
+ * channel-blocked activations (nChw16c where oneDNN runs AVX-512, nChw8c below) its
+ * direct kernels reduce in one order whatever the threads; the activations are
+ * reordered into and out of that layout (pure copies) in a staging buffer shared by
+ * the process's convolutions. */
+static dnnl_format_tag_t act_tag(int ndim) {
+    int b16 = !strncmp(dl_onednn_isa(), "avx512", 6);
+    return ndim == 2 ? (b16 ? dnnl_aBcd16b : dnnl_aBcd8b) : (b16 ? dnnl_aBcde16b : dnnl_aBcde8b);
+}
+static dl_staging g_blk = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static dl_status reorder_prim(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, dnnl_primitive_t *r,
+                              dnnl_memory_t *mf, dnnl_memory_t *mt) {
+    dl_status s = DL_OK;
+    dnnl_primitive_desc_t rpd = NULL;
+    DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, from, dl_dnnl_eng, to, dl_dnnl_eng, NULL), "activation reorder descriptor");
+    DNNL_TRY(dnnl_primitive_create(r, rpd), "activation reorder");
+    DNNL_TRY(dnnl_memory_create(mf, from, dl_dnnl_eng, DNNL_MEMORY_NONE), "activation memory");
+    DNNL_TRY(dnnl_memory_create(mt, to, dl_dnnl_eng, DNNL_MEMORY_NONE), "activation memory");
+err:
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    return s;
+}
+
+/* oneDNN's im2col / sgemm-based implementations ("gemm:jit", "x64:gemm:jit", not brgemm) */
+static int sgemm_impl(const_dnnl_primitive_desc_t pd) {
+    const char *impl = dl_dnnl_impl(pd);
+    return strstr(impl, "gemm") && !strstr(impl, "brg");
+}
+
+static dl_status io_blocked(prim_state *p, const op_spec *op, dl_dtype cdt, const_dnnl_primitive_desc_t pd) {
+    dnnl_memory_desc_t xs, ys;
+    op->plain_io(op, cdt, &xs, &ys);
+    const dnnl_memory_desc_t *xb = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    const dnnl_memory_desc_t *yb = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    int bx = !dnnl_memory_desc_equal(&xs, xb), by = !dnnl_memory_desc_equal(&ys, yb);
+    dl_status s = DL_OK;
+    if (bx) s = reorder_prim(&xs, xb, &p->r_in, &p->x_plain, &p->x_blk);
+    if (by && s == DL_OK) s = reorder_prim(yb, &ys, &p->r_out, &p->y_blk, &p->y_plain);
+    if (s != DL_OK || (!bx && !by)) return s;
+    p->blk_src_bytes = bx ? (dnnl_memory_desc_get_size(xb) + 63) / 64 * 64 : 0;
+    return dl_staging_reserve(&g_blk, p->blk_src_bytes + (by ? dnnl_memory_desc_get_size(yb) : 0) + 64,
+                              "convolution activation");
+}
+
 /* Create the primitive of `op` in p. Fresh weights: `w` [wn] in w_dt, converted
  * (through bf16 when emulating bf16) and reordered. Packed weights (pk non-NULL):
  * used in place when this process's primitive takes their recorded layout, else
@@ -370,13 +431,21 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
     dl_dtype cdt = dt;
     if ((s = make_attr(&attr, op->act)) != DL_OK) goto err;
     dnnl_status_t st = op->make_pd(op, cdt, 0, NULL, attr, &pd);
-    if (st == dnnl_unimplemented && dt == DL_BF16) { /* no bf16 below avx512_core: emulate in f32 */
+    const int no_bf16 = st == dnnl_unimplemented;
+    if (st == dnnl_success && dt == DL_BF16 && op->is_matmul && sgemm_impl(pd)) {
+        /* oneDNN's bf16 sgemm (AVX-512 without BF16) splits a few rows' sums by thread:
+         * emulated like below, where the products of few rows are difflet's own */
+        dnnl_primitive_desc_destroy(pd);
+        pd = NULL;
+        st = dnnl_unimplemented;
+    }
+    if (st == dnnl_unimplemented && dt == DL_BF16) { /* no native bf16 product: emulate in f32 */
         cdt = DL_F32;
         p->emu = 1;
         st = op->make_pd(op, cdt, 1, NULL, attr, &pd);
         static atomic_int told;
-        if (!atomic_exchange(&told, 1))
-            DL_WARN("bf16 is emulated in f32 on this CPU (oneDNN has no bf16 below AVX-512): the same numbers, no faster "
+        if (no_bf16 && !atomic_exchange(&told, 1))
+            DL_WARN("bf16 is emulated in f32 on this CPU (no AVX-512 BF16 for oneDNN): the same numbers, no faster "
                     "than f32; --dtype f32 (dtype f32 in a deployment) avoids the conversions");
     }
     if (st != dnnl_success) {
@@ -443,6 +512,8 @@ static dl_status prim_make(prim_state *p, const op_spec *op, dl_dtype dt, const 
         goto err;
     p->layout_bytes = dl_dnnl_md_serialize(wei_md, p->layout) * 8;
     p->wmd = *wei_md;
+    if (op->plain_io && (s = io_blocked(p, op, cdt, pd)) != DL_OK) goto err;
+    p->serial = op->plain_io && sgemm_impl(pd);
     if (bias) { /* copied: the caller's buffer need not outlive the primitive */
         const dnnl_memory_desc_t *b_md = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1);
         size_t bb = dnnl_memory_desc_get_size(b_md);
@@ -470,7 +541,10 @@ err:
     return s;
 }
 
-static dl_status prim_exec(prim_state *p, const void *x, void *y) {
+static dl_status prim_exec_blocked(prim_state *p, const void *x, void *y);
+
+/* the primitive over x and y (in its layouts), queued on the stream */
+static dl_status prim_run(prim_state *p, const void *x, void *y) {
     dl_status s = DL_OK;
     DNNL_TRY(dnnl_memory_set_data_handle(p->src, (void *)x), "set src");
     DNNL_TRY(dnnl_memory_set_data_handle(p->dst, y), "set dst");
@@ -482,8 +556,54 @@ static dl_status prim_exec(prim_state *p, const void *x, void *y) {
     if (p->bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, p->bias};
     if (p->scratch) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
     DNNL_TRY(dnnl_primitive_execute(p->prim, dl_dnnl_stream, n, args), "execute");
+err:
+    return s;
+}
+
+static dl_status prim_exec(prim_state *p, const void *x, void *y) {
+    dl_status s = DL_OK;
+    if (p->serial) {
+        const int nt = dl_threads();
+        p->serial = 0;
+        dl_set_threads(1);
+        s = prim_exec(p, x, y);
+        dl_set_threads(nt);
+        p->serial = 1;
+        return s;
+    }
+    if (p->r_in || p->r_out) return prim_exec_blocked(p, x, y);
+    if ((s = prim_run(p, x, y)) != DL_OK) return s;
     DNNL_TRY(dnnl_stream_wait(dl_dnnl_stream), "stream wait");
 err:
+    return s;
+}
+
+static dl_status reorder_run(dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to) {
+    dl_status s = DL_OK;
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    DNNL_TRY(dnnl_primitive_execute(r, dl_dnnl_stream, 2, args), "activation reorder run");
+err:
+    return s;
+}
+
+static dl_status prim_exec_blocked(prim_state *p, const void *x, void *y) {
+    dl_status s = DL_OK;
+    pthread_mutex_lock(&g_blk.lock);
+    char *xb = p->r_in ? g_blk.buf : (char *)x, *yb = p->r_out ? (char *)g_blk.buf + p->blk_src_bytes : y;
+    if (p->r_in) {
+        DNNL_TRY(dnnl_memory_set_data_handle(p->x_plain, (void *)x), "set src");
+        DNNL_TRY(dnnl_memory_set_data_handle(p->x_blk, xb), "set src");
+        if ((s = reorder_run(p->r_in, p->x_plain, p->x_blk)) != DL_OK) goto err;
+    }
+    if ((s = prim_run(p, xb, yb)) != DL_OK) goto err;
+    if (p->r_out) {
+        DNNL_TRY(dnnl_memory_set_data_handle(p->y_blk, yb), "set dst");
+        DNNL_TRY(dnnl_memory_set_data_handle(p->y_plain, y), "set dst");
+        if ((s = reorder_run(p->r_out, p->y_blk, p->y_plain)) != DL_OK) goto err;
+    }
+    DNNL_TRY(dnnl_stream_wait(dl_dnnl_stream), "stream wait");
+err:
+    pthread_mutex_unlock(&g_blk.lock);
     return s;
 }
 
@@ -509,10 +629,10 @@ struct dl_matmul {
     dl_matmul_desc d;
     prim_state p;
     dl_q8 *q;  /* int8 weights (d.quant): everything runs there */
-    int blas;  /* the product through OpenBLAS's sgemm over p's plain [K, N] weights */
+    int blas;  /* over p's plain [K, N] f32 weights: 0 oneDNN, BLAS_SGEMM OpenBLAS's sgemm, BLAS_FEW_ROWS few_rows */
 };
 
-enum { BLAS_MIN_M = 32 }; /* fewer rows (modulation vectors, short texts) stay in oneDNN */
+enum { BLAS_MIN_M = 32, BLAS_SGEMM = 1, BLAS_FEW_ROWS = 2 }; /* fewer rows: few_rows */
 
 /* DIFFLET_GEMM: "openblas" (the default) or "onednn" */
 int dl_gemm_blas(void) {
@@ -534,7 +654,7 @@ int dl_gemm_blas(void) {
 
 const char *dl_gemm_name(const dl_matmul *mm) {
     if (mm->q) return mm->d.quant == DL_QUANT_W8A8 ? "oneDNN int8" : dl_gemm_blas() ? "OpenBLAS (int8 weights)" : "oneDNN (int8 weights)";
-    return mm->blas ? "OpenBLAS" : "oneDNN";
+    return mm->blas == BLAS_SGEMM ? "OpenBLAS" : mm->blas == BLAS_FEW_ROWS ? "difflet (few rows)" : "oneDNN";
 }
 
 const char *dl_openblas_version(void) {
@@ -548,16 +668,113 @@ const char *dl_openblas_version(void) {
     return buf;
 }
 
-/* whether mm's f32 products can go to sgemm: plain [K, N] weights, f32 in and out
- * (or staged so), dimensions within OpenBLAS's int */
+/* whether mm's f32 products run outside oneDNN (and where): plain [K, N] weights, f32
+ * in and out (or staged so), dimensions within OpenBLAS's int */
 static int blas_fits(const dl_matmul *mm) {
     const dl_matmul_desc *d = &mm->d;
     dnnl_memory_desc_t kn;
     dnnl_dims_t dims = {d->k, d->n};
-    if (!dl_gemm_blas() || d->m < BLAS_MIN_M || (!mm->p.emu && (d->dt != DL_F32 || d->dst_dt != DL_F32))) return 0;
+    if (!dl_gemm_blas() || (!mm->p.emu && (d->dt != DL_F32 || d->dst_dt != DL_F32))) return 0;
     if (d->m > INT_MAX || d->k > INT_MAX || d->n > INT_MAX || d->ldx > INT_MAX || d->ldy > INT_MAX) return 0;
     if (dnnl_memory_desc_init_by_tag(&kn, 2, dims, dnnl_f32, dnnl_ab) != dnnl_success) return 0;
-    return dnnl_memory_desc_equal(&mm->p.wmd, &kn);
+    if (!dnnl_memory_desc_equal(&mm->p.wmd, &kn)) return 0;
+    return d->m < BLAS_MIN_M ? BLAS_FEW_ROWS : BLAS_SGEMM;
+}
+
+/* ---- products of a few rows over plain f32 weights ----------------------------------
+ * oneDNN 2.6's sgemm (its matmul where the weights stay plain: below AVX-512, and
+ * for emulated bf16) splits the K sums of a product with few rows across threads,
+ * so its results depend on the thread count; OpenBLAS's sgemm is 3x slower at one
+ * row. These run here: each thread owns a range of output columns, in chunks whose
+ * M rows of y stay in cache (FEW_CACHE bytes) while the chunk's weights stream past
+ * once, row by row; every element is summed over k in order, whatever the threads. */
+enum { FEW_CACHE = 128 << 10 };
+
+typedef struct {
+    const float *x, *w;
+    float *y;
+    int64_t m, k, n, ldx, ldy;
+} few_args;
+
+typedef float few_v8 __attribute__((vector_size(32), aligned(4)));
+enum { FEW_NB = 128, FEW_KB = 256 }; /* a packed block: FEW_KB weight rows by FEW_NB columns (128 KiB) */
+
+/* rows [r0, r0 + R) by the 16 columns of packed strip p (kb rows of 16): R x 16 sums in
+ * registers (two 8-lane halves: AVX2 registers), continuing y's partial sums (first
+ * block: from 0) over k in order */
+#define FEW_TILE(R)                                                                          \
+    do {                                                                                     \
+        few_v8 lo[R], hi[R];                                                                 \
+        for (int i = 0; i < R; i++) {                                                        \
+            lo[i] = hi[i] = (few_v8){0};                                                     \
+            if (k0) {                                                                        \
+                memcpy(&lo[i], a->y + (r0 + i) * a->ldy + n, 32);                            \
+                memcpy(&hi[i], a->y + (r0 + i) * a->ldy + n + 8, 32);                        \
+            }                                                                                \
+        }                                                                                    \
+        for (int64_t kk = 0; kk < kb; kk++) {                                                \
+            few_v8 wl = *(const few_v8 *)(p + kk * 16), wh = *(const few_v8 *)(p + kk * 16 + 8); \
+            for (int i = 0; i < R; i++) {                                                    \
+                const float xv = a->x[(r0 + i) * a->ldx + k0 + kk];                          \
+                lo[i] += xv * wl, hi[i] += xv * wh;                                          \
+            }                                                                                \
+        }                                                                                    \
+        for (int i = 0; i < R; i++) {                                                        \
+            memcpy(a->y + (r0 + i) * a->ldy + n, &lo[i], 32);                                \
+            memcpy(a->y + (r0 + i) * a->ldy + n + 8, &hi[i], 32);                            \
+        }                                                                                    \
+    } while (0)
+
+static inline __attribute__((always_inline)) void few_body(const few_args *a, int ith, int nth) {
+    int64_t c0, c1;
+    dl_split((a->n + 15) / 16, ith, nth, &c0, &c1); /* 16-column units: whole cache lines per thread */
+    c0 *= 16, c1 = c1 * 16 < a->n ? c1 * 16 : a->n;
+    float *buf = a->m > 1 ? dl_aligned_alloc((size_t)FEW_NB * FEW_KB * sizeof(float)) : NULL;
+    if (buf) { /* weight blocks packed into 16-column strips, then register tiles of up to 4 rows */
+        const int64_t full = c0 + (c1 - c0) / 16 * 16;
+        for (int64_t n0 = c0; n0 < full; n0 += FEW_NB) {
+            const int64_t nw = full - n0 < FEW_NB ? full - n0 : FEW_NB;
+            for (int64_t k0 = 0; k0 < a->k; k0 += FEW_KB) {
+                const int64_t kb = a->k - k0 < FEW_KB ? a->k - k0 : FEW_KB;
+                for (int64_t kk = 0; kk < kb; kk++)
+                    for (int64_t s = 0; s < nw / 16; s++)
+                        memcpy(buf + (s * kb + kk) * 16, a->w + (k0 + kk) * a->n + n0 + s * 16, 64);
+                for (int64_t s = 0; s < nw / 16; s++) {
+                    const float *p = buf + s * kb * 16;
+                    const int64_t n = n0 + s * 16;
+                    int64_t r0 = 0;
+                    for (; r0 + 4 <= a->m; r0 += 4) FEW_TILE(4);
+                    for (; r0 < a->m; r0++) FEW_TILE(1);
+                }
+            }
+        }
+        dl_aligned_free(buf);
+        c0 = full;
+    }
+    int64_t chunk = FEW_CACHE / (a->m * (int64_t)sizeof(float)) / 16 * 16;
+    if (chunk < 64) chunk = 64;
+    for (int64_t n0 = c0; n0 < c1; n0 += chunk) {
+        const int64_t nb = c1 - n0 < chunk ? c1 - n0 : chunk;
+        for (int64_t r = 0; r < a->m; r++) memset(a->y + r * a->ldy + n0, 0, (size_t)nb * sizeof(float));
+        for (int64_t kk = 0; kk < a->k; kk++) {
+            const float *wr = a->w + kk * a->n + n0;
+            for (int64_t r = 0; r < a->m; r++) {
+                float *yr = a->y + r * a->ldy + n0;
+                const float xv = a->x[r * a->ldx + kk];
+                for (int64_t j = 0; j < nb; j++) yr[j] += xv * wr[j];
+            }
+        }
+    }
+}
+
+__attribute__((target("avx512f"))) static void few_avx512(void *ctx, int ith, int nth) { few_body(ctx, ith, nth); }
+__attribute__((target("avx2,fma"))) static void few_avx2(void *ctx, int ith, int nth) { few_body(ctx, ith, nth); }
+static void few_base(void *ctx, int ith, int nth) { few_body(ctx, ith, nth); }
+
+static void few_rows(const dl_matmul_desc *d, const float *x, int64_t ldx, const float *w, float *y, int64_t ldy) {
+    few_args a = {x, w, y, d->m, d->k, d->n, ldx, ldy};
+    dl_isa isa = dl_kernel_isa();
+    dl_parallel(isa >= DL_ISA_AVX512 ? few_avx512 : isa == DL_ISA_AVX2 ? few_avx2 : few_base, &a);
 }
 
 typedef struct {
@@ -584,7 +801,10 @@ static void blas_epilogue_fn(void *ctx, int ith, int nth) {
 static void blas_exec(const dl_matmul *mm, const float *x, int64_t ldx, float *y, int64_t ldy) {
     const dl_matmul_desc *d = &mm->d;
     const float *w = mm->p.wext ? mm->p.wext : mm->p.wbuf;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->m, (int)d->n, (int)d->k, 1.f, x, (int)ldx, w,
+    if (mm->blas == BLAS_FEW_ROWS)
+        few_rows(d, x, ldx, w, y, ldy);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->m, (int)d->n, (int)d->k, 1.f, x, (int)ldx, w,
                 (int)d->n, 0.f, y, (int)ldy);
     if (mm->p.bbuf || d->act != DL_ACT_NONE) {
         blas_epi e = {mm, y, ldy};
@@ -650,7 +870,7 @@ static dl_status matmul_make(dl_matmul **out, const dl_matmul_desc *d0, const vo
         *out = mm;
         return DL_OK;
     }
-    op_spec op = {.make_pd = mm_make_pd, .plain_w = mm_plain_w, .wn = d.n * d.k, .has_bias = bias != NULL,
+    op_spec op = {.make_pd = mm_make_pd, .plain_w = mm_plain_w, .wn = d.n * d.k, .is_matmul = 1, .has_bias = bias != NULL,
                   .act = d.act};
     op.u.mm = d;
     DL_DEBUG("matmul M=%lld K=%lld N=%lld", (long long)d.m, (long long)d.k, (long long)d.n);
@@ -659,7 +879,8 @@ static dl_status matmul_make(dl_matmul **out, const dl_matmul_desc *d0, const vo
         return s;
     }
     mm->blas = blas_fits(mm);
-    if (mm->blas) DL_DEBUG("matmul M=%lld K=%lld N=%lld: OpenBLAS sgemm", (long long)d.m, (long long)d.k, (long long)d.n);
+    if (mm->blas)
+        DL_DEBUG("matmul M=%lld K=%lld N=%lld: %s", (long long)d.m, (long long)d.k, (long long)d.n, dl_gemm_name(mm));
     *out = mm;
     return DL_OK;
 }
@@ -736,31 +957,91 @@ static void cv_dims(const dl_conv_desc *d, dnnl_dims_t sdims, dnnl_dims_t wdims,
     }
 }
 
-static dnnl_status_t cv_make_pd(const op_spec *op, dl_dtype cdt, int emu, const dnnl_memory_desc_t *wei,
-                                dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd) {
-    (void)emu; /* activations are contiguous either way; dst is in the compute dtype */
+int64_t dl_deconv_out_dim(const dl_conv_desc *d, int i) {
+    return (d->in[i] - 1) * d->stride[i] - 2 * d->pad[i] + d->kernel[i];
+}
+
+static void dc_dims(const dl_conv_desc *d, dnnl_dims_t sdims, dnnl_dims_t wdims, dnnl_dims_t ddims) {
+    cv_dims(d, sdims, wdims, ddims); /* weights: oneDNN's logical [cout, cin, k...] */
+    for (int i = 0; i < d->ndim; i++) ddims[2 + i] = dl_deconv_out_dim(d, i);
+}
+
+/* One (transposed) convolution descriptor over activations in layouts `ls` (src) and
+ * `ld` (dst). */
+static dnnl_status_t conv_pd_in(const op_spec *op, int deconv, dl_dtype cdt, const dnnl_memory_desc_t *wei,
+                                dnnl_format_tag_t ls, dnnl_format_tag_t ld, dnnl_primitive_attr_t attr,
+                                dnnl_primitive_desc_t *pd) {
     const dl_conv_desc *d = &op->u.cv;
     int nd = d->ndim + 2;
     dnnl_dims_t sdims, wdims, ddims, bdims = {d->cout}, strides, pad;
-    cv_dims(d, sdims, wdims, ddims);
+    (deconv ? dc_dims : cv_dims)(d, sdims, wdims, ddims);
     for (int i = 0; i < d->ndim; i++) strides[i] = d->stride[i], pad[i] = d->pad[i];
-    dnnl_format_tag_t plain = d->ndim == 2 ? dnnl_abcd : dnnl_abcde;
     dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;
     dnnl_status_t st;
-    if ((st = dnnl_memory_desc_init_by_tag(&src_md, nd, sdims, dl_dnnl_dt(cdt), plain)) != dnnl_success) return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&src_md, nd, sdims, dl_dnnl_dt(cdt), ls)) != dnnl_success) return st;
     if (wei)
         wei_md = *wei;
     else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, nd, wdims, dl_dnnl_dt(cdt), dnnl_format_tag_any)) !=
              dnnl_success)
         return st;
     if ((st = dnnl_memory_desc_init_by_tag(&bias_md, 1, bdims, dnnl_f32, dnnl_a)) != dnnl_success) return st;
-    if ((st = dnnl_memory_desc_init_by_tag(&dst_md, nd, ddims, dl_dnnl_dt(cdt), plain)) != dnnl_success) return st;
+    if ((st = dnnl_memory_desc_init_by_tag(&dst_md, nd, ddims, dl_dnnl_dt(cdt), ld)) != dnnl_success) return st;
+    const dnnl_memory_desc_t *bmd = op->has_bias ? &bias_md : NULL;
+    if (deconv) {
+        dnnl_deconvolution_desc_t dd;
+        if ((st = dnnl_deconvolution_forward_desc_init(&dd, dnnl_forward_inference, dnnl_deconvolution_direct, &src_md,
+                                                       &wei_md, bmd, &dst_md, strides, pad, pad)) != dnnl_success)
+            return st;
+        return dnnl_primitive_desc_create(pd, &dd, attr, dl_dnnl_eng, NULL);
+    }
     dnnl_convolution_desc_t cd;
-    if ((st = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md,
-                                                 &wei_md, op->has_bias ? &bias_md : NULL, &dst_md, strides, pad,
-                                                 pad)) != dnnl_success)
+    if ((st = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md, &wei_md,
+                                                 bmd, &dst_md, strides, pad, pad)) != dnnl_success)
         return st;
     return dnnl_primitive_desc_create(pd, &cd, attr, dl_dnnl_eng, NULL);
+}
+
+/* The activation layouts tried, first that oneDNN runs with a real kernel (never its
+ * reference loops while another layout has one): channel-blocked in and out; plain in
+ * (its direct kernels for few input channels), blocked out; plain both (im2col + sgemm,
+ * which may split sums by thread: the last resort, planned and run on one thread). */
+static dnnl_status_t conv_pd(const op_spec *op, int deconv, dl_dtype cdt, const dnnl_memory_desc_t *wei,
+                             dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd) {
+    const int n = op->u.cv.ndim;
+    const dnnl_format_tag_t plain = n == 2 ? dnnl_abcd : dnnl_abcde, blk = act_tag(n);
+    const dnnl_format_tag_t tries[3][2] = {{blk, blk}, {plain, blk}, {plain, plain}};
+    dnnl_status_t st = dnnl_unimplemented;
+    for (int t = 0; t < 3; t++) {
+        dnnl_primitive_desc_t c = NULL;
+        const int nt = dl_threads();
+        if (t == 2) dl_set_threads(1); /* planned for one thread, as it runs (prim_state.serial) */
+        dnnl_status_t e = conv_pd_in(op, deconv, cdt, wei, tries[t][0], tries[t][1], attr, &c);
+        dl_set_threads(nt);
+        if (e != dnnl_success) continue;
+        if (*pd) dnnl_primitive_desc_destroy(*pd);
+        *pd = c, st = e;
+        if (strncmp(dl_dnnl_impl(c), "ref", 3)) break;
+    }
+    return st;
+}
+
+static dnnl_status_t cv_make_pd(const op_spec *op, dl_dtype cdt, int emu, const dnnl_memory_desc_t *wei,
+                                dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd) {
+    (void)emu; /* dst is in the compute dtype either way */
+    return conv_pd(op, 0, cdt, wei, attr, pd);
+}
+
+static void io_plain(int ndim, dl_dtype cdt, const dnnl_dims_t sdims, const dnnl_dims_t ddims, dnnl_memory_desc_t *src,
+                     dnnl_memory_desc_t *dst) {
+    dnnl_format_tag_t plain = ndim == 2 ? dnnl_abcd : dnnl_abcde;
+    dnnl_memory_desc_init_by_tag(src, ndim + 2, sdims, dl_dnnl_dt(cdt), plain);
+    dnnl_memory_desc_init_by_tag(dst, ndim + 2, ddims, dl_dnnl_dt(cdt), plain);
+}
+
+static void cv_plain_io(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
+    dnnl_dims_t sdims, wdims, ddims;
+    cv_dims(&op->u.cv, sdims, wdims, ddims);
+    io_plain(op->u.cv.ndim, cdt, sdims, ddims, src, dst);
 }
 
 static void cv_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) {
@@ -804,15 +1085,6 @@ void dl_conv_free(dl_conv *c) {
 
 /* ---- transposed convolution ------------------------------------------------------ */
 
-int64_t dl_deconv_out_dim(const dl_conv_desc *d, int i) {
-    return (d->in[i] - 1) * d->stride[i] - 2 * d->pad[i] + d->kernel[i];
-}
-
-static void dc_dims(const dl_conv_desc *d, dnnl_dims_t sdims, dnnl_dims_t wdims, dnnl_dims_t ddims) {
-    cv_dims(d, sdims, wdims, ddims); /* weights: oneDNN's logical [cout, cin, k...] */
-    for (int i = 0; i < d->ndim; i++) ddims[2 + i] = dl_deconv_out_dim(d, i);
-}
-
 /* the user weights: PyTorch's [cin, cout, k...], oneDNN's iohw / iodhw */
 static void dc_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) {
     const dl_conv_desc *d = &op->u.cv;
@@ -821,31 +1093,16 @@ static void dc_plain_w(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *md) 
     dnnl_memory_desc_init_by_tag(md, d->ndim + 2, wdims, dl_dnnl_dt(cdt), d->ndim == 2 ? dnnl_bacd : dnnl_bacde);
 }
 
+static void dc_plain_io(const op_spec *op, dl_dtype cdt, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
+    dnnl_dims_t sdims, wdims, ddims;
+    dc_dims(&op->u.cv, sdims, wdims, ddims);
+    io_plain(op->u.cv.ndim, cdt, sdims, ddims, src, dst);
+}
+
 static dnnl_status_t dc_make_pd(const op_spec *op, dl_dtype cdt, int emu, const dnnl_memory_desc_t *wei,
                                 dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd) {
     (void)emu;
-    const dl_conv_desc *d = &op->u.cv;
-    int nd = d->ndim + 2;
-    dnnl_dims_t sdims, wdims, ddims, bdims = {d->cout}, strides, pad;
-    dc_dims(d, sdims, wdims, ddims);
-    for (int i = 0; i < d->ndim; i++) strides[i] = d->stride[i], pad[i] = d->pad[i];
-    dnnl_format_tag_t plain = d->ndim == 2 ? dnnl_abcd : dnnl_abcde;
-    dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;
-    dnnl_status_t st;
-    if ((st = dnnl_memory_desc_init_by_tag(&src_md, nd, sdims, dl_dnnl_dt(cdt), plain)) != dnnl_success) return st;
-    if (wei)
-        wei_md = *wei;
-    else if ((st = dnnl_memory_desc_init_by_tag(&wei_md, nd, wdims, dl_dnnl_dt(cdt), dnnl_format_tag_any)) !=
-             dnnl_success)
-        return st;
-    if ((st = dnnl_memory_desc_init_by_tag(&bias_md, 1, bdims, dnnl_f32, dnnl_a)) != dnnl_success) return st;
-    if ((st = dnnl_memory_desc_init_by_tag(&dst_md, nd, ddims, dl_dnnl_dt(cdt), plain)) != dnnl_success) return st;
-    dnnl_deconvolution_desc_t dd;
-    if ((st = dnnl_deconvolution_forward_desc_init(&dd, dnnl_forward_inference, dnnl_deconvolution_direct, &src_md,
-                                                   &wei_md, op->has_bias ? &bias_md : NULL, &dst_md, strides, pad,
-                                                   pad)) != dnnl_success)
-        return st;
-    return dnnl_primitive_desc_create(pd, &dd, attr, dl_dnnl_eng, NULL);
+    return conv_pd(op, 1, cdt, wei, attr, pd);
 }
 
 /* a convolution (deconv 0) or a transposed convolution (deconv 1, PyTorch's
@@ -869,6 +1126,7 @@ static dl_status conv_build(dl_conv **out, const dl_conv_desc *d, const void *w,
     if (!c) return dl_fail(DL_ERR_NOMEM, "%s: out of memory", what);
     c->d = *d;
     op_spec op = {.make_pd = deconv ? dc_make_pd : cv_make_pd, .plain_w = deconv ? dc_plain_w : cv_plain_w,
+                  .plain_io = deconv ? dc_plain_io : cv_plain_io,
                   .wn = d->cout * d->cin, .has_bias = bias != NULL};
     op.u.cv = *d;
     c->in_n = d->cin;

@@ -22,7 +22,7 @@ static void defaults(dl_deployment *p) {
     snprintf(p->model, sizeof p->model, "%s/models/difflet-tiny", DIFFLET_SOURCE_DIR);
     snprintf(p->results, sizeof p->results, "difflet-results");
     snprintf(p->host, sizeof p->host, "127.0.0.1");
-    snprintf(p->dtype, sizeof p->dtype, "f32");
+    snprintf(p->dtype, sizeof p->dtype, "%s", dl_dtype_name(dl_dtype_default())); /* as generate's */
     snprintf(p->cache, sizeof p->cache, "off");
     p->port = 8080;
     p->queue_capacity = 16;
