@@ -141,6 +141,37 @@ static void test_properties(void) {
     free(x), free(y);
 }
 
+/* Outputs of 2 MiB and more per call go out through streaming stores: the same bytes
+ * as the regular stores a call over fewer rows makes. */
+static void test_streaming(void) {
+    const int64_t rows = 512, cols = 4096, part = 32;
+    for (int d = 0; d < 2; d++) {
+        const dl_dtype dt = d ? DL_BF16 : DL_F32;
+        const size_t bytes = (size_t)(rows * cols) * dl_dtype_size(dt);
+        void *x = dl_aligned_alloc(bytes), *a = dl_aligned_alloc(bytes), *b = dl_aligned_alloc(bytes);
+        float *sc = malloc((size_t)cols * 4), *sh = malloc((size_t)cols * 4);
+        dl_fill_uniform(dt, x, rows * cols, -3.f, 3.f, 31);
+        dl_fill_uniform(DL_F32, sc, cols, -1.f, 1.f, 32);
+        dl_fill_uniform(DL_F32, sh, cols, -1.f, 1.f, 33);
+        for (int op = 0; op < 3; op++) {
+            memset(a, 0, bytes), memset(b, 0xff, bytes);
+            for (int64_t r0 = -1; r0 < rows; r0 += part) { /* r0 = -1: every row in one call */
+                const int64_t o = r0 < 0 ? 0 : r0, n = r0 < 0 ? rows : part;
+                void *out = (char *)(r0 < 0 ? a : b) + (size_t)(o * cols) * dl_dtype_size(dt);
+                const void *in = (const char *)x + (size_t)(o * cols) * dl_dtype_size(dt);
+                if (op == 0) dl_layernorm_modulate_t(dt, out, in, n, cols, sc, sh, 1e-6f, 0, 1);
+                if (op == 1) dl_rmsnorm_t(dt, out, in, n, cols, sc, 1e-6f, 0, 1);
+                if (op == 2) dl_softmax_t(dt, out, in, n, cols, 0, 1);
+                if (r0 < 0) r0 = -part; /* then the parts from row 0 */
+            }
+            CHECK(!memcmp(a, b, bytes), "%s %s: %zu bytes in one call (streamed) differ from the calls over %lld rows",
+                  op == 0 ? "layernorm_modulate" : op == 1 ? "rmsnorm" : "softmax", dl_dtype_name(dt), bytes, (long long)part);
+        }
+        dl_aligned_free(x), dl_aligned_free(a), dl_aligned_free(b);
+        free(sc), free(sh);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--expect-ref"))
         CHECK(dl_kernel_isa() == DL_ISA_REF, "DIFFLET_KERNELS=ref selects the references (got %s)",
@@ -150,11 +181,13 @@ int main(int argc, char **argv) {
     test_conversions();
     test_properties();
     test_against_reference();
+    test_streaming();
     /* and the AVX2 fallback explicitly, where the CPU has it */
     if (dl_kernel_isa() > DL_ISA_AVX2 && dl_cpu()->avx2_fma) {
         dl_set_kernel_isa(DL_ISA_AVX2);
         test_against_reference();
         test_properties();
+        test_streaming();
     }
     return test_done("test_kernels");
 }

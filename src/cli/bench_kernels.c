@@ -361,12 +361,15 @@ int cli_bench_kernels(int argc, char **argv) {
     /* ---- element-wise ---- */
     {
         const int64_t rows = quick ? 512 : 4608, cols = 3072, n = rows * cols;
-        void *x = malloc((size_t)n * 2), *y = malloc((size_t)n * 4), *c1 = malloc((size_t)n * 2), *c2 = malloc((size_t)n * 2);
+        /* the activations aligned as a program's arena aligns them (DL_ALIGN) */
+        void *x = dl_aligned_alloc((size_t)n * 2), *y = dl_aligned_alloc((size_t)n * 4);
+        void *c1 = dl_aligned_alloc((size_t)n * 2), *c2 = dl_aligned_alloc((size_t)n * 2);
         float *v1 = malloc((size_t)cols * 4), *v2 = malloc((size_t)cols * 4);
         float *cs = malloc((size_t)rows * 64 * 4), *sn = malloc((size_t)rows * 64 * 4);
         if (!x || !y || !c1 || !c2 || !v1 || !v2 || !cs || !sn) {
             fprintf(stderr, "difflet: bench: out of memory\n");
-            free(x), free(y), free(c1), free(c2), free(v1), free(v2), free(cs), free(sn);
+            dl_aligned_free(x), dl_aligned_free(y), dl_aligned_free(c1), dl_aligned_free(c2);
+            free(v1), free(v2), free(cs), free(sn);
             goto out;
         }
         dl_fill_uniform(DL_BF16, x, n, -2.f, 2.f, 6);
@@ -396,7 +399,8 @@ int cli_bench_kernels(int argc, char **argv) {
             cJSON_AddNumberToObject(e, "ratio_to_memcpy", gbs / copy_gbs);
             cJSON_AddItemToArray(jel, e);
         }
-        free(x), free(y), free(c1), free(c2), free(v1), free(v2), free(cs), free(sn);
+        dl_aligned_free(x), dl_aligned_free(y), dl_aligned_free(c1), dl_aligned_free(c2);
+        free(v1), free(v2), free(cs), free(sn);
     }
     rc = 0;
     if (json_path) {

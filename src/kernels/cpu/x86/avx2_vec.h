@@ -23,16 +23,18 @@ static inline float hmax8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-static inline void store_bf16x8(uint16_t *p, __m256 v) {
+/* 8 f32 -> 8 bf16 (round to nearest even, NaN kept quiet) in the low 128 bits */
+static inline __m128i bf16x8(__m256 v) {
     __m256i u = _mm256_castps_si256(v);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
     __m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
     __m256 isnan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
     r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(nan), isnan));
-    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
 }
+
+static inline void store_bf16x8(uint16_t *p, __m256 v) { _mm_storeu_si128((__m128i *)p, bf16x8(v)); }
 
 #define V_SET1(x) _mm256_set1_ps(x)
 #define V_ZERO() _mm256_setzero_ps()
@@ -63,6 +65,9 @@ static inline void store_bf16x8(uint16_t *p, __m256 v) {
 #define V_LOAD_BF16(p)                                                                \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define V_STORE_BF16(p, v) store_bf16x8(p, v)
+/* streaming (non-temporal) stores of one vector to an address aligned to its size */
+#define V_STREAM_BF16(p, v) _mm_stream_si128((__m128i *)(p), bf16x8(v))
+#define V_STREAM_F32(p, v) _mm256_stream_ps(p, v)
 #define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define V_STORE_F16(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
 #define V_LOAD_DUP_HALF(p)                                                            \

@@ -33,6 +33,8 @@ typedef __m512 vf;
     _mm512_castsi512_ps(_mm512_slli_epi32(                                            \
         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define V_STORE_BF16(p, v) _mm256_storeu_si256((__m256i *)(p), (__m256i)_mm512_cvtneps_pbh(v))
+#define V_STREAM_BF16(p, v) _mm256_stream_si256((__m256i *)(p), (__m256i)_mm512_cvtneps_pbh(v))
+#define V_STREAM_F32(p, v) _mm512_stream_ps(p, v)
 #define V_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define V_STORE_F16(p, v)                                                             \
     _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
