@@ -135,6 +135,11 @@ got=$(ffprobe -v error -count_frames -select_streams v:0 -show_entries stream=co
       -of default=nw=1 "$tmpd/o.mp4" 2>&1 | sort | tr '\n' ' ')
 want="codec_name=h264 height=40 nb_read_frames=34 r_frame_rate=24/1 width=56 "
 if [ "$got" = "$want" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: o.mp4 reads back as '$got', not '$want'"; fi
+# the same frames whatever the thread count (the VAE's convolutions once split sums by thread)
+OMP_NUM_THREADS=1 "$bin" "${ogen[@]}" --save-frames "$tmpd/of1" -o "$tmpd/of1.mp4" >/dev/null 2>&1
+OMP_NUM_THREADS=2 "$bin" "${ogen[@]}" --save-frames "$tmpd/of2" -o "$tmpd/of2.mp4" >/dev/null 2>&1
+if [ -n "$(ls "$tmpd/of1" 2>/dev/null)" ] && diff -r -q "$tmpd/of1" "$tmpd/of2" >/dev/null; then pass=$((pass+1));
+else fail=$((fail+1)); echo "FAIL: OpenSora frames at 1 and 2 threads differ (or were not written)"; fi
 expect 0 "2 transformer calls" "${ogen[@]}" --guidance 1 -o "$tmpd/o1.mp4"
 expect 0 "4 transformer calls" "${ogen[@]}" --cfg-batch -o "$tmpd/ob.mp4"
 expect 1 "null caption" "${ogen[@]}" --negative-prompt "blurry" -o "$tmpd/x.mp4"
