@@ -186,7 +186,7 @@ dl_status dl_program_key_par(dl_model_dir *dir, const char *component, const cha
     cJSON_AddStringToObject(k, "config_xxh3", hex);
     cJSON_AddStringToObject(k, "dtype", dl_dtype_name(dt));
     cJSON_AddStringToObject(k, "engine", DIFFLET_VERSION);
-    cJSON_AddNumberToObject(k, "format", 2); /* 2: packed weights carry their oneDNN layout record */
+    cJSON_AddNumberToObject(k, "format", 3); /* 2: packed weights carry their oneDNN layout record; 3: convolution weights for the channel-blocked kernels */
     if (chash) { /* absent without a weight-only verdict: other keys are unchanged */
         snprintf(hex, sizeof hex, "%016llx", (unsigned long long)chash);
         cJSON_AddStringToObject(k, "int8_calibration_xxh3", hex);
