@@ -4,7 +4,8 @@
  *    levels the CPU takes (255, or 127 without VNNI), integer products, rescale; the
  *    kernel must agree with this reference to float rounding (1e-5 of the largest
  *    output), and the quantized product must stay within a few percent of the f32 one;
- *  - weight-only: the dequantized weights times x in double, 1e-5;
+ *  - weight-only: the dequantized weights times x in double, 1e-5 (on bf16 panels
+ *    the dequantized weights rounded to bf16 first, as that scheme does);
  *  - bias, every activation, bf16 input and output, leading dimensions, a few rows
  *    (modulation vectors) and odd shapes; packed weights round-trip bit-exactly;
  *    missing scales refused. */
@@ -35,13 +36,17 @@ static void ref_quant_w(const float *w, int64_t N, int64_t K, int8_t *q, double 
     }
 }
 
+static int g_dense_x; /* x rows without padding (oneDNN's bf16 brgemm takes no wider stride) */
+static int g_bf16_panels; /* weight-only runs seen on bf16 panels */
+
 static void test_shape(int64_t M, int64_t K, int64_t N, dl_quant quant, dl_dtype dt, dl_dtype ddt, dl_act act, int seed) {
-    int64_t ldx = K + 5, ldy = N + 3;
+    int64_t ldx = g_dense_x ? K : K + 5, ldy = N + 3;
     size_t xs = dl_dtype_size(dt), ys = dl_dtype_size(ddt);
     float *w = malloc((size_t)(N * K) * 4), *bias = malloc((size_t)N * 4), *xf = malloc((size_t)(M * K) * 4);
     void *x = malloc((size_t)(M * ldx) * xs), *y = malloc((size_t)(M * ldy) * ys), *y2 = malloc((size_t)(M * ldy) * ys);
     int8_t *q = malloc((size_t)(N * K));
     double *s = malloc((size_t)N * 8), *ref = malloc((size_t)(M * N) * 8), *f32 = malloc((size_t)(M * N) * 8);
+    double *refb = malloc((size_t)(M * N) * 8); /* weight-only on bf16 panels: q s[n] rounded to bf16 once */
     dl_fill_uniform(DL_F32, w, N * K, -0.5f, 0.5f, (uint64_t)seed);
     dl_fill_uniform(DL_F32, bias, N, -1.f, 1.f, (uint64_t)seed + 1);
     dl_fill_uniform(dt, x, M * ldx, -1.f, 1.f, (uint64_t)seed + 2);
@@ -62,9 +67,10 @@ static void test_shape(int64_t M, int64_t K, int64_t N, dl_quant quant, dl_dtype
         if (!(a > 0)) a = 1;
         float z = nearbyintf((float)-lo / a);
         for (int64_t n = 0; n < N; n++) {
-            double acc = 0, accf = 0;
+            double acc = 0, accf = 0, accb = 0;
             for (int64_t k = 0; k < K; k++) {
                 accf += (double)xr[k] * w[n * K + k];
+                accb += (double)xr[k] * dl_bf16_to_f32(dl_f32_to_bf16((float)q[n * K + k] * (float)s[n]));
                 if (quant == DL_QUANT_W8A8) {
                     float v = xr[k] * (1.f / a) + z;
                     v = v < 0 ? 0 : v > L ? (float)L : v;
@@ -77,6 +83,7 @@ static void test_shape(int64_t M, int64_t K, int64_t N, dl_quant quant, dl_dtype
             double scale = quant == DL_QUANT_W8A8 ? (double)a * s[n] : s[n];
             ref[m * N + n] = test_act(act, acc * scale + bias[n]);
             f32[m * N + n] = test_act(act, accf + bias[n]);
+            refb[m * N + n] = test_act(act, accb + bias[n]);
         }
     }
     dl_matmul *mm = NULL, *mm2 = NULL;
@@ -86,6 +93,10 @@ static void test_shape(int64_t M, int64_t K, int64_t N, dl_quant quant, dl_dtype
           dl_last_error());
     if (st != DL_OK) goto out;
     CHECK(dl_matmul_run(mm, x, y) == DL_OK, "run: %s", dl_last_error());
+    if (quant == DL_QUANT_W8 && strstr(dl_gemm_name(mm), "bf16")) { /* the scheme of the bf16 panels */
+        memcpy(ref, refb, (size_t)(M * N) * 8);
+        g_bf16_panels++;
+    }
     double worst = 0, mx = 0, qerr = 0;
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
@@ -125,7 +136,7 @@ static void test_shape(int64_t M, int64_t K, int64_t N, dl_quant quant, dl_dtype
           dl_last_error());
     dl_matmul_free(bad);
 out:
-    dl_matmul_free(mm);
+    dl_matmul_free(mm), free(refb);
     dl_matmul_free(mm2);
     free(w), free(bias), free(xf), free(x), free(y), free(y2), free(q), free(s), free(ref), free(f32);
 }
@@ -234,6 +245,15 @@ int main(void) {
     /* several weight-only panels (2,048 channels each) and W8A8 at the same width */
     test_shape(20, 96, 4500, DL_QUANT_W8, DL_F32, DL_F32, DL_ACT_NONE, 77);
     test_shape(20, 96, 4500, DL_QUANT_W8A8, DL_BF16, DL_BF16, DL_ACT_SILU, 78);
+    /* weight-only over dense bf16 rows: bf16 panels where oneDNN multiplies bf16 natively */
+    g_dense_x = 1;
+    test_shape(64, 512, 300, DL_QUANT_W8, DL_BF16, DL_F32, DL_ACT_NONE, 91);
+    test_shape(20, 96, 4500, DL_QUANT_W8, DL_BF16, DL_BF16, DL_ACT_GELU_TANH, 92);
+    test_shape(130, 96, 257, DL_QUANT_W8, DL_BF16, DL_F32, DL_ACT_SILU, 93);
+    g_dense_x = 0;
+    const char *isa = dl_onednn_isa();
+    if (!strcmp(isa, "avx512-bf16") || !strcmp(isa, "avx512-amx"))
+        CHECK(g_bf16_panels >= 3, "weight-only int8 over dense bf16 rows ran on bf16 panels (%d of 3)", g_bf16_panels);
     /* the zero-point correction over a long K: exact column sums */
     test_shape(16, 3072, 64, DL_QUANT_W8A8, DL_F32, DL_F32, DL_ACT_NONE, 99);
     for (int qq = 0; qq < 2; qq++) {

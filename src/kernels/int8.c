@@ -16,7 +16,10 @@
  * Weight-only (DL_QUANT_W8): x stays in its dtype; each run dequantizes W a panel of
  * output channels at a time into f32 and multiplies through OpenBLAS's sgemm (oneDNN's
  * with DIFFLET_GEMM=onednn), so the weights are read as int8 (a quarter of f32's
- * bytes) and the arithmetic is f32.
+ * bytes) and the arithmetic is f32. Where x is bf16 and oneDNN multiplies bf16
+ * natively (AVX-512 BF16, AMX), the panel is dequantized to bf16 instead (q s[n]
+ * rounded once) and multiplied by oneDNN's bf16 brgemm (make_bf16_panels): twice the
+ * f32 rate.
  * A run of a few rows (modulation vectors) takes dot products straight from q.
  *
  * Nothing is allocated per run: the staging (quantized x, s32 sums, a dequantized
@@ -50,6 +53,14 @@ struct dl_q8 {
     float *aux;     /* scales [N] then column sums [N] (as recorded) */
     int32_t *csum;  /* column sums [N] */
     float *bias;    /* [N] or NULL */
+    /* weight-only with bf16 x on a CPU with native bf16 products: each panel
+     * dequantized to bf16 and multiplied by oneDNN's bf16 matmul, one primitive per
+     * panel width (full panels, the last) */
+    dnnl_primitive_t bp[2], br[2];                        /* the matmul; the panel's reorder into its blocking */
+    dnnl_memory_t bsrc[2], bwei[2], bdst[2], bscr[2], bplain[2];
+    void *bsbuf[2];
+    int64_t bnb[2];
+    size_t bblk; /* the blocked panel's bytes (the widest) */
 };
 
 const char *dl_quant_name(dl_quant q) {
@@ -243,6 +254,14 @@ double dl_q8_weight_error(const float *w, int64_t n, int64_t k) {
 void dl_q8_free(dl_q8 *q) {
     if (!q) return;
     if (q->prim) dnnl_primitive_destroy(q->prim);
+    for (int i = 0; i < 2; i++) {
+        if (q->bp[i]) dnnl_primitive_destroy(q->bp[i]);
+        if (q->br[i]) dnnl_primitive_destroy(q->br[i]);
+        dnnl_memory_t bm[] = {q->bsrc[i], q->bwei[i], q->bdst[i], q->bscr[i], q->bplain[i]};
+        for (size_t j = 0; j < 5; j++)
+            if (bm[j]) dnnl_memory_destroy(bm[j]);
+        dl_aligned_free(q->bsbuf[i]);
+    }
     dnnl_memory_t mems[] = {q->src, q->wei, q->dst, q->scratch};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i]) dnnl_memory_destroy(mems[i]);
@@ -250,6 +269,64 @@ void dl_q8_free(dl_q8 *q) {
     dl_aligned_free(q->sbuf);
     free(q->aux), free(q->csum), free(q->bias);
     free(q);
+}
+
+int dl_q8_bf16_panels(const dl_q8 *q) { return q->bp[0] != NULL; }
+
+/* Weight-only over bf16 x where oneDNN multiplies bf16 natively: x [M, K] (the
+ * caller's rows) by a panel of nb dequantized output channels, f32 sums [M, nb]
+ * (brgemm takes no wider row stride), copied into acc [M, N] at the panel's columns.
+ * The panel is written plain ([nb, K] bf16) and
+ * reordered into the blocking oneDNN's brgemm takes (it takes no plain bf16 weights);
+ * only brgemm kernels, whose sums do not depend on the thread count: else (0
+ * returned) the f32 panels stay. Staging: the plain panel, then the blocked one. */
+static int make_bf16_panels(dl_q8 *q) {
+    const dl_matmul_desc *d = &q->d;
+    const char *isa = dl_onednn_isa();
+    if (d->dt != DL_BF16 || d->m <= Q8_FEW_ROWS || (strcmp(isa, "avx512-bf16") && strcmp(isa, "avx512-amx"))) return 0;
+    const int64_t widths[2] = {d->n < Q8_PANEL ? d->n : Q8_PANEL, d->n > Q8_PANEL ? d->n % Q8_PANEL : 0};
+    int ok = 1;
+    size_t blk = 0;
+    for (int i = 0; i < 2 && ok; i++) {
+        const int64_t nb = widths[i];
+        if (!nb) continue;
+        dnnl_memory_desc_t xs, ws, wp, ys;
+        dnnl_dims_t xd = {d->m, d->k}, xst = {d->ldx, 1}, wd = {d->k, nb}, wst = {1, d->k}, yd = {d->m, nb}, yst = {nb, 1};
+        dnnl_primitive_attr_t attr = NULL;
+        dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+        dnnl_matmul_desc_t md;
+        ok = dnnl_memory_desc_init_by_strides(&xs, 2, xd, dnnl_bf16, xst) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&ws, 2, wd, dnnl_bf16, dnnl_format_tag_any) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&wp, 2, wd, dnnl_bf16, wst) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&ys, 2, yd, dnnl_f32, yst) == dnnl_success &&
+             dnnl_primitive_attr_create(&attr) == dnnl_success &&
+             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+             dnnl_matmul_desc_init(&md, &xs, &ws, NULL, &ys) == dnnl_success &&
+             dnnl_primitive_desc_create(&pd, &md, attr, dl_dnnl_eng, NULL) == dnnl_success &&
+             !strncmp(dl_dnnl_impl(pd), "brg", 3) &&
+             dl_dnnl_bind(pd, NULL, &q->bp[i], &q->bsrc[i], &q->bwei[i], &q->bdst[i], &q->bscr[i], &q->bsbuf[i]) == DL_OK;
+        if (ok) {
+            const dnnl_memory_desc_t *wb = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+            size_t b = dnnl_memory_desc_get_size(wb);
+            blk = b > blk ? b : blk;
+            ok = dnnl_reorder_primitive_desc_create(&rpd, &wp, dl_dnnl_eng, wb, dl_dnnl_eng, NULL) == dnnl_success &&
+                 dnnl_primitive_create(&q->br[i], rpd) == dnnl_success &&
+                 dnnl_memory_create(&q->bplain[i], &wp, dl_dnnl_eng, DNNL_MEMORY_NONE) == dnnl_success;
+        }
+        q->bnb[i] = nb;
+        if (rpd) dnnl_primitive_desc_destroy(rpd);
+        if (pd) dnnl_primitive_desc_destroy(pd);
+        if (attr) dnnl_primitive_attr_destroy(attr);
+    }
+    q->bblk = blk;
+    ok = ok && dl_staging_reserve(&g_q, stage_bytes(d) + al64(blk) + al64((size_t)d->m * widths[0] * 4) + 64, "int8") ==
+                   DL_OK;
+    if (!ok)
+        for (int i = 0; i < 2; i++) {
+            if (q->bp[i]) dnnl_primitive_destroy(q->bp[i]);
+            q->bp[i] = NULL;
+        }
+    return ok;
 }
 
 /* The W8A8 primitive over the plain quantized weights `plain_q` (fresh) or the
@@ -366,6 +443,7 @@ dl_status dl_q8_new(dl_q8 **out, const dl_matmul_desc *d, const void *w, dl_dtyp
             plain = NULL;
         }
         q->layout_bytes = dl_dnnl_md_serialize(&pmd, q->layout) * 8;
+        if (make_bf16_panels(q)) DL_DEBUG("int8-wo M=%lld K=%lld N=%lld: bf16 panels", (long long)d->m, (long long)K, (long long)N);
     }
     if ((s = dl_staging_reserve(&g_q, stage_bytes(d), "int8")) != DL_OK) goto err;
     dl_aligned_free(plain);
@@ -514,6 +592,34 @@ static void panel_fn(void *ctx, int ith, int nth) {
     }
 }
 
+/* weight-only, bf16 panels: output channels [n0, n0 + nb) dequantized and rounded to bf16 */
+static void panel_bf16_fn(void *ctx, int ith, int nth) {
+    const run_ctx *c = ctx;
+    const int64_t K = c->q->d.k;
+    int64_t b, e;
+    dl_split(c->nb, ith, nth, &b, &e);
+    float row[512];
+    for (int64_t r = b; r < e; r++) {
+        const int8_t *w = c->q->w + (c->n0 + r) * K;
+        const float s = c->q->aux[c->n0 + r];
+        uint16_t *p = (uint16_t *)c->panel + r * K;
+        for (int64_t k0 = 0; k0 < K; k0 += 512) {
+            const int64_t nk = K - k0 < 512 ? K - k0 : 512;
+            for (int64_t k = 0; k < nk; k++) row[k] = (float)w[k0 + k] * s;
+            dl_kernels()->convert(DL_BF16, p + k0, DL_F32, row, nk);
+        }
+    }
+}
+
+/* weight-only, bf16 panels: the panel's sums [M, nb] (in c->panel) into acc's columns [n0, n0 + nb) */
+static void sums_to_acc_fn(void *ctx, int ith, int nth) {
+    const run_ctx *c = ctx;
+    const int64_t N = c->q->d.n;
+    int64_t b, e;
+    dl_split(c->q->d.m, ith, nth, &b, &e);
+    for (int64_t m = b; m < e; m++) memcpy((float *)c->acc + m * N + c->n0, c->panel + m * c->nb, (size_t)c->nb * 4);
+}
+
 /* eight independent partial sums: the compiler vectorizes them without reordering
  * one sum's additions */
 static float dot8(const float *a, const float *b, int64_t n) {
@@ -567,6 +673,34 @@ dl_status dl_q8_run(dl_q8 *q, const void *x, void *y) {
         if (q->scratch) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, q->scratch};
         DNNL_TRY(dnnl_primitive_execute(q->prim, dl_dnnl_stream, na, args), "int8 matmul");
         DNNL_TRY(dnnl_stream_wait(dl_dnnl_stream), "stream wait");
+    } else if (q->bp[0] && M > Q8_FEW_ROWS) { /* bf16 panels */
+        c.panel = (float *)buf;
+        c.acc = buf + al64((size_t)Q8_PANEL * K * 4);
+        for (int64_t n0 = 0; n0 < (int64_t)N; n0 += Q8_PANEL) {
+            c.n0 = n0;
+            c.nb = (int64_t)N - n0 < Q8_PANEL ? (int64_t)N - n0 : Q8_PANEL;
+            const int i = c.nb == q->bnb[0] ? 0 : 1;
+            dl_parallel(panel_bf16_fn, &c);
+            char *blocked = buf + al64((size_t)Q8_PANEL * K * 4) + al64(M * N * 4);
+            dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, q->bplain[i]}, {DNNL_ARG_TO, q->bwei[i]}};
+            DNNL_TRY(dnnl_memory_set_data_handle(q->bplain[i], c.panel), "set panel");
+            DNNL_TRY(dnnl_memory_set_data_handle(q->bwei[i], blocked), "set weights");
+            DNNL_TRY(dnnl_primitive_execute(q->br[i], dl_dnnl_stream, 2, rargs), "panel reorder");
+            dnnl_exec_arg_t args[4];
+            int na = 0;
+            DNNL_TRY(dnnl_memory_set_data_handle(q->bsrc[i], (void *)x), "set src");
+            float *sums = (float *)(blocked + al64(q->bblk));
+            DNNL_TRY(dnnl_memory_set_data_handle(q->bdst[i], sums), "set dst");
+            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, q->bsrc[i]};
+            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, q->bwei[i]};
+            args[na++] = (dnnl_exec_arg_t){DNNL_ARG_DST, q->bdst[i]};
+            if (q->bscr[i]) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, q->bscr[i]};
+            DNNL_TRY(dnnl_primitive_execute(q->bp[i], dl_dnnl_stream, na, args), "bf16 panel matmul");
+            DNNL_TRY(dnnl_stream_wait(dl_dnnl_stream), "stream wait");
+            c.panel = sums; /* the panel's sums into acc's columns */
+            dl_parallel(sums_to_acc_fn, &c);
+            c.panel = (float *)buf;
+        }
     } else {
         size_t off = 0;
         c.xf = x;

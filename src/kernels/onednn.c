@@ -653,7 +653,11 @@ int dl_gemm_blas(void) {
 }
 
 const char *dl_gemm_name(const dl_matmul *mm) {
-    if (mm->q) return mm->d.quant == DL_QUANT_W8A8 ? "oneDNN int8" : dl_gemm_blas() ? "OpenBLAS (int8 weights)" : "oneDNN (int8 weights)";
+    if (mm->q)
+        return mm->d.quant == DL_QUANT_W8A8 ? "oneDNN int8"
+               : dl_q8_bf16_panels(mm->q) ? "oneDNN bf16 (int8 weights)"
+               : dl_gemm_blas()           ? "OpenBLAS (int8 weights)"
+                                          : "oneDNN (int8 weights)";
     return mm->blas == BLAS_SGEMM ? "OpenBLAS" : mm->blas == BLAS_FEW_ROWS ? "difflet (few rows)" : "oneDNN";
 }
 

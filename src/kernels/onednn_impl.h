@@ -60,6 +60,8 @@ dl_status dl_q8_new(dl_q8 **out, const dl_matmul_desc *d, const void *w, dl_dtyp
 dl_status dl_q8_run(dl_q8 *q, const void *x, void *y);
 void dl_q8_packed(const dl_q8 *q, dl_packed *out);
 size_t dl_q8_weight_bytes(const dl_q8 *q);
+/* weight-only int8 multiplied by oneDNN's bf16 matmul over dequantized panels (else f32) */
+int dl_q8_bf16_panels(const dl_q8 *q);
 void dl_q8_free(dl_q8 *q);
 /* w [n, k] f32 -> q [n, k] int8 and aux = scales [n], column sums [n]. */
 dl_status dl_q8_quantize(const float *w, int64_t n, int64_t k, int8_t *q, float *aux);
