@@ -560,21 +560,21 @@ err:
     return s;
 }
 
-static dl_status prim_exec(prim_state *p, const void *x, void *y) {
+static dl_status prim_exec_here(prim_state *p, const void *x, void *y) {
     dl_status s = DL_OK;
-    if (p->serial) {
-        const int nt = dl_threads();
-        p->serial = 0;
-        dl_set_threads(1);
-        s = prim_exec(p, x, y);
-        dl_set_threads(nt);
-        p->serial = 1;
-        return s;
-    }
     if (p->r_in || p->r_out) return prim_exec_blocked(p, x, y);
     if ((s = prim_run(p, x, y)) != DL_OK) return s;
     DNNL_TRY(dnnl_stream_wait(dl_dnnl_stream), "stream wait");
 err:
+    return s;
+}
+
+static dl_status prim_exec(prim_state *p, const void *x, void *y) {
+    if (!p->serial) return prim_exec_here(p, x, y);
+    const int nt = dl_threads();
+    dl_set_threads(1);
+    dl_status s = prim_exec_here(p, x, y);
+    dl_set_threads(nt);
     return s;
 }
 
@@ -689,7 +689,7 @@ static int blas_fits(const dl_matmul *mm) {
  * oneDNN 2.6's sgemm (its matmul where the weights stay plain: below AVX-512, and
  * for emulated bf16) splits the K sums of a product with few rows across threads,
  * so its results depend on the thread count; OpenBLAS's sgemm is 3x slower at one
- * row. These run here: each thread owns a range of output columns, in chunks whose
+ * row. These run here (slower than oneDNN's split sums: the price of the same bytes): each thread owns a range of output columns, in chunks whose
  * M rows of y stay in cache (FEW_CACHE bytes) while the chunk's weights stream past
  * once, row by row; every element is summed over k in order, whatever the threads. */
 enum { FEW_CACHE = 128 << 10 };
@@ -701,7 +701,7 @@ typedef struct {
 } few_args;
 
 typedef float few_v8 __attribute__((vector_size(32), aligned(4)));
-enum { FEW_NB = 128, FEW_KB = 256 }; /* a packed block: FEW_KB weight rows by FEW_NB columns (128 KiB) */
+enum { FEW_NB = 128, FEW_KB = 256 }; /* a packed block: FEW_KB weight rows by FEW_NB columns (128 KiB, on the stack) */
 
 /* rows [r0, r0 + R) by the 16 columns of packed strip p (kb rows of 16): R x 16 sums in
  * registers (two 8-lane halves: AVX2 registers), continuing y's partial sums (first
@@ -733,8 +733,8 @@ static inline __attribute__((always_inline)) void few_body(const few_args *a, in
     int64_t c0, c1;
     dl_split((a->n + 15) / 16, ith, nth, &c0, &c1); /* 16-column units: whole cache lines per thread */
     c0 *= 16, c1 = c1 * 16 < a->n ? c1 * 16 : a->n;
-    float *buf = a->m > 1 ? dl_aligned_alloc((size_t)FEW_NB * FEW_KB * sizeof(float)) : NULL;
-    if (buf) { /* weight blocks packed into 16-column strips, then register tiles of up to 4 rows */
+    float buf[FEW_NB * FEW_KB] __attribute__((aligned(64)));
+    if (a->m > 1) { /* weight blocks packed into 16-column strips, then register tiles of up to 4 rows */
         const int64_t full = c0 + (c1 - c0) / 16 * 16;
         for (int64_t n0 = c0; n0 < full; n0 += FEW_NB) {
             const int64_t nw = full - n0 < FEW_NB ? full - n0 : FEW_NB;
@@ -752,7 +752,6 @@ static inline __attribute__((always_inline)) void few_body(const few_args *a, in
                 }
             }
         }
-        dl_aligned_free(buf);
         c0 = full;
     }
     int64_t chunk = FEW_CACHE / (a->m * (int64_t)sizeof(float)) / 16 * 16;
