@@ -14,9 +14,14 @@ Phases (fixed seeds, progress logged to stdout):
      1000 s, s logit-normal then shifted as the sampler shifts it), 10% empty captions
      so classifier-free guidance works; the text embedding is masked past the prompt's
      tokens as WanPipeline pads it;
-  4. WanPipeline.save_pretrained(out) with UniPCMultistepScheduler as Wan configures
-     it, written again at every checkpoint (every 10 minutes).
---vae-minutes and --minutes bound phases 2 and 3.
+  4. the VAE's decoder alone on whole clips, the encoder frozen (the latents the
+     transformer learned keep their meaning): the clip phase leaves each 4-frame
+     chunk's last frame lagging, which a few minutes here fix;
+  5. WanPipeline.save_pretrained(out) with UniPCMultistepScheduler as Wan configures
+     it, written again (with training_log.json) at every checkpoint (every 10 minutes).
+--vae-minutes, --minutes and --decoder-minutes bound phases 2, 3 and 4.
+The VAE starts as a per-frame autoencoder (frame_by_frame_init), trains on single
+frames, then on clips; training decodes without diffusers' final clamp to [-1, 1].
 """
 import argparse
 import json
@@ -83,33 +88,92 @@ def crops(x, size, rng):
     return torch.stack(out)
 
 
-def train_vae(train, minutes, seed, batch, crop, frames, lr):
-    """frames: the clips' first `frames` frames (1 + 4k: the first frame alone, then
-    chunks of four, as the causal VAE sees any clip)"""
+def optimizer_step(opt, params, loss, lr):
+    """one AdamW step at learning rate lr, gradients clipped to norm 1"""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+
+
+def decode_unclamped(vae, z):
+    """AutoencoderKLWan._decode without its final clamp to [-1, 1], for training: most
+    of the palette sits at +-1, and an output clamped on the wrong side of it gets no
+    gradient (the first VAE of this model learned slowly and stalled so)."""
+    vae.clear_cache()
+    x = vae.post_quant_conv(z)
+    out = []
+    for i in range(z.shape[2]):
+        vae._conv_idx = [0]
+        out.append(vae.decoder(x[:, :, i:i + 1], feat_cache=vae._feat_map, feat_idx=vae._conv_idx, first_chunk=i == 0))
+    vae.clear_cache()
+    return torch.cat(out, 2)
+
+
+def frame_by_frame_init(vae):
+    """Start the VAE as a per-frame (2-D) autoencoder: every causal 3-D convolution sees
+    only its current frame (the taps on earlier frames zero), the encoder's temporal
+    downsampling keeps the later frame of each pair and the decoder's temporal upsampling
+    repeats each frame. The image phase trains the spatial path on single frames (where
+    the zero taps get no gradient and stay zero); the clip phase then learns time from a
+    start that already reconstructs still clips."""
+    from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, WanResample
+    time_convs = set()
+    with torch.no_grad():
+        for m in vae.modules():
+            if isinstance(m, WanResample) and hasattr(m, "time_conv"):
+                w = m.time_conv.weight  # [out, in, 3, 1, 1]; out = in (down) or 2 in (up: two frames)
+                w.zero_()
+                m.time_conv.bias.zero_()
+                c = w.shape[1]
+                for o in range(0, w.shape[0], c):
+                    w[o:o + c, :, -1, 0, 0] = torch.eye(c)
+                time_convs.add(id(m.time_conv))
+        for m in vae.modules():
+            if isinstance(m, WanCausalConv3d) and id(m) not in time_convs and m.weight.shape[2] > 1:
+                m.weight[:, :, :-1] = 0
+
+
+def train_vae(train, minutes, seed, batch, crop, frames, lr, image_minutes, fg_weight):
+    """image_minutes on single whole frames, then the rest of `minutes` on clips' first
+    `frames` frames (1 + 4k: the first frame alone, then chunks of four, as the causal
+    VAE sees any clip) in crop x crop windows. Loss: squared error, the shape's pixels
+    weighted 1 + fg_weight (the background is most of every frame and easy), plus 1e-6 KL."""
     torch.manual_seed(seed)
     vae = new_vae()
+    frame_by_frame_init(vae)
     opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
     rng = random.Random(seed)
-    t0, step, ema = time.time(), 0, None
+    t0, step, ema, history = time.time(), 0, None, []
     while time.time() - t0 < minutes * 60:
-        x = crops(render_batch([rng.choice(train) for _ in range(batch)], rng)[:, :, :frames], crop, rng)
+        image = time.time() - t0 < image_minutes * 60
+        x = render_batch([rng.choice(train) for _ in range(batch)], rng)
+        if image:
+            f = rng.randrange(x.shape[2])
+            x = x[:, :, f:f + 1]
+        else:
+            x = crops(x[:, :, :frames], crop, rng)
+        shape = ((x - x[..., :1, :1]).abs().sum(1, keepdim=True) > 0).float()  # the corner is always background
         post = vae.encode(x).latent_dist
-        rec = vae.decode(post.sample()).sample
+        rec = decode_unclamped(vae, post.sample())
         kl = post.kl().mean()
-        mse = F.mse_loss(rec, x)
-        loss = mse + 1e-6 * kl
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        opt.step()
+        se = (rec - x) ** 2
+        mse = se.mean()
+        loss = (se * (1 + fg_weight * shape)).mean() + 1e-6 * kl
+        optimizer_step(opt, list(vae.parameters()), loss, lr * min(1.0, (step + 1) / 50))
         step += 1
         ema = mse.item() if ema is None else 0.95 * ema + 0.05 * mse.item()
         if step % 20 == 0:
-            log(f"vae step {step}: mse {ema:.5f} kl {kl.item():.1f} {(time.time() - t0) / step:.2f} s/step")
+            log(f"vae step {step} ({'frames' if image else 'clips'}): mse {ema:.5f} kl {kl.item():.1f} "
+                f"{(time.time() - t0) / step:.2f} s/step")
+            history.append({"step": step, "phase": "frames" if image else "clips", "mse": round(ema, 5),
+                            "seconds": round(time.time() - t0, 1)})
     vae.eval()
     with torch.no_grad():
         x = render_batch([rng.choice(train) for _ in range(16)], rng)
-        full = F.mse_loss(vae.decode(vae.encode(x).latent_dist.mean).sample.clamp(-1, 1), x).item()
+        full = F.mse_loss(vae.decode(vae.encode(x).latent_dist.mean).sample, x).item()
         log(f"vae: whole-clip reconstruction mse {full:.5f} (16 fresh clips)")
         zs = torch.cat([vae.encode(render_batch([rng.choice(train) for _ in range(16)], rng)).latent_dist.mean
                         for _ in range(8)])
@@ -118,7 +182,42 @@ def train_vae(train, minutes, seed, batch, crop, frames, lr):
     vae.register_to_config(latents_mean=[round(v, 5) for v in mean], latents_std=[round(v, 5) for v in std])
     log(f"vae done after {step} steps: mse {ema:.5f}; latent means {min(mean):.3f}..{max(mean):.3f}, "
         f"stds {min(std):.3f}..{max(std):.3f}")
-    return vae, step, ema
+    return vae, step, ema, full, history
+
+
+def finetune_decoder(vae, train, minutes, seed, batch, lr, fg_weight):
+    """The decoder alone on whole clips, the encoder frozen: its latents (what the
+    transformer learned to make) keep their meaning, the pixels made from them get
+    better. The clip phase of train_vae leaves each chunk's last frame lagging behind
+    the shape's track (a centroid that steps back); this phase is where it is fixed."""
+    torch.manual_seed(seed)
+    vae.train()
+    vae.requires_grad_(False)
+    params = list(vae.decoder.parameters()) + list(vae.post_quant_conv.parameters())
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    t0, step, ema, history = time.time(), 0, None, []
+    budget = minutes * 60
+    while time.time() - t0 < budget:
+        x = render_batch([rng.choice(train) for _ in range(batch)], rng)
+        shape = ((x - x[..., :1, :1]).abs().sum(1, keepdim=True) > 0).float()
+        with torch.no_grad():
+            z = vae.encode(x).latent_dist.sample()
+        se = (decode_unclamped(vae, z) - x) ** 2
+        mse = se.mean()
+        loss = (se * (1 + fg_weight * shape)).mean()
+        frac = min((time.time() - t0) / budget, 1.0)
+        optimizer_step(opt, params, loss, lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * frac)))
+        step += 1
+        ema = mse.item() if ema is None else 0.95 * ema + 0.05 * mse.item()
+        if step % 10 == 0:
+            log(f"decoder step {step}: mse {ema:.5f} {(time.time() - t0) / step:.2f} s/step")
+            history.append({"step": step, "mse": round(ema, 5), "seconds": round(time.time() - t0, 1)})
+    vae.eval()
+    vae.requires_grad_(False)
+    return step, ema, history
 
 
 def encode_latents(vae, train, n, seed):
@@ -176,16 +275,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="models/difflet-tiny-video")
     ap.add_argument("--minutes", type=float, default=60, help="wall-clock budget of the joint training phase")
-    ap.add_argument("--vae-minutes", type=float, default=14)
+    ap.add_argument("--vae-minutes", type=float, default=15)
+    ap.add_argument("--vae-image-minutes", type=float, default=3.5, help="of --vae-minutes, on single frames first")
+    ap.add_argument("--vae-fg-weight", type=float, default=4.0)
     ap.add_argument("--vae-batch", type=int, default=8)
     ap.add_argument("--vae-crop", type=int, default=32, help="VAE training window (pixels)")
     ap.add_argument("--vae-frames", type=int, default=9, help="VAE training clip length (1 + 4k frames)")
     ap.add_argument("--vae-lr", type=float, default=1e-3)
     ap.add_argument("--vae-only", action="store_true", help="stop after the VAE (saved to OUT/vae) and a reconstruction check")
-    ap.add_argument("--clips", type=int, default=8000, help="clips encoded for the joint phase")
+    ap.add_argument("--clips", type=int, default=10000, help="clips encoded for the joint phase")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--decoder-minutes", type=float, default=5, help="phase 4: the VAE decoder on whole clips")
+    ap.add_argument("--decoder-batch", type=int, default=4)
+    ap.add_argument("--decoder-lr", type=float, default=5e-4)
+    ap.add_argument("--finetune-decoder", metavar="DIR", help="run phase 4 alone on a saved pipeline, save to --out")
     ap.add_argument("--probe", action="store_true", help="time a few steps of each phase and stop")
     ap.add_argument("--resume", help="a saved pipeline folder: continue training its text encoder and transformer "
                     "(its tokenizer and VAE are kept; phases 1-2 are skipped)")
@@ -201,10 +306,14 @@ def main():
     if args.resume:
         resume(args)
         return
+    if args.finetune_decoder:
+        finetune_only(args)
+        return
     tok = make_tokenizer(args.out, train, args.seed)
     log(f"tokenizer: Unigram {len(tok)} pieces")
-    vae, vae_steps, vae_mse = train_vae(train, 0.5 if args.probe else args.vae_minutes, args.seed, args.vae_batch,
-                                      args.vae_crop, args.vae_frames, args.vae_lr)
+    vae, vae_steps, vae_mse, vae_full, vae_history = train_vae(
+        train, 0.5 if args.probe else args.vae_minutes, args.seed, args.vae_batch, args.vae_crop, args.vae_frames,
+        args.vae_lr, 0.25 if args.probe else args.vae_image_minutes, args.vae_fg_weight)
     if args.vae_only:
         vae.save_pretrained(os.path.join(args.out, "vae"))
         return
@@ -222,7 +331,10 @@ def main():
                                cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=256)
     joint(args, tok, vae, te, tr, pairs, lats, t_start, {"vae_steps": vae_steps, "vae_batch": args.vae_batch,
                                                           "vae_crop": args.vae_crop, "vae_frames": args.vae_frames,
-                                                          "vae_lr": args.vae_lr, "vae_mse": vae_mse})
+                                                          "vae_lr": args.vae_lr, "vae_mse": vae_mse,
+                                                          "vae_image_minutes": args.vae_image_minutes,
+                                                          "vae_fg_weight": args.vae_fg_weight,
+                                                          "vae_whole_clip_mse": vae_full, "vae_history": vae_history})
 
 
 def resume(args):
@@ -270,12 +382,7 @@ def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
         loss = F.mse_loss(v, noise - x0)
         frac = (time.time() - t0) / budget  # linear warm-up, then cosine decay over the time budget
         lr = args.lr * min(1.0, (step + 1) / 200) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        optimizer_step(opt, params, loss, lr)
         step += 1
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         if step % 25 == 0:
@@ -287,17 +394,55 @@ def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
             save(args.out, vae, te, tok, tr)
             te.train(), tr.train()
             last_save = time.time()
+            write_log(args, {**info, "clips": len(pairs), "steps": step, "batch": args.batch, "lr": args.lr,
+                             "minutes": args.minutes, "loss": ema, "history": history,
+                             "checkpoint": "written at a 10-minute checkpoint of the joint phase"}, t_start, final=False)
             log(f"checkpoint saved at step {step}")
     te.eval(), tr.eval()
+    info.update({"clips": len(pairs), "steps": step, "batch": args.batch, "lr": args.lr, "minutes": args.minutes,
+                 "final_loss": ema, "history": history})
+    if args.decoder_minutes > 0 and not args.probe:
+        save(args.out, vae, te, tok, tr)  # the joint phase's result, should the decoder phase be stopped
+        train, _ = scenes.split()
+        info["decoder"] = decoder_phase(args, vae, train)
     save(args.out, vae, te, tok, tr)
+    write_log(args, info, t_start)
+
+
+def decoder_phase(args, vae, train):
+    steps, mse, history = finetune_decoder(vae, train, args.decoder_minutes, args.seed + 4, args.decoder_batch,
+                                           args.decoder_lr, args.vae_fg_weight)
+    log(f"decoder fine-tuned: {steps} steps, mse {mse:.5f}")
+    return {"minutes": args.decoder_minutes, "batch": args.decoder_batch, "lr": args.decoder_lr, "steps": steps,
+            "final_mse": mse, "history": history}
+
+
+def write_log(args, info, t_start, final=True):
     total = time.time() - t_start
     with open(os.path.join(args.out, "training_log.json"), "w") as f:
-        json.dump({"command": " ".join(sys.argv), "seed": args.seed, "cpu": cpu_name(), **info, "clips": len(pairs), "steps": step,
-                   "batch": args.batch, "final_loss": ema, "total_minutes": round(total / 60, 1),
-                   "history": history}, f, indent=1)
-    log(f"done: {step} steps, loss {ema:.4f}, {total / 60:.1f} min in all; saved {args.out}")
+        json.dump({"command": " ".join(sys.argv), "seed": args.seed, "cpu": cpu_name(), **info,
+                   "total_minutes": round(total / 60, 1)}, f, indent=1)
+        f.write("\n")
+    if final:
+        log(f"done, {total / 60:.1f} min in all; saved {args.out}")
 
 
+def finetune_only(args):
+    """phase 4 alone on a saved pipeline (--finetune-decoder DIR): its encoder, text
+    encoder and transformer kept; what DIR's training_log.json says is carried over"""
+    t_start = time.time()
+    train, _ = scenes.split()
+    src = args.finetune_decoder
+    pipe = WanPipeline.from_pretrained(src, torch_dtype=torch.float32)
+    info = {}
+    if os.path.exists(os.path.join(src, "training_log.json")):
+        with open(os.path.join(src, "training_log.json")) as f:
+            info["before"] = json.load(f)
+    info["finetune_decoder_of"] = src
+    info["decoder"] = decoder_phase(args, pipe.vae, train)
+    pipe.text_encoder.eval(), pipe.transformer.eval()
+    save(args.out, pipe.vae, pipe.text_encoder, pipe.tokenizer, pipe.transformer)
+    write_log(args, info, t_start)
 
 
 def cpu_name():
