@@ -287,7 +287,7 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--decoder-minutes", type=float, default=7, help="phase 4: the VAE decoder on whole clips")
+    ap.add_argument("--decoder-minutes", type=float, default=5, help="phase 4: the VAE decoder on whole clips")
     ap.add_argument("--decoder-batch", type=int, default=4)
     ap.add_argument("--decoder-lr", type=float, default=5e-4)
     ap.add_argument("--finetune-decoder", metavar="DIR", help="run phase 4 alone on a saved pipeline, save to --out")
