@@ -170,6 +170,8 @@ typedef struct {
     AVFrame *vf, *af;
     AVPacket *pkt;
     struct SwsContext *sws;
+    uint8_t *stage; /* one RGB frame, rows padded with zeros (see mp4_video_frame) */
+    int stage_stride;
 } mp4;
 
 static dl_status averr(int rc, const char *what) {
@@ -210,6 +212,12 @@ static dl_status mp4_open_video(mp4 *x, const dl_media *m) {
     if (x->oc->oformat->flags & AVFMT_GLOBALHEADER) x->vc->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
     av_opt_set(x->vc->priv_data, "preset", "medium", 0);
     av_opt_set(x->vc->priv_data, "crf", "18", 0);
+    /* libx264's macroblock-tree rate control reads uninitialised memory on small frames
+     * (a 64x64 clip written twice in one process gave two different files; the bytes
+     * follow MALLOC_PERTURB_, with the ffmpeg command line too): off, so that the same
+     * video always makes the same MP4. */
+    if (av_opt_set(x->vc->priv_data, "x264-params", "mbtree=0", 0) < 0)
+        return dl_fail(DL_ERR_UNSUPPORTED, "MP4: this FFmpeg's H.264 encoder takes no x264-params");
     int rc = avcodec_open2(x->vc, codec, NULL);
     if (rc < 0) return averr(rc, "opening the H.264 encoder");
     if ((rc = avcodec_parameters_from_context(x->vs->codecpar, x->vc)) < 0) return averr(rc, "stream parameters");
@@ -222,7 +230,9 @@ static dl_status mp4_open_video(mp4 *x, const dl_media *m) {
     if ((rc = av_frame_get_buffer(x->vf, 0)) < 0) return averr(rc, "frame buffer");
     x->sws = sws_getContext(m->width, m->height, AV_PIX_FMT_RGB24, m->width, m->height, AV_PIX_FMT_YUV420P,
                             SWS_BICUBIC | SWS_ACCURATE_RND, NULL, NULL, NULL);
-    return x->sws ? DL_OK : dl_fail(DL_ERR_NOMEM, "MP4: cannot create the colour converter");
+    x->stage_stride = (m->width * 3 + 64 + 63) / 64 * 64;
+    x->stage = av_mallocz((size_t)x->stage_stride * (size_t)(m->height + 1));
+    return x->sws && x->stage ? DL_OK : dl_fail(DL_ERR_NOMEM, "MP4: cannot create the colour converter");
 }
 
 static dl_status mp4_open_audio(mp4 *x, const dl_media *m) {
@@ -252,8 +262,14 @@ static dl_status mp4_open_audio(mp4 *x, const dl_media *m) {
 static dl_status mp4_video_frame(mp4 *x, const dl_media *m, int i) {
     int rc = av_frame_make_writable(x->vf);
     if (rc < 0) return averr(rc, "frame buffer");
-    const uint8_t *src[1] = {m->rgb + (size_t)i * (size_t)m->width * (size_t)m->height * 3};
-    int stride[1] = {m->width * 3};
+    /* swscale's SIMD input readers load whole vectors, past a row's last pixel: read
+     * in place, the last row of the last frame ran off the end of m->rgb (valgrind: an
+     * invalid read of 16 bytes, 4 past the end). Rows padded with zeros are read instead. */
+    const size_t row = (size_t)m->width * 3;
+    const uint8_t *frame = m->rgb + (size_t)i * row * (size_t)m->height;
+    for (int y = 0; y < m->height; y++) memcpy(x->stage + (size_t)y * (size_t)x->stage_stride, frame + (size_t)y * row, row);
+    const uint8_t *src[1] = {x->stage};
+    int stride[1] = {x->stage_stride};
     sws_scale(x->sws, src, stride, 0, m->height, x->vf->data, x->vf->linesize);
     x->vf->pts = i;
     return encode(x, x->vc, x->vs, x->vf);
@@ -283,6 +299,7 @@ static void mp4_close(mp4 *x) {
     av_frame_free(&x->af);
     av_packet_free(&x->pkt);
     sws_freeContext(x->sws);
+    av_free(x->stage);
 }
 
 dl_status dl_mp4_write(const char *path, const dl_media *m) {
