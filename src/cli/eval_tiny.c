@@ -294,7 +294,9 @@ static int run_eval(eval_opts *o) {
         cJSON_AddBoolToObject(row, "background", got[0] == want[0]);
         cJSON_AddBoolToObject(row, "shape_colour", got[1] == want[1]);
         cJSON_AddBoolToObject(row, third, got[2] == want[2]);
-        if (o->video) cJSON_AddStringToObject(row, "motion_read", names[2]);
+        cJSON_AddStringToObject(row, "background_read", names[0]);
+        cJSON_AddStringToObject(row, "shape_colour_read", names[1]);
+        cJSON_AddStringToObject(row, o->video ? "motion_read" : "position_read", names[2]);
         cJSON_AddItemToArray(rows, row);
         if (grid) grid_put(grid, rgb, i, nf, size);
     }
