@@ -169,6 +169,8 @@ for fmt, magic, ctype, codec in (("jpeg", b"\xff\xd8\xff", "image/jpeg", "mjpeg"
     check(st == 200 and b[:len(magic)] == magic and h.get("Content-Type") == ctype, f"url content in {fmt}: {h.get('Content-Type')}")
 bad = [
     ({"raw": b"{not json"}, None, "not valid JSON"),
+    ({"raw": b'{"prompt": "x", "steps": 2, "prompt": "y"}'}, None, "\"prompt\" appears twice"),
+    ({"raw": b'{"prompt": "x", "extra_body": {"a": 1, "a": 2}}'}, None, "\"a\" appears twice"),
     ({"body": [1, 2]}, None, "JSON object"),
     ({"body": {"prompt": 5}}, "prompt", "must be a string"),
     ({"body": {"steps": 4}}, "prompt", "required"),

@@ -219,8 +219,33 @@ enum MHD_Result dl_api_error_reply(struct MHD_Connection *c, int status, const c
     return dl_api_json_reply(c, status, j);
 }
 
-/* one JSON value in RFC 8259's strict grammar and nothing after it, or NULL (the
- * reason in dl_last_error) */
+static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* a key that some object of j has twice (NULL: none). RFC 8259 leaves the meaning of
+ * duplicates open (cJSON reads the first, most other parsers the last): refused, a
+ * request means one thing. Sorted names, so a huge object costs n log n. */
+static const char *duplicate_key(const cJSON *j) {
+    size_t n = 0;
+    for (const cJSON *c = j ? j->child : NULL; c; c = c->next) {
+        const char *d = duplicate_key(c);
+        if (d) return d;
+        n++;
+    }
+    if (!cJSON_IsObject(j) || n < 2) return NULL;
+    const char **names = malloc(n * sizeof *names);
+    if (!names) return NULL;
+    size_t k = 0;
+    for (const cJSON *c = j->child; c; c = c->next) names[k++] = c->string ? c->string : "";
+    qsort(names, n, sizeof *names, cmp_name);
+    const char *d = NULL;
+    for (size_t i = 1; i < n && !d; i++)
+        if (!strcmp(names[i - 1], names[i])) d = names[i];
+    free(names);
+    return d;
+}
+
+/* one JSON value in RFC 8259's strict grammar, no object with a key twice and nothing
+ * after it, or NULL (the reason in dl_last_error) */
 cJSON *dl_api_parse_json_body(const char *body, size_t len) {
     size_t at;
     const char *why = dl_json_strict_check(body, len, &at);
@@ -232,6 +257,13 @@ cJSON *dl_api_parse_json_body(const char *body, size_t len) {
     cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     while (j && end && end < body + len && strchr(" \t\r\n", *end)) end++;
     if (j && end && end < body + len) {
+        cJSON_Delete(j);
+        j = NULL;
+    }
+    const char *dup = duplicate_key(j);
+    if (dup) {
+        if (strlen(dup) <= 64) dl_fail(DL_ERR_INVALID, "the key \"%s\" appears twice in one object", dup);
+        else dl_fail(DL_ERR_INVALID, "a key (%zu bytes) appears twice in one object", strlen(dup));
         cJSON_Delete(j);
         j = NULL;
     }
@@ -1103,10 +1135,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                                       o.model->pr.model_id, o.model->pr.queue_capacity);
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "id", ids[0]);
-        cJSON *cur = dl_jobs_get(dl_api.js, ids[0]); /* the state now: an idle model process may have taken it already */
+        /* the place, then the state: an idle model process may have taken it already
+         * (read in this order, a job that says `queued` has a place) */
+        int pos = dl_jobs_position(dl_api.js, ids[0]);
+        cJSON *cur = dl_jobs_get(dl_api.js, ids[0]);
         const char *st = cur ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cur, "status")) : NULL;
         cJSON_AddStringToObject(j, "status", st ? st : "queued");
-        cJSON_AddNumberToObject(j, "queue_position", dl_jobs_position(dl_api.js, ids[0]));
+        if (pos) cJSON_AddNumberToObject(j, "queue_position", pos); /* 0: not queued; omitted, as GET does */
         cJSON_Delete(cur);
         return dl_api_json_reply(c, 202, j);
     }
