@@ -287,11 +287,19 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--decoder-minutes", type=float, default=5, help="phase 4: the VAE decoder on whole clips")
+    ap.add_argument("--decoder-minutes", type=float, default=7, help="phase 4: the VAE decoder on whole clips")
     ap.add_argument("--decoder-batch", type=int, default=4)
     ap.add_argument("--decoder-lr", type=float, default=5e-4)
     ap.add_argument("--finetune-decoder", metavar="DIR", help="run phase 4 alone on a saved pipeline, save to --out")
     ap.add_argument("--probe", action="store_true", help="time a few steps of each phase and stop")
+    ap.add_argument("--aux-text-weight", type=float, default=0.1,
+                    help="weight of the text encoder's auxiliary loss (AuxHead; 0: none)")
+    ap.add_argument("--text-minutes", type=float, default=3,
+                    help="phase 3a, at most: the text encoder alone on the auxiliary loss (with --aux-text-weight)")
+    ap.add_argument("--bf16", action="store_true", help="joint phase under torch.autocast bfloat16 (f32 weights)")
+    ap.add_argument("--patch", default="1,2,2", help="the transformer's patch_size (frames, height, width)")
+    ap.add_argument("--vae-from", metavar="DIR", help="take the tokenizer and VAE of a saved pipeline (phases 1-2 "
+                    "skipped), train a new text encoder and transformer: for trying transformer settings")
     ap.add_argument("--resume", help="a saved pipeline folder: continue training its text encoder and transformer "
                     "(its tokenizer and VAE are kept; phases 1-2 are skipped)")
     args = ap.parse_args()
@@ -309,11 +317,21 @@ def main():
     if args.finetune_decoder:
         finetune_only(args)
         return
-    tok = make_tokenizer(args.out, train, args.seed)
-    log(f"tokenizer: Unigram {len(tok)} pieces")
-    vae, vae_steps, vae_mse, vae_full, vae_history = train_vae(
-        train, 0.5 if args.probe else args.vae_minutes, args.seed, args.vae_batch, args.vae_crop, args.vae_frames,
-        args.vae_lr, 0.25 if args.probe else args.vae_image_minutes, args.vae_fg_weight)
+    if args.vae_from:
+        tok = T5TokenizerFast.from_pretrained(os.path.join(args.vae_from, "tokenizer"))
+        vae = AutoencoderKLWan.from_pretrained(os.path.join(args.vae_from, "vae")).eval()
+        vae_info = {"vae_from": args.vae_from}
+        log(f"tokenizer and VAE from {args.vae_from}")
+    else:
+        tok = make_tokenizer(args.out, train, args.seed)
+        log(f"tokenizer: Unigram {len(tok)} pieces")
+        vae, vae_steps, vae_mse, vae_full, vae_history = train_vae(
+            train, 0.5 if args.probe else args.vae_minutes, args.seed, args.vae_batch, args.vae_crop,
+            args.vae_frames, args.vae_lr, 0.25 if args.probe else args.vae_image_minutes, args.vae_fg_weight)
+        vae_info = {"vae_steps": vae_steps, "vae_batch": args.vae_batch, "vae_crop": args.vae_crop,
+                    "vae_frames": args.vae_frames, "vae_lr": args.vae_lr, "vae_mse": vae_mse,
+                    "vae_image_minutes": args.vae_image_minutes, "vae_fg_weight": args.vae_fg_weight,
+                    "vae_whole_clip_mse": vae_full, "vae_history": vae_history}
     if args.vae_only:
         vae.save_pretrained(os.path.join(args.out, "vae"))
         return
@@ -326,15 +344,11 @@ def main():
                                      relative_attention_num_buckets=32, relative_attention_max_distance=128,
                                      feed_forward_proj="gated-gelu", dropout_rate=0.0, layer_norm_epsilon=1e-6,
                                      pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
-    tr = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=32, in_channels=Z,
+    patch = tuple(int(v) for v in args.patch.split(","))
+    tr = WanTransformer3DModel(patch_size=patch, num_attention_heads=4, attention_head_dim=32, in_channels=Z,
                                out_channels=Z, text_dim=64, freq_dim=64, ffn_dim=256, num_layers=4,
                                cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=256)
-    joint(args, tok, vae, te, tr, pairs, lats, t_start, {"vae_steps": vae_steps, "vae_batch": args.vae_batch,
-                                                          "vae_crop": args.vae_crop, "vae_frames": args.vae_frames,
-                                                          "vae_lr": args.vae_lr, "vae_mse": vae_mse,
-                                                          "vae_image_minutes": args.vae_image_minutes,
-                                                          "vae_fg_weight": args.vae_fg_weight,
-                                                          "vae_whole_clip_mse": vae_full, "vae_history": vae_history})
+    joint(args, tok, vae, te, tr, pairs, lats, t_start, {**vae_info, "patch": list(patch)})
 
 
 def resume(args):
@@ -353,10 +367,68 @@ def resume(args):
     joint(args, tok, vae, te, tr, pairs, lats, t_start, {"resumed_from": args.resume})
 
 
+class AuxHead(torch.nn.Module):
+    """Training only, not saved: from the text encoder's mean output over the prompt's
+    tokens, logits for the scene's background, shape colour, shape, size and motion.
+    Its cross-entropy teaches the text encoder, from the first steps, which colour word
+    belongs to the background and which to the shape (the flow-matching loss alone
+    taught it slowly: the first models swapped them in 40 % of clips)."""
+    FIELDS = [("bg", list(scenes.COLOURS)), ("colour", list(scenes.COLOURS)), ("shape", list(scenes.SHAPES)),
+              ("size", list(scenes.SIZES)), ("motion", scenes.MOTIONS)]
+
+    def __init__(self, dim):
+        super().__init__()
+        self.heads = torch.nn.ModuleList(torch.nn.Linear(dim, len(v)) for _, v in self.FIELDS)
+
+    def loss(self, emb, mask, batch):
+        keep = torch.tensor([s is not None for s in batch])
+        if not keep.any():
+            return emb.sum() * 0
+        pooled = (emb * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
+        total = 0
+        for (name, values), head in zip(self.FIELDS, self.heads):
+            shape, colour, bg, motion, size = range(5)
+            at = {"bg": bg, "colour": colour, "shape": shape, "size": size, "motion": motion}[name]
+            target = torch.tensor([values.index(s[at]) if s is not None else 0 for s in batch])
+            total = total + F.cross_entropy(head(pooled)[keep], target[keep])
+        return total
+
+
+def pretrain_text(te, aux, tok, train, minutes, seed, lr=1e-3, batch=64):
+    """Phase 3a: the text encoder alone on AuxHead's objective, captions only (cheap:
+    no latents). It learns which colour is the background's in under a minute (a sudden
+    drop of the loss after ~700 steps); the joint phase then starts from a text encoder
+    that already says so, and the auxiliary loss keeps it saying so."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    params = list(te.parameters()) + list(aux.parameters())
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    t0, step, ema = time.time(), 0, None
+    while time.time() - t0 < minutes * 60:
+        b = [rng.choice(train) for _ in range(batch)]
+        enc = tok([scenes.caption(x, rng) for x in b], padding="max_length", max_length=TEXT_LEN, truncation=True,
+                  add_special_tokens=True, return_attention_mask=True, return_tensors="pt")
+        loss = aux.loss(te(enc.input_ids, enc.attention_mask).last_hidden_state, enc.attention_mask, b)
+        optimizer_step(opt, params, loss, lr * min(1.0, (step + 1) / 50))
+        step += 1
+        ema = loss.item() if ema is None else 0.9 * ema + 0.1 * loss.item()
+        if step % 100 == 0:
+            log(f"text step {step}: auxiliary loss {ema:.4f}")
+        if ema < 0.01:  # learned: every field right with a margin
+            break
+    log(f"text encoder: {step} steps in {(time.time() - t0) / 60:.1f} min, auxiliary loss {ema:.4f}")
+    return {"minutes": round((time.time() - t0) / 60, 2), "max_minutes": minutes, "steps": step, "batch": batch,
+            "lr": lr, "aux_loss": ema}
+
+
 def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
     """phase 3: the text encoder and transformer, flow matching, wall-clock budget"""
     os.makedirs(args.out, exist_ok=True)
-    params = list(te.parameters()) + list(tr.parameters())
+    aux = AuxHead(te.config.d_model) if args.aux_text_weight > 0 else None
+    if aux is not None and args.text_minutes > 0:
+        info["text"] = pretrain_text(te, aux, tok, scenes.split()[0], 0.25 if args.probe else args.text_minutes,
+                                     args.seed + 5)
+    params = list(te.parameters()) + list(tr.parameters()) + (list(aux.parameters()) if aux else [])
     log(f"parameters: transformer {sum(p.numel() for p in tr.parameters())/1e6:.2f} M, "
         f"UMT5 {sum(p.numel() for p in te.parameters())/1e6:.2f} M, VAE {sum(p.numel() for p in vae.parameters())/1e6:.2f} M")
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
@@ -367,27 +439,34 @@ def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
     ema = None
     while time.time() - t0 < budget:
         idx = [rng.randrange(len(pairs)) for _ in range(args.batch)]
-        caps = [scenes.caption(pairs[i], rng) if rng.random() >= 0.1 else "" for i in idx]
+        captioned = [rng.random() >= 0.1 for _ in idx]
+        caps = [scenes.caption(pairs[i], rng) if c else "" for i, c in zip(idx, captioned)]
         enc = tok(caps, padding="max_length", max_length=TEXT_LEN, truncation=True, add_special_tokens=True,
                   return_attention_mask=True, return_tensors="pt")
         mask = enc.attention_mask
-        emb = te(enc.input_ids, mask).last_hidden_state * mask[..., None]  # WanPipeline zero-pads past the prompt
         x0 = lats[idx]
         noise = torch.randn_like(x0)
         s = torch.sigmoid(torch.randn(args.batch))  # logit-normal, then the sampler's shift
         s = FLOW_SHIFT * s / (1 + (FLOW_SHIFT - 1) * s)
         sb = s.view(-1, 1, 1, 1, 1)
         xt = (1 - sb) * x0 + sb * noise
-        v = tr(hidden_states=xt, timestep=s * 1000, encoder_hidden_states=emb, return_dict=False)[0]
-        loss = F.mse_loss(v, noise - x0)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            hidden = te(enc.input_ids, mask).last_hidden_state
+            emb = hidden * mask[..., None]  # WanPipeline zero-pads past the prompt
+            v = tr(hidden_states=xt, timestep=s * 1000, encoder_hidden_states=emb, return_dict=False)[0]
+        loss = flow = F.mse_loss(v.float(), noise - x0)
+        if aux is not None:
+            aux_loss = aux.loss(hidden.float(), mask, [pairs[i] if c else None for i, c in zip(idx, captioned)])
+            loss = loss + args.aux_text_weight * aux_loss
         frac = (time.time() - t0) / budget  # linear warm-up, then cosine decay over the time budget
         lr = args.lr * min(1.0, (step + 1) / 200) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         optimizer_step(opt, params, loss, lr)
         step += 1
-        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        ema = flow.item() if ema is None else 0.98 * ema + 0.02 * flow.item()
         if step % 25 == 0:
             el = time.time() - t0
-            log(f"step {step}: loss {ema:.4f} lr {lr:.2e} {el / step:.3f} s/step")
+            log(f"step {step}: loss {ema:.4f}" + (f" (aux {aux_loss.item():.3f})" if aux is not None else "") +
+                f" lr {lr:.2e} {el / step:.3f} s/step")
             history.append({"step": step, "loss": round(ema, 5), "seconds": round(el, 1)})
         if not args.probe and time.time() - last_save > 600:  # a usable checkpoint every 10 minutes
             te.eval(), tr.eval()
