@@ -329,6 +329,25 @@ for jid in long_ids[:-1]:  # cancel the rest (the running one stops at a step bo
     s.json("POST", f"/v1/jobs/{jid}/cancel")
 ends = [s.wait_job(jid) for jid in long_ids[:-1]]
 check(all(e and e["status"] in ("cancelled", "completed") for e in ends), "cancelled jobs end")
+# a running job cancelled mid-way says the step it stopped at (not the store's last sampled one)
+st, jc = s.json("POST", "/v1/jobs", {"prompt": "stop me", "steps": 2000, "seed": 12})
+seen, sent = 0, False
+with urllib.request.urlopen(f"http://127.0.0.1:{s.port}/v1/jobs/{jc['id']}/events", timeout=60) as stream:
+    for raw in stream:
+        line = raw.decode()
+        if not line.startswith("data: "):
+            continue
+        ev = json.loads(line[6:])
+        if ev.get("status") == "in_progress":
+            seen = max(seen, ev.get("steps_done", 0))
+        if seen >= 20 and not sent:
+            s.json("POST", f"/v1/jobs/{jc['id']}/cancel")
+            sent = True
+        if ev.get("status") not in ("queued", "in_progress"):
+            break
+ec = s.wait_job(jc["id"])
+check(sent and ec and ec["status"] == "cancelled" and seen <= ec["steps_done"] < 2000,
+      f"a cancelled job's steps_done is where it stopped: last event {seen}, job {ec and ec.get('steps_done')}")
 
 # ---- SIGKILL of the model process mid-request -------------------------------------
 st, j = s.json("POST", "/v1/jobs", {"prompt": "a red circle", "steps": 3000, "seed": 9})

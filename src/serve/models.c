@@ -407,6 +407,9 @@ static void finish_inflight(worker *w, job_slot *sl, const char *status, const c
     char id[40];
     snprintf(id, sizeof id, "%s", sl->inflight); /* the slot may pass to the next job below */
     int steps = 0;
+    lock(); /* where a job that ends early stopped: the store's step is written at most every 0.25 s */
+    const int live_step = sl->live_step, live_steps = sl->live_steps;
+    unlock();
     if (done) {
         cJSON *j = dl_jobs_get(dl_api.js, id);
         steps = j ? (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "steps")) : 0;
@@ -421,7 +424,8 @@ static void finish_inflight(worker *w, job_slot *sl, const char *status, const c
         if (done) {
             dl_jobs_progress(dl_api.js, id, steps, steps, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(done, "cached")));
             dl_jobs_model_seconds(dl_api.js, id, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(done, "seconds")));
-        }
+        } else if (live_steps > 0)
+            dl_jobs_progress(dl_api.js, id, live_step, live_steps, 0);
         if (g_fault_store_end < 0) { /* tests: DIFFLET_FAULT_STORE_END=N fails the first N end writes */
             const char *f = getenv("DIFFLET_FAULT_STORE_END");
             g_fault_store_end = f ? atoi(f) : 0;
