@@ -1,6 +1,6 @@
 /* `difflet eval-tiny` and `difflet eval-tiny-video`: do the embedded models draw what
  * the prompt says? For held-out prompts (combinations never used in training, from
- * <model>/eval_prompts.json) the C engine generates a picture or a clip, and simple
+ * <model>/eval_prompts.json, or --prompts-file) the C engine generates a picture or a clip, and simple
  * pixel statistics read it back (over every frame of a clip):
  *   background colour: the mean of the border pixels, nearest named colour;
  *   shape colour: the mean of the shape's core, the pixels at least 0.71 (sqrt 1/2) times as far
@@ -176,7 +176,7 @@ static int motion_index(const char *s) {
 }
 
 typedef struct {
-    const char *cmd, *model, *json_path, *save;
+    const char *cmd, *model, *json_path, *save, *prompts_file; /* prompts_file: NULL, <model>/eval_prompts.json */
     int nprompts, steps, video;
     float cfg, min[3]; /* background, shape colour, position or motion */
     dl_dtype dt;
@@ -200,6 +200,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--min-fg")) o->min[1] = strtof(v, NULL);
         else if (!strcmp(a, third)) o->min[2] = strtof(v, NULL);
         else if (!strcmp(a, "--json")) o->json_path = v;
+        else if (!strcmp(a, "--prompts-file")) o->prompts_file = v;
         else if (!strcmp(a, "--save-grid")) o->save = v;
         else if (!strcmp(a, "--dtype") && dl_dtype_parse(v, &o->dt, &o->quant)) continue;
         else {
@@ -207,7 +208,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv) {
             return 0;
         }
     }
-    if (o->nprompts <= 0 || o->steps <= 0 || !(o->cfg >= 0)) {
+    if (o->nprompts <= 0 || o->steps <= 0 || o->cfg < 0) {
         fprintf(stderr, "difflet: %s: --prompts and --steps must be positive, %s not negative\n", o->cmd, cfg);
         return 0;
     }
@@ -227,8 +228,19 @@ static void grid_put(uint8_t *grid, const uint8_t *rgb, int i, int nf, int size)
 static int run_eval(eval_opts *o) {
     char model_buf[3072];
     if (!cli_model(o->cmd, o->model, model_buf, sizeof model_buf)) return 1;
+    if (isnan(o->cfg)) { /* clips: the model's own default guidance (its difflet.json) */
+        const dl_model_entry *e;
+        dl_model_defaults md;
+        if (dl_registry_lookup(model_buf, &e) != DL_OK) {
+            fprintf(stderr, "difflet: %s: %s\n", o->cmd, dl_last_error());
+            return 1;
+        }
+        dl_registry_defaults(e, model_buf, &md);
+        o->cfg = md.guidance;
+    }
     char path[4096];
-    snprintf(path, sizeof path, "%s/eval_prompts.json", model_buf);
+    if (o->prompts_file) snprintf(path, sizeof path, "%s", o->prompts_file);
+    else snprintf(path, sizeof path, "%s/eval_prompts.json", model_buf);
     cJSON *root;
     if (dl_json_read_object(path, NULL, &root) != DL_OK) {
         fprintf(stderr, "difflet: %s\n", dl_last_error());
@@ -306,8 +318,8 @@ static int run_eval(eval_opts *o) {
     }
     if (rc == 0) {
         float fr[3] = {(float)ok[0] / np, (float)ok[1] / np, (float)ok[2] / np};
-        printf("\n%d held-out prompts, %d steps, %s %.1f, %.1f s: background %.0f%%, shape colour %.0f%%, %s %.0f%%\n", np,
-               o->steps, o->video ? "guidance" : "true CFG", o->cfg, dl_now() - t0, 100 * fr[0], 100 * fr[1], third, 100 * fr[2]);
+        printf("\n%d %s, %d steps, %s %.1f, %.1f s: background %.0f%%, shape colour %.0f%%, %s %.0f%%\n", np,
+               o->prompts_file ? "prompts" : "held-out prompts", o->steps, o->video ? "guidance" : "true CFG", o->cfg, dl_now() - t0, 100 * fr[0], 100 * fr[1], third, 100 * fr[2]);
         if (fr[0] < o->min[0] || fr[1] < o->min[1] || fr[2] < o->min[2]) {
             printf("below the thresholds (background %.0f%%, shape colour %.0f%%, %s %.0f%%)\n", 100 * o->min[0],
                    100 * o->min[1], third, 100 * o->min[2]);
@@ -348,6 +360,6 @@ int cli_eval_tiny(int argc, char **argv) {
 
 int cli_eval_tiny_video(int argc, char **argv) {
     eval_opts o = {.cmd = "eval-tiny-video", .model = DIFFLET_SOURCE_DIR "/models/difflet-tiny-video", .nprompts = 96,
-                   .steps = 20, .cfg = 5.f, .video = 1, .dt = DL_F32};
+                   .steps = 20, .cfg = NAN, .video = 1, .dt = DL_F32};
     return parse_opts(&o, argc, argv) ? run_eval(&o) : 2;
 }
