@@ -6,6 +6,10 @@ Writes:
   <model>/eval_prompts.json   size, frames, colour table, motions, and 96 held-out
                               scenes with a caption each (combinations never seen in
                               training)
+  <model>/validation_prompts.json  the same for 96 training scenes (seen in training,
+                              the captions fresh): for choosing sampling defaults such
+                              as the guidance scale without looking at the held-out
+                              prompts (`difflet eval-tiny-video --prompts-file`)
   tests/data/tiny_video/parity.safetensors  WanPipeline (diffusers) on the model: fixed
                               initial latents, 8 steps, guidance 5 with an empty negative
                               prompt, 32 text tokens; the frames as floats in [0, 1]
@@ -28,22 +32,27 @@ from diffusers import WanPipeline  # noqa: E402
 PARITY_PROMPT = "a large red circle moving from left to right on a blue background"
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="models/difflet-tiny-video")
-    ap.add_argument("--vectors", default="tests/data/tiny_video")
-    args = ap.parse_args()
-    _, heldout = scenes.split()
-    rng = random.Random(99)
+def write_prompts(path, scene_list, rng):
     prompts = []
-    for i, sc in enumerate(heldout):
+    for i, sc in enumerate(scene_list):
         shape, colour, bg, motion, size = sc
         prompts.append({"caption": scenes.caption(sc, rng, template=i % len(scenes.TEMPLATES)), "shape": shape,
                         "colour": colour, "background": bg, "motion": motion, "size": size})
     out = {"size": scenes.SIZE, "frames": scenes.FRAMES, "fps": scenes.FPS,
            "colours": {k: list(v) for k, v in scenes.COLOURS.items()}, "motions": scenes.MOTIONS, "prompts": prompts}
-    with open(os.path.join(args.model, "eval_prompts.json"), "w") as f:
+    with open(path, "w") as f:
         json.dump(out, f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="models/difflet-tiny-video")
+    ap.add_argument("--vectors", default="tests/data/tiny_video")
+    args = ap.parse_args()
+    train, heldout = scenes.split()
+    write_prompts(os.path.join(args.model, "eval_prompts.json"), heldout, random.Random(99))
+    write_prompts(os.path.join(args.model, "validation_prompts.json"), random.Random(7).sample(train, 96),
+                  random.Random(98))
     torch.set_num_threads(2)
     pipe = WanPipeline.from_pretrained(args.model, torch_dtype=torch.float32)
     g = torch.Generator().manual_seed(5)

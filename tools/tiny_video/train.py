@@ -19,7 +19,10 @@ Phases (fixed seeds, progress logged to stdout):
      chunk's last frame lagging, which a few minutes here fix;
   5. WanPipeline.save_pretrained(out) with UniPCMultistepScheduler as Wan configures
      it, written again (with training_log.json) at every checkpoint (every 10 minutes).
---vae-minutes, --minutes and --decoder-minutes bound phases 2, 3 and 4.
+--vae-minutes, --minutes and --decoder-minutes bound phases 2, 3 and 4. The shipped
+model was trained in two steps that split these phases (models/difflet-tiny-video/README.md):
+--vae-only runs phases 1, 2 and 4 (tokenizer, VAE, decoder); --vae-from DIR takes
+those and runs phase 3 (with --decoder-minutes 0).
 The VAE starts as a per-frame autoencoder (frame_by_frame_init), trains on single
 frames, then on clips; training decodes without diffusers' final clamp to [-1, 1].
 """
@@ -250,7 +253,8 @@ def scheduler():
 
 
 DEFAULTS = {"max_sequence_length": TEXT_LEN, "height": scenes.SIZE, "width": scenes.SIZE,
-            "num_frames": scenes.FRAMES, "fps": scenes.FPS, "num_inference_steps": 20, "guidance_scale": 5.0}
+            "num_frames": scenes.FRAMES, "fps": scenes.FPS, "num_inference_steps": 20,
+            "guidance_scale": 3.0}  # chosen on validation_prompts.json (README), never on the held-out prompts
 
 
 def save(out, vae, te, tok, tr):
@@ -264,7 +268,7 @@ def save(out, vae, te, tok, tr):
                    f"trained on {scenes.SIZE}x{scenes.SIZE}, {scenes.FRAMES} frames at {scenes.FPS} fps, "
                    f"{TEXT_LEN} text tokens (pass these to diffusers).", "defaults": DEFAULTS}, f, indent=2)
         f.write("\n")
-    for f in ("README.md", "training_log.json", "eval_prompts.json"):  # keep what the folder already documents
+    for f in ("README.md", "training_log.json", "eval_prompts.json", "validation_prompts.json"):  # keep what the folder already documents
         if os.path.exists(os.path.join(out, f)):
             shutil.copy(os.path.join(out, f), tmp)
     shutil.rmtree(out, ignore_errors=True)
@@ -282,7 +286,8 @@ def main():
     ap.add_argument("--vae-crop", type=int, default=32, help="VAE training window (pixels)")
     ap.add_argument("--vae-frames", type=int, default=9, help="VAE training clip length (1 + 4k frames)")
     ap.add_argument("--vae-lr", type=float, default=1e-3)
-    ap.add_argument("--vae-only", action="store_true", help="stop after the VAE (saved to OUT/vae) and a reconstruction check")
+    ap.add_argument("--vae-only", action="store_true", help="stop after the tokenizer, the VAE and the decoder phase "
+                    "(OUT/tokenizer, OUT/vae, OUT/training_log.json): what --vae-from takes")
     ap.add_argument("--clips", type=int, default=10000, help="clips encoded for the joint phase")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=6e-4)
@@ -332,8 +337,11 @@ def main():
                     "vae_frames": args.vae_frames, "vae_lr": args.vae_lr, "vae_mse": vae_mse,
                     "vae_image_minutes": args.vae_image_minutes, "vae_fg_weight": args.vae_fg_weight,
                     "vae_whole_clip_mse": vae_full, "vae_history": vae_history}
-    if args.vae_only:
+    if args.vae_only:  # phases 1, 2 and 4: a tokenizer and VAE for --vae-from
+        if args.decoder_minutes > 0:
+            vae_info["decoder"] = decoder_phase(args, vae, train, 0.25 if args.probe else args.decoder_minutes)
         vae.save_pretrained(os.path.join(args.out, "vae"))
+        write_log(args, vae_info, t_start)
         return
     vae.requires_grad_(False)
     pairs, lats = encode_latents(vae, train, 64 if args.probe else args.clips, args.seed + 1)
@@ -488,11 +496,12 @@ def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
     write_log(args, info, t_start)
 
 
-def decoder_phase(args, vae, train):
-    steps, mse, history = finetune_decoder(vae, train, args.decoder_minutes, args.seed + 4, args.decoder_batch,
+def decoder_phase(args, vae, train, minutes=None):
+    minutes = args.decoder_minutes if minutes is None else minutes
+    steps, mse, history = finetune_decoder(vae, train, minutes, args.seed + 4, args.decoder_batch,
                                            args.decoder_lr, args.vae_fg_weight)
     log(f"decoder fine-tuned: {steps} steps, mse {mse:.5f}")
-    return {"minutes": args.decoder_minutes, "batch": args.decoder_batch, "lr": args.decoder_lr, "steps": steps,
+    return {"minutes": minutes, "batch": args.decoder_batch, "lr": args.decoder_lr, "steps": steps,
             "final_mse": mse, "history": history}
 
 
