@@ -320,7 +320,9 @@ db.executescript("CREATE TABLE jobs (id TEXT PRIMARY KEY, status TEXT NOT NULL, 
 now = time.time()
 img_req = {"prompt": A_PROMPT, "width": 64, "height": 64, "steps": 4, "guidance_scale": 3.5, "true_cfg_scale": 1,
            "output_format": "png", "output_compression": 100, "seed": 5}
-vid_req = {"prompt": V_PROMPT, "width": 64, "height": 64, "frames": 9, "fps": 8, "steps": 4, "guidance_scale": 5,
+with open(os.path.join(VIDEO_SRC, "difflet.json")) as f:  # the stored request holds the model's default, as the server writes it
+    vid_guidance = json.load(f)["defaults"]["guidance_scale"]
+vid_req = {"prompt": V_PROMPT, "width": 64, "height": 64, "frames": 9, "fps": 8, "steps": 4, "guidance_scale": vid_guidance,
            "true_cfg_scale": 1, "output_format": "mp4", "output_compression": 100, "seed": 3}
 rows = [("00000000000000a1", "queued", img_req, "image"), ("00000000000000a2", "queued", vid_req, "video"),
         ("00000000000000a3", "completed", img_req, "image")]
