@@ -90,7 +90,7 @@ static void test_cpu_and_split(void) {
 /* RFC 8259 strictness where cJSON is lenient; base64 both ways */
 static void test_json_strict(void) {
     static const char *ok[] = {"{}", " {\"a\": [1, -0.5e+3, 0, true, false, null, \"x\\u00e9\\n\"]} \r\n", "[]", "\"s\"", "0",
-                               "-12.25E-2", "{\"k\":{\"k\":[[]]}}"};
+                               "-12.25E-2", "{\"k\":{\"k\":[[]]}}", "\"\\ud83d\\ude00 \\uDBFF\\uDFFF\""};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         const char *e = dl_json_strict_check(ok[i], strlen(ok[i]), NULL);
         CHECK(!e, "valid JSON %s refused: %s", ok[i], e);
@@ -103,7 +103,9 @@ static void test_json_strict(void) {
         B("{\"p\": \"x\"\0}"), B("\001{}"), B("{\"p\":\x1f\"x\"}"), B("{}\0"), B("{\"s\": 02}"), B("{\"s\": 2.}"),
         B("{\"s\": +2}"), B("{\"s\": .5}"), B("{\"p\": \"a\nb\"}"), B("{\"p\": \"a\\u0000b\"}"), B("{\"p\": \"a\\x\"}"),
         B("{\"p\": tru}"), B("{\"p\": 1} x"), B("{\"p\" 1}"), B("{\"p\": 1,}"), B("[1 2]"), B("{'p': 1}"), B(""),
-        B("{\"p\": \"x"), B("{\"s\": 1e}"), B("{\"s\": -}"), B("{\"p\": \"\\u12g4\"}"), B("{\"\x01\": 1}")
+        B("{\"p\": \"x"), B("{\"s\": 1e}"), B("{\"s\": -}"), B("{\"p\": \"\\u12g4\"}"), B("{\"\x01\": 1}"),
+        B("\"\\ud800\""), B("\"a\\ud800b\""), B("\"\\udc00\\ud800\""), B("\"\\ud800\\u0041\""), B("\"\\ud800\\\""),
+        B("\"\\ude00\"")
 #undef B
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)

@@ -171,6 +171,7 @@ bad = [
     ({"raw": b"{not json"}, None, "not valid JSON"),
     ({"raw": b'{"prompt": "x", "steps": 2, "prompt": "y"}'}, None, "\"prompt\" appears twice"),
     ({"raw": b'{"prompt": "x", "extra_body": {"a": 1, "a": 2}}'}, None, "\"a\" appears twice"),
+    ({"raw": b'{"prompt": "a red \\ud800 circle", "steps": 2}'}, None, "lone UTF-16 surrogate"),
     ({"body": [1, 2]}, None, "JSON object"),
     ({"body": {"prompt": 5}}, "prompt", "must be a string"),
     ({"body": {"steps": 4}}, "prompt", "required"),

@@ -34,6 +34,8 @@ static int hex4(jp *j, unsigned *v) {
     return 1;
 }
 
+#define LONE_SURROGATE "a lone UTF-16 surrogate (\\uD800-\\uDFFF) inside a string: a character above U+FFFF is a high and a low surrogate together"
+
 static int string(jp *j) {
     j->p++; /* the opening quote */
     while (j->p < j->end) {
@@ -47,6 +49,16 @@ static int string(jp *j) {
             unsigned v;
             if (!hex4(j, &v)) return 0;
             if (v == 0) return fail(j, "a \\u0000 (NUL) character inside a string");
+            /* RFC 8259's grammar admits a lone surrogate, but it is no character (cJSON
+               refuses it, other readers replace or keep it): a pair or nothing */
+            if (v >= 0xDC00 && v <= 0xDFFF) return fail(j, LONE_SURROGATE);
+            if (v >= 0xD800 && v <= 0xDBFF) {
+                unsigned lo = 0;
+                if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') return fail(j, LONE_SURROGATE);
+                j->p += 2;
+                if (!hex4(j, &lo)) return 0;
+                if (lo < 0xDC00 || lo > 0xDFFF) return fail(j, LONE_SURROGATE);
+            }
         } else if (!strchr("\"\\/bfnrt", (int)c)) {
             return fail(j, "an invalid escape inside a string");
         }

@@ -260,6 +260,11 @@ cJSON *dl_api_parse_json_body(const char *body, size_t len) {
         cJSON_Delete(j);
         j = NULL;
     }
+    if (!j) { /* what the strict check passed but cJSON could not read (e.g. nesting past its limit) */
+        const char *e = cJSON_GetErrorPtr();
+        dl_fail(DL_ERR_INVALID, "it cannot be read at byte %zu", e && e >= body && e <= body + len ? (size_t)(e - body) : (size_t)0);
+        return NULL;
+    }
     const char *dup = duplicate_key(j);
     if (dup) {
         if (strlen(dup) <= 64) dl_fail(DL_ERR_INVALID, "the key \"%s\" appears twice in one object", dup);
