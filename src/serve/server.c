@@ -260,7 +260,7 @@ cJSON *dl_api_parse_json_body(const char *body, size_t len) {
         cJSON_Delete(j);
         j = NULL;
     }
-    if (!j) { /* what the strict check passed but cJSON could not read (e.g. nesting past its limit) */
+    if (!j) { /* a safety net: the strict check refuses all cJSON is known to refuse, should the two ever disagree */
         const char *e = cJSON_GetErrorPtr();
         dl_fail(DL_ERR_INVALID, "it cannot be read at byte %zu", e && e >= body && e <= body + len ? (size_t)(e - body) : (size_t)0);
         return NULL;
