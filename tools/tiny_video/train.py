@@ -301,6 +301,9 @@ def main():
                     help="weight of the text encoder's auxiliary loss (AuxHead; 0: none)")
     ap.add_argument("--text-minutes", type=float, default=3,
                     help="phase 3a, at most: the text encoder alone on the auxiliary loss (with --aux-text-weight)")
+    ap.add_argument("--high-noise", type=float, default=0.0,
+                    help="share of each batch whose noise level is drawn uniformly from [--high-noise-from, 1] instead")
+    ap.add_argument("--high-noise-from", type=float, default=0.85)
     ap.add_argument("--bf16", action="store_true", help="joint phase under torch.autocast bfloat16 (f32 weights)")
     ap.add_argument("--patch", default="1,2,2", help="the transformer's patch_size (frames, height, width)")
     ap.add_argument("--vae-from", metavar="DIR", help="take the tokenizer and VAE of a saved pipeline (phases 1-2 "
@@ -456,6 +459,9 @@ def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
         noise = torch.randn_like(x0)
         s = torch.sigmoid(torch.randn(args.batch))  # logit-normal, then the sampler's shift
         s = FLOW_SHIFT * s / (1 + (FLOW_SHIFT - 1) * s)
+        if args.high_noise > 0:  # a share of the batch at the highest noise, where a clip's layout is decided
+            hi = torch.rand(args.batch) < args.high_noise
+            s = torch.where(hi, 1 - (1 - args.high_noise_from) * torch.rand(args.batch), s)
         sb = s.view(-1, 1, 1, 1, 1)
         xt = (1 - sb) * x0 + sb * noise
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):

@@ -1,0 +1,79 @@
+"""At which noise level a difflet-tiny-video transformer loses a clip's motion: fresh
+training clips of moving shapes (jittered as in training) are encoded, noised to level
+s0 (x = (1 - s0) z + s0 n, the flow-matching path), and sampled back to s = 0 from
+there with the clip's caption (Euler on Wan's shifted sigmas, 20 steps over the whole
+range, classifier-free guidance); the evaluation's pixel reader (reader.py) reads the
+decoded clips. s0 = 1 is ordinary generation; where the rates fall between two levels is
+where the transformer fails to lay the clip out.
+
+    tools/venv/bin/python tools/tiny_video/check_noise.py --model models/difflet-tiny-video
+"""
+import argparse
+import os
+import random
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import reader  # noqa: E402
+import scenes  # noqa: E402
+from diffusers import WanPipeline  # noqa: E402
+
+
+def embed(pipe, caps, text_len):
+    enc = pipe.tokenizer(caps, padding="max_length", max_length=text_len, truncation=True, add_special_tokens=True,
+                         return_attention_mask=True, return_tensors="pt")
+    hidden = pipe.text_encoder(enc.input_ids, enc.attention_mask).last_hidden_state
+    return hidden * enc.attention_mask[..., None]  # zero past the prompt, as WanPipeline pads it
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="models/difflet-tiny-video")
+    ap.add_argument("--clips", type=int, default=40, help="moving-shape clips")
+    ap.add_argument("--levels", default="0.3,0.5,0.7,0.85,0.95,1.0")
+    ap.add_argument("--guidance", type=float, default=3.0)
+    ap.add_argument("--seed", type=int, default=5)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    pipe = WanPipeline.from_pretrained(args.model, torch_dtype=torch.float32)
+    vae, tr = pipe.vae, pipe.transformer
+    shift = pipe.scheduler.config.flow_shift
+    train, _ = scenes.split()
+    rng = random.Random(args.seed)
+    batch = []
+    while len(batch) < args.clips:
+        s = rng.choice(train)
+        if s[3] != "still":
+            batch.append(s)
+    x = torch.from_numpy(np.stack([scenes.render(s, jitter=rng) for s in batch])).permute(0, 4, 1, 2, 3)
+    x = x.float() / 127.5 - 1.0
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    full = torch.linspace(1, 0, 21)
+    full = (shift * full / (1 + (shift - 1) * full)).tolist()
+    print(f"{args.model}: {len(batch)} moving clips, guidance {args.guidance}, flow shift {shift}")
+    with torch.no_grad():
+        z = (vae.encode(x).latent_dist.mean - mean) / std
+        cond = embed(pipe, [scenes.caption(s, rng) for s in batch], 32)
+        unc = embed(pipe, [""] * len(batch), 32)
+        noise = torch.randn(z.shape, generator=torch.Generator().manual_seed(args.seed))
+        for s0 in (float(v) for v in args.levels.split(",")):
+            sig = [s0] + [s for s in full if s < s0 - 1e-6]
+            xt = (1 - s0) * z + s0 * noise
+            for a, b in zip(sig[:-1], sig[1:]):
+                t = torch.full((len(batch),), a * 1000)
+                vc = tr(hidden_states=xt, timestep=t, encoder_hidden_states=cond, return_dict=False)[0]
+                vu = tr(hidden_states=xt, timestep=t, encoder_hidden_states=unc, return_dict=False)[0]
+                xt = xt + (b - a) * (vu + args.guidance * (vc - vu))
+            out = vae.decode(xt * std + mean).sample
+            clips = ((out.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 4, 1).numpy()
+            bg, fg, motion = reader.score(clips, batch)
+            print(f"from s0 = {s0:.2f}: background {bg:.0%}, shape colour {fg:.0%}, motion {motion:.0%}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
