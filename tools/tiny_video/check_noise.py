@@ -13,19 +13,18 @@ import os
 import random
 import sys
 
-import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import reader  # noqa: E402
 import scenes  # noqa: E402
+from train import latent_stats, render_batch, tokenize  # noqa: E402  (tools/tiny_video/train.py)
 from diffusers import WanPipeline  # noqa: E402
 
 
-def embed(pipe, caps, text_len):
-    enc = pipe.tokenizer(caps, padding="max_length", max_length=text_len, truncation=True, add_special_tokens=True,
-                         return_attention_mask=True, return_tensors="pt")
+def embed(pipe, caps):
+    enc = tokenize(pipe.tokenizer, caps)
     hidden = pipe.text_encoder(enc.input_ids, enc.attention_mask).last_hidden_state
     return hidden * enc.attention_mask[..., None]  # zero past the prompt, as WanPipeline pads it
 
@@ -49,17 +48,15 @@ def main():
         s = rng.choice(train)
         if s[3] != "still":
             batch.append(s)
-    x = torch.from_numpy(np.stack([scenes.render(s, jitter=rng) for s in batch])).permute(0, 4, 1, 2, 3)
-    x = x.float() / 127.5 - 1.0
-    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
-    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    x = render_batch(batch, rng)
+    mean, std = latent_stats(vae)
     full = torch.linspace(1, 0, 21)
     full = (shift * full / (1 + (shift - 1) * full)).tolist()
     print(f"{args.model}: {len(batch)} moving clips, guidance {args.guidance}, flow shift {shift}")
     with torch.no_grad():
         z = (vae.encode(x).latent_dist.mean - mean) / std
-        cond = embed(pipe, [scenes.caption(s, rng) for s in batch], 32)
-        unc = embed(pipe, [""] * len(batch), 32)
+        cond = embed(pipe, [scenes.caption(s, rng) for s in batch])
+        unc = embed(pipe, [""] * len(batch))
         noise = torch.randn(z.shape, generator=torch.Generator().manual_seed(args.seed))
         for s0 in (float(v) for v in args.levels.split(",")):
             sig = [s0] + [s for s in full if s < s0 - 1e-6]

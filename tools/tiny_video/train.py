@@ -223,12 +223,24 @@ def finetune_decoder(vae, train, minutes, seed, batch, lr, fg_weight):
     return step, ema, history
 
 
+def latent_stats(vae):
+    """the VAE's per-channel latents_mean and latents_std, shaped to broadcast over
+    [B, Z, F, H, W] latents: WanPipeline hands the decoder z * std + mean"""
+    return (torch.tensor(vae.config.latents_mean).view(1, Z, 1, 1, 1),
+            torch.tensor(vae.config.latents_std).view(1, Z, 1, 1, 1))
+
+
+def tokenize(tok, captions):
+    """captions as WanPipeline tokenizes them: TEXT_LEN tokens, padded, with the mask"""
+    return tok(captions, padding="max_length", max_length=TEXT_LEN, truncation=True, add_special_tokens=True,
+               return_attention_mask=True, return_tensors="pt")
+
+
 def encode_latents(vae, train, n, seed):
     """n (scene, latent) training pairs, latents normalised as WanPipeline expects them
     before the decoder: (z - mean) / std."""
     rng = random.Random(seed)
-    mean = torch.tensor(vae.config.latents_mean).view(1, Z, 1, 1, 1)
-    std = torch.tensor(vae.config.latents_std).view(1, Z, 1, 1, 1)
+    mean, std = latent_stats(vae)
     picked, lats = [], []
     t0 = time.time()
     with torch.no_grad():
@@ -417,8 +429,7 @@ def pretrain_text(te, aux, tok, train, minutes, seed, lr=1e-3, batch=64):
     t0, step, ema = time.time(), 0, None
     while time.time() - t0 < minutes * 60:
         b = [rng.choice(train) for _ in range(batch)]
-        enc = tok([scenes.caption(x, rng) for x in b], padding="max_length", max_length=TEXT_LEN, truncation=True,
-                  add_special_tokens=True, return_attention_mask=True, return_tensors="pt")
+        enc = tokenize(tok, [scenes.caption(x, rng) for x in b])
         loss = aux.loss(te(enc.input_ids, enc.attention_mask).last_hidden_state, enc.attention_mask, b)
         optimizer_step(opt, params, loss, lr * min(1.0, (step + 1) / 50))
         step += 1
@@ -452,8 +463,7 @@ def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
         idx = [rng.randrange(len(pairs)) for _ in range(args.batch)]
         captioned = [rng.random() >= 0.1 for _ in idx]
         caps = [scenes.caption(pairs[i], rng) if c else "" for i, c in zip(idx, captioned)]
-        enc = tok(caps, padding="max_length", max_length=TEXT_LEN, truncation=True, add_special_tokens=True,
-                  return_attention_mask=True, return_tensors="pt")
+        enc = tokenize(tok, caps)
         mask = enc.attention_mask
         x0 = lats[idx]
         noise = torch.randn_like(x0)
