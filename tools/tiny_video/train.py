@@ -27,6 +27,7 @@ The VAE starts as a per-frame autoencoder (frame_by_frame_init), trains on singl
 frames, then on clips; training decodes without diffusers' final clamp to [-1, 1].
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -320,6 +321,10 @@ def main():
     ap.add_argument("--patch", default="1,2,2", help="the transformer's patch_size (frames, height, width)")
     ap.add_argument("--vae-from", metavar="DIR", help="take the tokenizer and VAE of a saved pipeline (phases 1-2 "
                     "skipped), train a new text encoder and transformer: for trying transformer settings")
+    ap.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
+                    help="also keep an exponential moving average of the text encoder and transformer weights "
+                         "(e.g. 0.999) and save that pipeline to --ema-out")
+    ap.add_argument("--ema-out", metavar="DIR", help="where the EMA pipeline goes (default: --out with -ema appended)")
     ap.add_argument("--resume", help="a saved pipeline folder: continue training its text encoder and transformer "
                     "(its tokenizer and VAE are kept; phases 1-2 are skipped)")
     args = ap.parse_args()
@@ -443,6 +448,33 @@ def pretrain_text(te, aux, tok, train, minutes, seed, lr=1e-3, batch=64):
             "lr": lr, "aux_loss": ema}
 
 
+class WeightAverage:
+    """an exponential moving average of some parameters: update() after each optimizer step;
+    `with swapped():` puts the averages in the model (and the trained weights back after)"""
+
+    def __init__(self, params, decay):
+        self.params, self.decay = params, decay
+        self.avg = [p.detach().clone() for p in params]
+
+    @torch.no_grad()
+    def update(self):
+        torch._foreach_mul_(self.avg, self.decay)
+        torch._foreach_add_(self.avg, [p.detach() for p in self.params], alpha=1 - self.decay)
+
+    @contextlib.contextmanager
+    def swapped(self):
+        keep = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, a in zip(self.params, self.avg):
+                p.copy_(a)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, k in zip(self.params, keep):
+                    p.copy_(k)
+
+
 def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
     """phase 3: the text encoder and transformer, flow matching, wall-clock budget"""
     os.makedirs(args.out, exist_ok=True)
@@ -454,6 +486,8 @@ def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
     log(f"parameters: transformer {sum(p.numel() for p in tr.parameters())/1e6:.2f} M, "
         f"UMT5 {sum(p.numel() for p in te.parameters())/1e6:.2f} M, VAE {sum(p.numel() for p in vae.parameters())/1e6:.2f} M")
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
+    ema_w = WeightAverage(list(te.parameters()) + list(tr.parameters()), args.ema) if args.ema > 0 else None
+    ema_out = args.ema_out or args.out.rstrip("/") + "-ema"
     rng = random.Random(args.seed + 2)
     history, step, t0 = [], 0, time.time()
     budget = (0.5 if args.probe else args.minutes) * 60
@@ -485,6 +519,8 @@ def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
         frac = (time.time() - t0) / budget  # linear warm-up, then cosine decay over the time budget
         lr = args.lr * min(1.0, (step + 1) / 200) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         optimizer_step(opt, params, loss, lr)
+        if ema_w is not None:
+            ema_w.update()
         step += 1
         ema = flow.item() if ema is None else 0.98 * ema + 0.02 * flow.item()
         if step % 25 == 0:
@@ -495,6 +531,9 @@ def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
         if not args.probe and time.time() - last_save > 600:  # a usable checkpoint every 10 minutes
             te.eval(), tr.eval()
             save(args.out, vae, te, tok, tr)
+            if ema_w is not None:
+                with ema_w.swapped():
+                    save(ema_out, vae, te, tok, tr)
             te.train(), tr.train()
             last_save = time.time()
             write_log(args, {**info, "clips": len(pairs), "steps": step, "batch": args.batch, "lr": args.lr,
@@ -502,6 +541,11 @@ def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
                              "checkpoint": "written at a 10-minute checkpoint of the joint phase"}, t_start, final=False)
             log(f"checkpoint saved at step {step}")
     te.eval(), tr.eval()
+    if ema_w is not None:
+        with ema_w.swapped():
+            save(ema_out, vae, te, tok, tr)
+        info["ema"] = {"decay": args.ema, "saved_to": ema_out}
+        log(f"EMA weights (decay {args.ema}) saved to {ema_out}")
     info.update({"clips": len(pairs), "steps": step, "batch": args.batch, "lr": args.lr, "minutes": args.minutes,
                  "final_loss": ema, "history": history})
     if args.decoder_minutes > 0 and not args.probe:
