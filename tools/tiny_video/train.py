@@ -321,6 +321,11 @@ def main():
     ap.add_argument("--patch", default="1,2,2", help="the transformer's patch_size (frames, height, width)")
     ap.add_argument("--vae-from", metavar="DIR", help="take the tokenizer and VAE of a saved pipeline (phases 1-2 "
                     "skipped), train a new text encoder and transformer: for trying transformer settings")
+    ap.add_argument("--layers", type=int, default=4, help="the transformer's blocks")
+    ap.add_argument("--heads", type=int, default=4, help="the transformer's attention heads")
+    ap.add_argument("--head-dim", type=int, default=32, help="per head; Wan's 3-D RoPE splits it into frame, row "
+                    "and column parts (2 * (head_dim // 6) each for rows and columns)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
                     help="also keep an exponential moving average of the text encoder and transformer weights "
                          "(e.g. 0.999) and save that pipeline to --ema-out")
@@ -328,7 +333,7 @@ def main():
     ap.add_argument("--resume", help="a saved pipeline folder: continue training its text encoder and transformer "
                     "(its tokenizer and VAE are kept; phases 1-2 are skipped)")
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -373,8 +378,9 @@ def main():
                                      feed_forward_proj="gated-gelu", dropout_rate=0.0, layer_norm_epsilon=1e-6,
                                      pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
     patch = tuple(int(v) for v in args.patch.split(","))
-    tr = WanTransformer3DModel(patch_size=patch, num_attention_heads=4, attention_head_dim=32, in_channels=Z,
-                               out_channels=Z, text_dim=64, freq_dim=64, ffn_dim=256, num_layers=4,
+    tr = WanTransformer3DModel(patch_size=patch, num_attention_heads=args.heads, attention_head_dim=args.head_dim,
+                               in_channels=Z, out_channels=Z, text_dim=64, freq_dim=64, ffn_dim=256,
+                               num_layers=args.layers,
                                cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=256)
     joint(args, tok, vae, te, tr, pairs, lats, t_start, {**vae_info, "patch": list(patch)})
 
