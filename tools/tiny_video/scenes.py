@@ -26,6 +26,11 @@ SIZES = {"small": 7, "large": 11}  # half-extent in pixels
 MOTIONS = ["left to right", "right to left", "top to bottom", "bottom to top", "still"]
 # start and end of the track along the motion axis (pixels); the other axis sits near 32
 TRACK = (14, 50)
+# CENTRE_START (train.py --centre-start): every moving shape starts near the middle
+# (32 +- 5) and moves CENTRE_TRACK pixels, so where a clip starts says nothing of its
+# direction (with TRACK it says everything: left to right always starts on the left)
+CENTRE_START = False
+CENTRE_TRACK = 14
 
 PHRASES = {  # motion -> ways to say it after the object
     "left to right": ["moving from left to right", "moving to the right", "sliding right"],
@@ -79,9 +84,15 @@ def track(scene, jitter=None):
     a, b = TRACK
     cross = 32
     r = SIZES[size]
+    if CENTRE_START:
+        a = 32 + (jitter.randint(-5, 5) if jitter is not None else 0)
+        if motion in ("right to left", "bottom to top"):  # mirrored below (SIZE - 1 - u): starts at a too
+            a = SIZE - 1 - a
+        b = a + CENTRE_TRACK
     if jitter is not None:
-        a += jitter.randint(-3, 3)
-        b += jitter.randint(-3, 3)
+        if not CENTRE_START:
+            a += jitter.randint(-3, 3)
+            b += jitter.randint(-3, 3)
         cross += jitter.randint(-6, 6)
         r += jitter.randint(-1, 1)
     out = []
@@ -95,6 +106,8 @@ def track(scene, jitter=None):
             out.append((cross, u))
         elif motion == "bottom to top":
             out.append((cross, SIZE - 1 - u))
+        elif CENTRE_START:  # still, where a moving one would start
+            out.append((a, cross))
         else:  # still: one place near the middle
             out.append((cross if jitter is None else 32 + (a - 14) * 2, cross))
     return out, r

@@ -325,6 +325,8 @@ def main():
     ap.add_argument("--heads", type=int, default=4, help="the transformer's attention heads")
     ap.add_argument("--head-dim", type=int, default=32, help="per head; Wan's 3-D RoPE splits it into frame, row "
                     "and column parts (2 * (head_dim // 6) each for rows and columns)")
+    ap.add_argument("--centre-start", action="store_true", help="clips whose moving shapes all start near the "
+                    "middle (scenes.CENTRE_START): the start no longer gives the direction away")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
                     help="also keep an exponential moving average of the text encoder and transformer weights "
@@ -334,6 +336,7 @@ def main():
                     "(its tokenizer and VAE are kept; phases 1-2 are skipped)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    scenes.CENTRE_START = args.centre_start
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
