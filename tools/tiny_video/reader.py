@@ -22,25 +22,35 @@ def _nearest(colours, rgb, exclude=None):
     return best
 
 
-def read(clip, colours):
-    """clip: uint8 [F, H, W, 3] -> (background, shape colour or None, motion or None or 'back and forth')"""
+def shape_track(clip):
+    """clip: [F, H, W, 3] -> (border colour, squared distance from it [F, H, W], pixels
+    clearly off the background per frame [F], centroid x and y of those [F] (0 where
+    fewer than 4), found [F])"""
     x = clip.astype(np.float64)
-    f, h, w, _ = x.shape
+    _, h, w, _ = x.shape
     border = np.zeros((h, w), bool)
     border[:2], border[-2:], border[:, :2], border[:, -2:] = True, True, True, True
     bgc = x[:, border].reshape(-1, 3).mean(0)
-    bg = _nearest(colours, bgc)
     d = ((x - bgc) ** 2).sum(-1)
     off = d > 60.0 ** 2
     m = off.sum((1, 2))
-    if m.sum() < 4:
-        return bg, None, None
-    core = d >= 0.5 * d.max()
-    fg = _nearest(colours, x[core].mean(0), exclude=bg)
     found = m >= 4
     ys, xs = np.mgrid[0:h, 0:w]
     cx = np.where(found, (off * xs).sum((1, 2)) / np.maximum(m, 1), 0)
     cy = np.where(found, (off * ys).sum((1, 2)) / np.maximum(m, 1), 0)
+    return bgc, d, m, cx, cy, found
+
+
+def read(clip, colours):
+    """clip: uint8 [F, H, W, 3] -> (background, shape colour or None, motion or None or 'back and forth')"""
+    x = clip.astype(np.float64)
+    f = x.shape[0]
+    bgc, d, m, cx, cy, found = shape_track(x)
+    bg = _nearest(colours, bgc)
+    if m.sum() < 4:
+        return bg, None, None
+    core = d >= 0.5 * d.max()
+    fg = _nearest(colours, x[core].mean(0), exclude=bg)
     if found.sum() < 2 or found.sum() * 2 < f:
         return bg, fg, None
     t = np.arange(f)[found]

@@ -12,10 +12,14 @@ the caption says it moves *towards* (a training clip never does) or on the other
         models/difflet-tiny-video/validation_prompts.json
 """
 import json
+import os
 import sys
 
 import numpy as np
 from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reader  # noqa: E402  (tools/tiny_video/reader.py)
 
 AXIS = {"left to right": (0, 1), "right to left": (0, -1), "top to bottom": (1, 1), "bottom to top": (1, -1)}
 
@@ -27,7 +31,6 @@ def main():
     with open(sys.argv[2]) as f:
         meta = json.load(f)
     size, frames = meta.get("size", 64), meta.get("frames", 9)
-    ys, xs = np.mgrid[0:size, 0:size]
     n = axis_ok = sign_ok = 0
     sides = {True: [0, 0], False: [0, 0]}  # starts on the far half: [clips, direction right]
     for i, p in enumerate(meta["prompts"]):
@@ -35,12 +38,9 @@ def main():
             continue
         ax, sign = AXIS[p["motion"]]
         clip = grid[i * size:(i + 1) * size].reshape(size, frames, size, 3).transpose(1, 0, 2, 3)
-        border = np.concatenate([clip[:, :2].reshape(frames, -1, 3), clip[:, -2:].reshape(frames, -1, 3)], 1)
-        off = ((clip - border.mean((0, 1))) ** 2).sum(-1) > 60.0 ** 2  # the reader's threshold
-        m = off.sum((1, 2))
-        if m.min() < 4:
+        _, _, _, cx, cy, found = reader.shape_track(clip)  # the evaluation's reading of the shape
+        if not found.all():
             continue
-        cx, cy = (off * xs).sum((1, 2)) / m, (off * ys).sum((1, 2)) / m
         along, across = (cx, cy) if ax == 0 else (cy, cx)
         disp = (along[-1] - along[0]) * sign
         n += 1

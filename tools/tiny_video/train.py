@@ -550,17 +550,17 @@ def joint(args, tok, vae, te, tr, pairs, lats, t_start, info):
                              "checkpoint": "written at a 10-minute checkpoint of the joint phase"}, t_start, final=False)
             log(f"checkpoint saved at step {step}")
     te.eval(), tr.eval()
-    if ema_w is not None:
-        with ema_w.swapped():
-            save(ema_out, vae, te, tok, tr)
-        info["ema"] = {"decay": args.ema, "saved_to": ema_out}
-        log(f"EMA weights (decay {args.ema}) saved to {ema_out}")
     info.update({"clips": len(pairs), "steps": step, "batch": args.batch, "lr": args.lr, "minutes": args.minutes,
                  "final_loss": ema, "history": history})
     if args.decoder_minutes > 0 and not args.probe:
         save(args.out, vae, te, tok, tr)  # the joint phase's result, should the decoder phase be stopped
         train, _ = scenes.split()
         info["decoder"] = decoder_phase(args, vae, train)
+    if ema_w is not None:  # after the decoder phase: both pipelines share its VAE
+        with ema_w.swapped():
+            save(ema_out, vae, te, tok, tr)
+        info["ema"] = {"decay": args.ema, "saved_to": ema_out}
+        log(f"EMA weights (decay {args.ema}) saved to {ema_out}")
     save(args.out, vae, te, tok, tr)
     write_log(args, info, t_start)
 
