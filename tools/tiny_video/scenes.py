@@ -27,10 +27,11 @@ MOTIONS = ["left to right", "right to left", "top to bottom", "bottom to top", "
 # start and end of the track along the motion axis (pixels); the other axis sits near 32
 TRACK = (14, 50)
 # CENTRE_START (train.py --centre-start): every moving shape starts near the middle
-# (32 +- 5) and moves CENTRE_TRACK pixels, so where a clip starts says nothing of its
+# (32 +- CENTRE_JITTER) and moves CENTRE_TRACK pixels, so where a clip starts says nothing of its
 # direction (with TRACK it says everything: left to right always starts on the left)
 CENTRE_START = False
 CENTRE_TRACK = 14
+CENTRE_JITTER = 5
 
 PHRASES = {  # motion -> ways to say it after the object
     "left to right": ["moving from left to right", "moving to the right", "sliding right"],
@@ -85,7 +86,7 @@ def track(scene, jitter=None):
     cross = 32
     r = SIZES[size]
     if CENTRE_START:
-        a = 32 + (jitter.randint(-5, 5) if jitter is not None else 0)
+        a = 32 + (jitter.randint(-CENTRE_JITTER, CENTRE_JITTER) if jitter is not None else 0)
         if motion in ("right to left", "bottom to top"):  # mirrored below (SIZE - 1 - u): starts at a too
             a = SIZE - 1 - a
         b = a + CENTRE_TRACK

@@ -327,6 +327,10 @@ def main():
                     "and column parts (2 * (head_dim // 6) each for rows and columns)")
     ap.add_argument("--centre-start", action="store_true", help="clips whose moving shapes all start near the "
                     "middle (scenes.CENTRE_START): the start no longer gives the direction away")
+    ap.add_argument("--centre-track", type=int, default=scenes.CENTRE_TRACK, metavar="PX",
+                    help="with --centre-start: how far a moving shape travels (scenes.CENTRE_TRACK)")
+    ap.add_argument("--centre-jitter", type=int, default=scenes.CENTRE_JITTER, metavar="PX",
+                    help="with --centre-start: the start is 32 +- this (scenes.CENTRE_JITTER)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
                     help="also keep an exponential moving average of the text encoder and transformer weights "
@@ -337,6 +341,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     scenes.CENTRE_START = args.centre_start
+    scenes.CENTRE_TRACK, scenes.CENTRE_JITTER = args.centre_track, args.centre_jitter
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
