@@ -27,8 +27,9 @@ MOTIONS = ["left to right", "right to left", "top to bottom", "bottom to top", "
 # start and end of the track along the motion axis (pixels); the other axis sits near 32
 TRACK = (14, 50)
 # CENTRE_START (train.py --centre-start): every moving shape starts near the middle
-# (32 +- CENTRE_JITTER) and moves CENTRE_TRACK pixels, so where a clip starts says nothing of its
-# direction (with TRACK it says everything: left to right always starts on the left)
+# (32 +- CENTRE_JITTER) and moves CENTRE_TRACK pixels, so where a clip starts says
+# nothing of its direction (with TRACK it says everything: left to right always starts
+# on the left)
 CENTRE_START = False
 CENTRE_TRACK = 14
 CENTRE_JITTER = 5
