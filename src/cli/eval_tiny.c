@@ -177,6 +177,7 @@ static int motion_index(const char *s) {
 
 typedef struct {
     const char *cmd, *model, *json_path, *save, *prompts_file; /* prompts_file: NULL, <model>/eval_prompts.json */
+    const char *negative; /* --negative-prompt (clips); NULL: empty, as the evaluation's table is made */
     int nprompts, steps, video;
     float cfg, min[3]; /* background, shape colour, position or motion */
     dl_dtype dt;
@@ -201,6 +202,7 @@ static int parse_opts(eval_opts *o, int argc, char **argv) {
         else if (!strcmp(a, third)) o->min[2] = strtof(v, NULL);
         else if (!strcmp(a, "--json")) o->json_path = v;
         else if (!strcmp(a, "--prompts-file")) o->prompts_file = v;
+        else if (!strcmp(a, "--negative-prompt")) o->negative = v;
         else if (!strcmp(a, "--save-grid")) o->save = v;
         else if (!strcmp(a, "--dtype") && dl_dtype_parse(v, &o->dt, &o->quant)) continue;
         else {
@@ -279,7 +281,7 @@ static int run_eval(eval_opts *o) {
                        index_of(pal.cname, pal.nc, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pr, "colour"))),
                        o->video ? motion_index(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pr, "motion")))
                                 : index_of(pal.pname, pal.np, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pr, "position")))};
-        dl_gen_request r = {.prompt = cap ? cap : "", .negative_prompt = "", .steps = o->steps, .seed = (uint64_t)(1000 + i)};
+        dl_gen_request r = {.prompt = cap ? cap : "", .negative_prompt = o->negative ? o->negative : "", .steps = o->steps, .seed = (uint64_t)(1000 + i)};
         if (o->video) r.guidance = o->cfg;
         else r.true_cfg = o->cfg;
         if (dl_pipeline_generate_rgb(p, &r, rgb, NULL) != DL_OK) {

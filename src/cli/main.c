@@ -41,6 +41,7 @@ static void usage(FILE *f) {
             "                       [--min-bg F --min-fg F --min-pos F] [--json F] [--save-grid PNG]\n"
             "  eval-tiny-video      the same for difflet-tiny-video: colours and motion of held-out clips\n"
             "                       [--model DIR] [--prompts N] [--steps N] [--guidance S (the model's)] [--dtype T]\n"
+            "                       [--negative-prompt TEXT (default empty)]\n"
             "                       [--prompts-file F (default DIR/eval_prompts.json)]\n"
             "                       [--min-bg F --min-fg F --min-motion F] [--json F] [--save-grid PNG]\n"
             "  calibrate            fit the probe -> output-change polynomial for step caching:\n"

@@ -11,9 +11,10 @@ Phases (fixed seeds, progress logged to stdout):
      latent statistics, as Wan's VAE carries them;
   3. a tiny UMT5EncoderModel and WanTransformer3DModel trained jointly with the
      flow-matching objective (x_t = (1-s) x0 + s noise, target noise - x0, timestep
-     1000 s, s logit-normal then shifted as the sampler shifts it), 10% empty captions
-     so classifier-free guidance works; the text embedding is masked past the prompt's
-     tokens as WanPipeline pads it;
+     1000 s, s logit-normal then shifted as the sampler shifts it; --motion-loss adds the
+     squared frame-to-frame difference of the error, as the shipped model was trained),
+     10% empty captions so classifier-free guidance works; the text embedding is masked
+     past the prompt's tokens as WanPipeline pads it;
   4. the VAE's decoder alone on whole clips, the encoder frozen (the latents the
      transformer learned keep their meaning): the clip phase leaves each 4-frame
      chunk's last frame lagging, which a few minutes here fix;
