@@ -177,7 +177,7 @@ static int motion_index(const char *s) {
 
 typedef struct {
     const char *cmd, *model, *json_path, *save, *prompts_file; /* prompts_file: NULL, <model>/eval_prompts.json */
-    const char *negative; /* --negative-prompt (clips); NULL: empty, as the evaluation's table is made */
+    const char *negative; /* --negative-prompt; NULL: empty, as the evaluation tables are made */
     int nprompts, steps, video;
     float cfg, min[3]; /* background, shape colour, position or motion */
     dl_dtype dt;

@@ -37,6 +37,7 @@ static void usage(FILE *f) {
             "                       [--max-sequence-length N] [--recompile-on-mismatch]\n"
             "  eval-tiny            prompt-following table of difflet-tiny on held-out prompts\n"
             "                       [--model DIR] [--prompts N] [--steps N] [--true-cfg S] [--dtype T]\n"
+            "                       [--negative-prompt TEXT (default empty; used when --true-cfg > 1)]\n"
             "                       [--prompts-file F (default DIR/eval_prompts.json)]\n"
             "                       [--min-bg F --min-fg F --min-pos F] [--json F] [--save-grid PNG]\n"
             "  eval-tiny-video      the same for difflet-tiny-video: colours and motion of held-out clips\n"
